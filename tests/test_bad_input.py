@@ -1,0 +1,159 @@
+"""Bad checkpoints give one clear line naming the problem, and a non-zero exit with no traceback."""
+
+import json
+import pickle
+import subprocess
+import sys
+
+import pytest
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+
+import bertkit
+from conftest import randomize
+from test_hf_parity import hf_model, tiny_hf_config
+
+
+@pytest.fixture
+def good(tmp_path):
+    path = tmp_path / "good"
+    hf_model("BertForMaskedLM", tiny_hf_config()).save_pretrained(path)
+    return path
+
+
+def edit_config(path, **changes):
+    config = json.loads((path / "config.json").read_text())
+    config.update(changes)
+    (path / "config.json").write_text(json.dumps(config))
+
+
+def edit_weights(path, fn):
+    state = load_file(path / "model.safetensors")
+    fn(state)
+    save_file(state, path / "model.safetensors")
+
+
+class NotATensor:  # a pickled global that weights_only=True refuses
+    pass
+
+
+def break_missing_config(p):
+    (p / "config.json").unlink()
+
+
+def break_model_type(p):
+    edit_config(p, model_type="gpt2")
+
+
+def break_shape(p):
+    edit_weights(p, lambda s: s.update({"bert.embeddings.word_embeddings.weight": torch.zeros(98, 32)}))
+
+
+def break_no_weights(p):
+    (p / "model.safetensors").unlink()
+
+
+def break_missing_tensor(p):
+    edit_weights(p, lambda s: s.pop("bert.encoder.layer.1.output.dense.weight"))
+
+
+def break_pickle(p):
+    (p / "model.safetensors").unlink()
+    with open(p / "pytorch_model.bin", "wb") as f:
+        pickle.dump({"weight": NotATensor()}, f)
+
+
+def break_corrupt_safetensors(p):
+    (p / "model.safetensors").write_bytes(b"\x00garbage" * 10)
+
+
+def break_json(p):
+    (p / "config.json").write_text('{"model_type": "bert",\n  "hidden_size": 32,,\n}')
+
+
+def break_decoder(p):
+    edit_config(p, is_decoder=True)
+
+
+def break_unexpected(p):
+    edit_weights(p, lambda s: s.update({"bert.encoder.layer.0.adapter.weight": torch.zeros(3)}))
+
+
+def break_architecture(p):
+    edit_config(p, architectures=["BertLMHeadModel"])
+
+
+def break_nonexistent(p):
+    import shutil
+    shutil.rmtree(p)
+
+
+CASES = {
+    "missing config.json": (break_missing_config, ["no config.json"]),
+    "unknown model_type": (break_model_type, ["unknown model_type 'gpt2'", "config.json"]),
+    "wrong shape": (break_shape, ["bert.embeddings.word_embeddings.weight", "(98, 32)", "(99, 32)"]),
+    "no weights file": (break_no_weights, ["no weights found", "model.safetensors"]),
+    "missing tensor": (break_missing_tensor, ["missing 1 tensor", "encoder.layer.1.output.dense.weight"]),
+    "pickle refused": (break_pickle, ["pytorch_model.bin", "refused to unpickle"]),
+    "corrupt safetensors": (break_corrupt_safetensors, ["model.safetensors", "not a readable safetensors"]),
+    "invalid json": (break_json, ["config.json", "not valid JSON", "line 2"]),
+    "decoder config": (break_decoder, ["is_decoder", "bidirectional encoders only"]),
+    "unexpected tensor": (break_unexpected, ["unexpected tensor", "adapter.weight"]),
+    "unsupported architecture": (break_architecture, ["BertLMHeadModel", "not supported"]),
+    "directory does not exist": (break_nonexistent, ["no such directory"]),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_library_raises_one_clear_error(case, good):
+    breaker, words = CASES[case]
+    breaker(good)
+    with pytest.raises(bertkit.BertkitError) as info:
+        bertkit.from_pretrained(good)
+    message = str(info.value)
+    assert "\n" not in message
+    for w in words:
+        assert w in message, (w, message)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_cli_prints_one_line_and_exits_nonzero(case, good):
+    breaker, words = CASES[case]
+    breaker(good)
+    run = subprocess.run([sys.executable, "-m", "bertkit.cli", "info", str(good)],
+                         capture_output=True, text=True, timeout=120,
+                         env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 2
+    assert "Traceback" not in run.stderr
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("bertkit: error: "), run.stderr
+    assert all(w in lines[0] for w in words), lines[0]
+    assert run.stdout == ""
+
+
+def test_hub_id_without_network_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(bertkit.BertkitError, match="bert-base-uncased: no such directory, and not downloadable"):
+        bertkit.from_pretrained("bert-base-uncased")
+
+
+def test_failed_save_leaves_the_earlier_checkpoint_intact(good):
+    before = {f.name: f.read_bytes() for f in good.iterdir()}
+    model = bertkit.from_pretrained(good)
+    pre_ln = bertkit.Model(model.config.replace(norm_first=True), head="mlm")
+    with pytest.raises(bertkit.BertkitError, match="pre-LN"):
+        pre_ln.save_pretrained(good)
+    assert {f.name: f.read_bytes() for f in good.iterdir()} == before
+
+
+def test_save_overwrites_cleanly_and_reloads(good):
+    model = bertkit.from_pretrained(good)
+    randomize(model, seed=11)
+    model.save_pretrained(good)
+    assert not [f for f in good.iterdir() if f.name.startswith(".saving-")]
+    again = bertkit.from_pretrained(good)
+    for (n, a), (_, b) in zip(model.named_parameters(), again.named_parameters()):
+        assert torch.equal(a, b), n
+    assert transformers.BertForMaskedLM.from_pretrained(good) is not None

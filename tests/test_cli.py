@@ -1,0 +1,74 @@
+"""The `bertkit` command: models table, demo, info, embed and fill-mask."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import bertkit
+from bertkit.cli import main
+from test_hf_parity import hf_model, tiny_hf_config
+
+
+def test_models_table_lists_every_preset_with_exact_counts(capsys):
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    for name in bertkit.list_models():
+        assert name in out
+    assert "109,482,240" in out and "2,957,568" in out and "~3.2M" in out
+
+
+def test_demo_embeds_with_the_real_minilm(capsys):
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "22,713,216 parameters" in out and "paraphrase pair [0]-[1]" in out
+
+
+def test_embed_writes_json_lines(minilm_dir, capsys, tmp_path):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("first line\nsecond line\n")
+    assert main(["embed", "--model", str(minilm_dir), "--input", str(texts)]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["text"] for r in records] == ["first line", "second line"]
+    v = torch.tensor(records[0]["embedding"])
+    assert v.shape == (384,) and abs(v.norm().item() - 1) < 1e-4
+
+
+@pytest.fixture
+def mlm_dir(tmp_path, minilm_dir):
+    """A tiny random masked-LM with the MiniLM vocabulary and tokenizer."""
+    model = bertkit.from_pretrained(minilm_dir)
+    tok = model.tokenizer
+    ref = hf_model("BertForMaskedLM", tiny_hf_config(vocab_size=tok.vocab_size, max_position_embeddings=64))
+    ref.save_pretrained(tmp_path / "mlm")
+    mlm = bertkit.from_pretrained(tmp_path / "mlm")
+    mlm.tokenizer = tok
+    mlm.save_pretrained(tmp_path / "mlm")
+    return tmp_path / "mlm"
+
+
+def test_fill_mask_table_and_json(mlm_dir, capsys):
+    assert main(["predict", "fill-mask", "--model", str(mlm_dir), "--top-k", "3", "Paris is the [MASK] of France."]) == 0
+    table = capsys.readouterr().out
+    assert "rank" in table and "score" in table
+    assert main(["predict", "fill-mask", "--model", str(mlm_dir), "--json", "a [MASK] b [MASK]"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(records) == 2 and len(records[0]["predictions"]) == 5
+    scores = [p["score"] for p in records[0]["predictions"]]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_fill_mask_refuses_text_without_a_mask_and_models_without_a_head(mlm_dir, minilm_dir, capsys):
+    assert main(["predict", "fill-mask", "--model", str(mlm_dir), "no mask here"]) == 2
+    assert "no [MASK]" in capsys.readouterr().err
+    assert main(["predict", "fill-mask", "--model", str(minilm_dir), "a [MASK]"]) == 2
+    assert "no masked-LM head" in capsys.readouterr().err
+
+
+def test_console_script_help_explains_itself():
+    run = subprocess.run([sys.executable, "-m", "bertkit.cli", "--help"], capture_output=True, text=True)
+    assert run.returncode == 0
+    for command in ("models", "demo", "info", "embed", "predict"):
+        assert command in run.stdout

@@ -1,0 +1,63 @@
+import pytest
+
+import bertkit
+from bertkit.config import EncoderConfig
+
+
+@pytest.mark.parametrize("bad, words", [
+    (dict(hidden_size=30, num_heads=4), "not divisible"),
+    (dict(hidden_act="gelu_wrong"), "hidden_act"),
+    (dict(num_layers=0), "num_layers"),
+    (dict(hidden_dropout=1.5), "hidden_dropout"),
+    (dict(pad_token_id=40000), "pad_token_id"),
+    (dict(num_labels=3, label_names=("a", "b")), "label_names"),
+])
+def test_invalid_configs_are_refused_on_construction(bad, words):
+    with pytest.raises(bertkit.BertkitError, match=words):
+        EncoderConfig(**bad)
+
+
+def test_overrides_are_typed_and_unknown_keys_fail():
+    cfg = EncoderConfig().replace(num_layers=2)
+    assert cfg.num_layers == 2
+    with pytest.raises(bertkit.BertkitError, match="unknown field"):
+        cfg.replace(num_layer=2)
+    with pytest.raises(bertkit.BertkitError, match="unknown field"):
+        bertkit.build("mini-bert", hiden_size=64)
+
+
+def test_build_rejects_unknown_names_and_heads():
+    with pytest.raises(bertkit.BertkitError, match="unknown model"):
+        bertkit.build("bert-gigantic")
+    with pytest.raises(bertkit.BertkitError, match="unknown head"):
+        bertkit.build("mini-bert", head="summarization")
+
+
+@pytest.mark.parametrize("head", [None, "mlm", "pretraining", "classification", "token-classification", "qa"])
+def test_every_head_builds_and_fills_its_outputs(head):
+    import torch
+    model = bertkit.build("mini-bert", head=head, num_labels=3).eval()
+    ids = torch.randint(1, 8192, (2, 7))
+    out = model(ids, torch.ones(2, 7, dtype=torch.long))
+    assert out.last_hidden_state.shape == (2, 7, 192)
+    expected = {
+        None: {},
+        "mlm": {"logits": (2, 7, 8192)},
+        "pretraining": {"logits": (2, 7, 8192), "pair_logits": (2, 2)},
+        "classification": {"logits": (2, 3)},
+        "token-classification": {"logits": (2, 7, 3)},
+        "qa": {"start_logits": (2, 7), "end_logits": (2, 7)},
+    }[head]
+    for name in ("logits", "pair_logits", "start_logits", "end_logits"):
+        value = getattr(out, name)
+        if name in expected:
+            assert tuple(value.shape) == expected[name]
+        else:
+            assert value is None
+
+
+def test_mlm_decoder_is_tied_to_word_embeddings():
+    model = bertkit.build("mini-bert", head="mlm")
+    assert model.head.decoder.weight is model.backbone.embeddings.word.weight
+    untied = bertkit.build("mini-bert", head="mlm", tie_word_embeddings=False)
+    assert untied.head.decoder.weight is not untied.backbone.embeddings.word.weight

@@ -1,0 +1,209 @@
+"""Parity with transformers itself: random-initialized reference models, tiny configs.
+
+Every BERT class loads into bertkit with the same outputs (<= 1e-4 on non-pad positions), and a
+bertkit model saved with save_pretrained loads back into transformers with the same outputs.
+"""
+
+import pytest
+import torch
+import transformers
+
+import bertkit
+from conftest import make_batch, max_diff_on_real, randomize
+
+TOL = 1e-4
+
+CLASSES = {
+    "BertModel": None,
+    "BertForMaskedLM": "mlm",
+    "BertForPreTraining": "pretraining",
+    "BertForSequenceClassification": "classification",
+    "BertForTokenClassification": "token-classification",
+    "BertForQuestionAnswering": "qa",
+}
+
+# Tiny configs that vary what a checkpoint can vary.
+CONFIGS = {
+    "gelu-2types": dict(hidden_act="gelu", type_vocab_size=2, layer_norm_eps=1e-12),
+    "gelu_new-3types": dict(hidden_act="gelu_new", type_vocab_size=3, layer_norm_eps=1e-5),
+    "relu-1type": dict(hidden_act="relu", type_vocab_size=1, layer_norm_eps=1e-6),
+}
+
+
+def tiny_hf_config(**kw):
+    base = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=37, max_position_embeddings=24, num_labels=3)
+    # (transformers' QA head has num_labels outputs and needs exactly 2.)
+    return transformers.BertConfig(**{**base, **kw})
+
+
+def hf_model(cls_name, config, seed=0):
+    torch.manual_seed(seed)
+    model = getattr(transformers, cls_name)(config)
+    randomize(model, seed)
+    return model.eval()
+
+
+def reference_outputs(model, ids, mask, types):
+    """Output tensors by our attribute names, from a transformers model."""
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, token_type_ids=types)
+    named = {}
+    if hasattr(out, "last_hidden_state"):
+        named["last_hidden_state"] = out.last_hidden_state
+    for theirs, ours in (("logits", "logits"), ("prediction_logits", "logits"),
+                         ("seq_relationship_logits", "pair_logits"), ("start_logits", "start_logits"),
+                         ("end_logits", "end_logits")):
+        if getattr(out, theirs, None) is not None:
+            named[ours] = getattr(out, theirs)
+    return named
+
+
+def hidden_state(model, ids, mask, types):
+    """The encoder's last hidden state of any transformers head model."""
+    with torch.no_grad():
+        return model.bert(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+
+
+def assert_same(ours, ref: dict, mask):
+    assert ref, "reference produced no outputs"
+    for name, expected in ref.items():
+        got = getattr(ours, name)
+        assert got is not None, f"bertkit output has no {name}"
+        diff = max_diff_on_real(got, expected, mask)
+        assert diff <= TOL, f"{name}: max abs diff {diff:.2e}"
+
+
+@pytest.mark.parametrize("config_name", CONFIGS)
+@pytest.mark.parametrize("cls_name", CLASSES)
+def test_transformers_checkpoint_loads_with_identical_outputs(cls_name, config_name, tmp_path):
+    config = tiny_hf_config(**CONFIGS[config_name], num_labels=2 if CLASSES[cls_name] == "qa" else 3)
+    ref = hf_model(cls_name, config)
+    ref.save_pretrained(tmp_path)
+    ours = bertkit.from_pretrained(tmp_path)
+    assert ours.head_kind == CLASSES[cls_name]
+    ids, mask, types = make_batch(config.vocab_size, config.type_vocab_size)
+    with torch.no_grad():
+        out = ours(ids, mask, types)
+    assert_same(out, reference_outputs(ref, ids, mask, types), mask)
+    if cls_name != "BertModel":
+        diff = max_diff_on_real(out.last_hidden_state, hidden_state(ref, ids, mask, types), mask)
+        assert diff <= TOL
+    else:
+        with torch.no_grad():
+            pooled = ref(input_ids=ids, attention_mask=mask, token_type_ids=types).pooler_output
+        assert (out.pooler_output - pooled).abs().max().item() <= TOL
+
+
+@pytest.mark.parametrize("cls_name", CLASSES)
+def test_bertkit_save_loads_back_into_transformers(cls_name, tmp_path):
+    torch.manual_seed(1)
+    config = tiny_hf_config(hidden_act="gelu_new", type_vocab_size=3,
+                            num_labels=2 if CLASSES[cls_name] == "qa" else 3)
+    ours = bertkit.from_pretrained(_saved(hf_model(cls_name, config, seed=3), tmp_path / "src"))
+    randomize(ours, seed=7)  # new values, so a silently unloaded tensor cannot pass
+    ours.save_pretrained(tmp_path / "out")
+    ref = getattr(transformers, cls_name).from_pretrained(tmp_path / "out").eval()
+    ids, mask, types = make_batch(config.vocab_size, 3, seed=5)
+    with torch.no_grad():
+        out = ours.eval()(ids, mask, types)
+    assert_same(out, reference_outputs(ref, ids, mask, types), mask)
+    # transformers' generic loader picks the same class from the config we wrote.
+    auto = transformers.AutoConfig.from_pretrained(tmp_path / "out")
+    assert auto.architectures == [cls_name]
+
+
+def _saved(model, path):
+    model.save_pretrained(path)
+    return path
+
+
+def test_int_bool_and_missing_masks_match_transformers(tmp_path):
+    config = tiny_hf_config()
+    ref = hf_model("BertModel", config)
+    ours = bertkit.from_pretrained(_saved(ref, tmp_path))
+    ids, mask, types = make_batch(config.vocab_size, 2)
+    expected = reference_outputs(ref, ids, mask, types)["last_hidden_state"]
+    for m in (mask, mask.bool()):
+        got = ours(ids, m, types).last_hidden_state
+        assert max_diff_on_real(got, expected, mask) <= TOL
+    with torch.no_grad():
+        no_mask = ref(input_ids=ids).last_hidden_state
+    assert (ours(ids).last_hidden_state - no_mask).abs().max().item() <= TOL
+
+
+def test_attentions_match_transformers_eager(tmp_path):
+    config = tiny_hf_config()
+    config._attn_implementation = "eager"
+    ref = hf_model("BertModel", config)
+    ours = bertkit.from_pretrained(_saved(ref, tmp_path))
+    ids, mask, types = make_batch(config.vocab_size, 2)
+    with torch.no_grad():
+        theirs = ref(input_ids=ids, attention_mask=mask, token_type_ids=types, output_attentions=True).attentions
+        mine = ours(ids, mask, types, output_attentions=True).attentions
+    assert len(mine) == len(theirs) == config.num_hidden_layers
+    for a, b in zip(mine, theirs):
+        real_rows = mask.bool()[:, None, :, None] & mask.bool()[:, None, None, :]
+        assert (a - b).abs().masked_select(real_rows).max().item() <= TOL
+
+
+def test_untied_decoder_round_trips(tmp_path):
+    config = tiny_hf_config(tie_word_embeddings=False)
+    ref = hf_model("BertForMaskedLM", config)
+    assert ref.cls.predictions.decoder.weight is not ref.bert.embeddings.word_embeddings.weight
+    ours = bertkit.from_pretrained(_saved(ref, tmp_path / "a"))
+    assert ours.head.decoder.weight is not ours.backbone.embeddings.word.weight
+    ids, mask, types = make_batch(config.vocab_size, 2)
+    assert_same(ours(ids, mask, types), reference_outputs(ref, ids, mask, types), mask)
+    ours.save_pretrained(tmp_path / "b")
+    back = transformers.BertForMaskedLM.from_pretrained(tmp_path / "b").eval()
+    assert_same(ours(ids, mask, types), reference_outputs(back, ids, mask, types), mask)
+
+
+def test_pytorch_bin_checkpoint_with_extras_loads(tmp_path):
+    """Real files carry extras: position_ids buffers, a pooler and NSP head inside a masked-LM file,
+    old gamma/beta LayerNorm names, keys without the `bert.` prefix."""
+    config = tiny_hf_config()
+    full = hf_model("BertForPreTraining", config)
+    state = {k: v.clone() for k, v in full.state_dict().items()}
+    state["bert.embeddings.position_ids"] = torch.arange(24)[None]
+    state = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+             for k, v in state.items()}
+    state = {k.removeprefix("bert."): v for k, v in state.items()}
+    config.architectures = ["BertForMaskedLM"]
+    config.save_pretrained(tmp_path)
+    torch.save(state, tmp_path / "pytorch_model.bin")
+    ours = bertkit.from_pretrained(tmp_path)
+    assert ours.head_kind == "mlm" and ours.backbone.pooler is None
+    ids, mask, types = make_batch(config.vocab_size, 2)
+    with torch.no_grad():
+        expected = full(input_ids=ids, attention_mask=mask, token_type_ids=types).prediction_logits
+    assert max_diff_on_real(ours(ids, mask, types).logits, expected, mask) <= TOL
+
+
+def test_head_override_initializes_only_the_new_head(tmp_path):
+    ref = hf_model("BertModel", tiny_hf_config())
+    with pytest.warns(UserWarning, match="freshly initialized"):
+        ours = bertkit.from_pretrained(_saved(ref, tmp_path), head="classification", num_labels=5)
+    assert ours.head.classifier.out_features == 5
+    ids, mask, types = make_batch(99, 2)
+    expected = reference_outputs(ref, ids, mask, types)["last_hidden_state"]
+    assert max_diff_on_real(ours(ids, mask, types).last_hidden_state, expected, mask) <= TOL
+
+
+def test_label_names_survive_a_round_trip(tmp_path):
+    config = tiny_hf_config(id2label={0: "neg", 1: "neutral", 2: "pos"})
+    ours = bertkit.from_pretrained(_saved(hf_model("BertForSequenceClassification", config), tmp_path / "a"))
+    assert ours.config.labels == ("neg", "neutral", "pos")
+    ours.save_pretrained(tmp_path / "b")
+    back = transformers.AutoConfig.from_pretrained(tmp_path / "b")
+    assert back.id2label == {0: "neg", 1: "neutral", 2: "pos"}
+
+
+def test_sharded_safetensors_checkpoint_loads(tmp_path):
+    ref = hf_model("BertForMaskedLM", tiny_hf_config())
+    ref.save_pretrained(tmp_path, max_shard_size="20KB")
+    assert (tmp_path / "model.safetensors.index.json").exists()
+    ours = bertkit.from_pretrained(tmp_path)
+    ids, mask, types = make_batch(99, 2)
+    assert_same(ours(ids, mask, types), reference_outputs(ref, ids, mask, types), mask)
