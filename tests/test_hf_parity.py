@@ -207,3 +207,16 @@ def test_sharded_safetensors_checkpoint_loads(tmp_path):
     ours = bertkit.from_pretrained(tmp_path)
     ids, mask, types = make_batch(99, 2)
     assert_same(ours(ids, mask, types), reference_outputs(ref, ids, mask, types), mask)
+
+
+def test_bf16_load_runs_close_to_fp32(tmp_path):
+    ref = hf_model("BertForSequenceClassification", tiny_hf_config())
+    path = _saved(ref, tmp_path)
+    fp32 = bertkit.from_pretrained(path)
+    bf16 = bertkit.from_pretrained(path, dtype=torch.bfloat16)
+    assert all(p.dtype == torch.bfloat16 for p in bf16.parameters())
+    ids, mask, types = make_batch(99, 2)
+    with torch.no_grad():
+        a = fp32(ids, mask, types).logits
+        b = bf16(ids, mask, types).logits.float()
+    assert (a - b).abs().max().item() <= 0.05 * a.abs().max().item() + 0.05

@@ -8,6 +8,7 @@ it, freshly initialized with a warning.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -196,6 +197,7 @@ ALWAYS_IGNORED = [
 HEAD_PREFIX = {"bert": "bert."}  # where transformers nests the encoder inside a head model
 
 
+@functools.lru_cache(maxsize=None)
 def _pattern(template: str) -> re.Pattern:
     regex = re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)").replace(r"\{p\}", r"(?P<p>weight|bias)")
     return re.compile(regex + "$")
@@ -206,19 +208,18 @@ class NameMap:
     """Maps between Hugging Face names (without the family prefix) and our parameter names."""
     rules: tuple[tuple[str, str], ...]  # (hf template, our template), ours already prefixed
 
-    def to_ours(self, hf_name: str) -> str | None:
-        for theirs, ours in self.rules:
-            m = _pattern(theirs).match(hf_name)
+    def _translate(self, name: str, direction: slice) -> str | None:
+        for source, target in (rule[direction] for rule in self.rules):
+            m = _pattern(source).match(name)
             if m:
-                return ours.format(**m.groupdict())
+                return target.format(**m.groupdict())
         return None
 
+    def to_ours(self, hf_name: str) -> str | None:
+        return self._translate(hf_name, slice(None))
+
     def to_hf(self, our_name: str) -> str | None:
-        for theirs, ours in self.rules:
-            m = _pattern(ours).match(our_name)
-            if m:
-                return theirs.format(**m.groupdict())
-        return None
+        return self._translate(our_name, slice(None, None, -1))
 
 
 def name_map(family: str, head: str | None, encoder_prefix: str = "") -> NameMap:
