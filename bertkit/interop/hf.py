@@ -22,41 +22,13 @@ import torch
 from ..config import EncoderConfig
 from ..errors import BertkitError
 from ..model import Model
+from ..models import get_family
+from .hf_names import FAMILIES, HEAD_SUFFIX, HFFamily
 
 # ---------------------------------------------------------------------------------------------
 # Configs
 # ---------------------------------------------------------------------------------------------
 
-# HF config key -> our EncoderConfig field (shared by the whole family).
-CONFIG_KEYS = {
-    "vocab_size": "vocab_size",
-    "hidden_size": "hidden_size",
-    "num_hidden_layers": "num_layers",
-    "num_attention_heads": "num_heads",
-    "intermediate_size": "intermediate_size",
-    "hidden_act": "hidden_act",
-    "max_position_embeddings": "max_positions",
-    "type_vocab_size": "type_vocab_size",
-    "layer_norm_eps": "layer_norm_eps",
-    "pad_token_id": "pad_token_id",
-    "hidden_dropout_prob": "hidden_dropout",
-    "attention_probs_dropout_prob": "attention_dropout",
-    "classifier_dropout": "classifier_dropout",
-    "initializer_range": "initializer_range",
-    "tie_word_embeddings": "tie_word_embeddings",
-}
-
-# Architecture class names are <Prefix><Suffix>, e.g. BertForMaskedLM.
-CLASS_PREFIX = {"bert": "Bert"}
-HEAD_SUFFIX = {
-    "Model": None,
-    "ForMaskedLM": "mlm",
-    "ForPreTraining": "pretraining",
-    "ForSequenceClassification": "classification",
-    "ForTokenClassification": "token-classification",
-    "ForQuestionAnswering": "qa",
-}
-TOKENIZER_CLASS = {"bert": "BertTokenizer"}
 AUTO = "auto"
 
 
@@ -70,24 +42,33 @@ def _read_json(path: Path) -> dict:
     return data
 
 
-def _family_of(hf: dict, source: Path) -> str:
+def _split_architecture(arch: str) -> tuple[HFFamily, str | None] | None:
+    """'RobertaForMaskedLM' -> (the RoBERTa spec, "mlm"); None if no family has this class."""
+    for spec in FAMILIES.values():
+        suffix = arch[len(spec.class_prefix):]
+        if arch.startswith(spec.class_prefix) and suffix in HEAD_SUFFIX and HEAD_SUFFIX[suffix] in spec.heads:
+            return spec, HEAD_SUFFIX[suffix]
+    return None
+
+
+def _family_of(hf: dict, source: Path) -> HFFamily:
     model_type = hf.get("model_type")
     if model_type is None:  # very old conversions: infer from the architecture's class name
         for arch in hf.get("architectures") or []:
-            for family, prefix in CLASS_PREFIX.items():
-                if arch.startswith(prefix) and arch[len(prefix):] in HEAD_SUFFIX:
-                    return family
+            found = _split_architecture(arch)
+            if found:
+                return found[0]
         raise BertkitError(f"{source}: no model_type (and no architecture bertkit recognizes)")
-    if model_type not in CLASS_PREFIX:
+    if model_type not in FAMILIES:
         raise BertkitError(f"{source}: unknown model_type {model_type!r}; bertkit loads: "
-                           f"{', '.join(sorted(CLASS_PREFIX))}")
-    return model_type
+                           f"{', '.join(sorted(FAMILIES))}")
+    return FAMILIES[model_type]
 
 
 def config_from_hf(hf: dict, source: Path) -> EncoderConfig:
     """Our config from a Hugging Face config.json dict. Keys that do not change the encoder's
     computation (use_cache, torch_dtype, transformers_version, ...) are ignored by design."""
-    family = _family_of(hf, source)
+    spec = _family_of(hf, source)
     if hf.get("is_decoder") or hf.get("add_cross_attention"):
         raise BertkitError(f"{source}: is_decoder/add_cross_attention is set; bertkit implements "
                            "bidirectional encoders only (no causal or cross-attention)")
@@ -95,11 +76,12 @@ def config_from_hf(hf: dict, source: Path) -> EncoderConfig:
     if position_type != "absolute":
         raise BertkitError(f"{source}: position_embedding_type {position_type!r} is not supported "
                            "(only 'absolute')")
-    fields = {ours: hf[theirs] for theirs, ours in CONFIG_KEYS.items() if theirs in hf}
-    if fields.get("pad_token_id") is None:
-        fields.pop("pad_token_id", None)
-    if fields.get("classifier_dropout") is None:
-        fields.pop("classifier_dropout", None)
+    values = {**spec.defaults, **hf}
+    fields = {ours: values[theirs] for theirs, ours in spec.config_keys.items() if theirs in values}
+    fields.update(spec.fixed)
+    for optional in ("pad_token_id", "classifier_dropout"):
+        if fields.get(optional, 0) is None:
+            del fields[optional]
     id2label = hf.get("id2label")
     if id2label:
         try:
@@ -112,7 +94,7 @@ def config_from_hf(hf: dict, source: Path) -> EncoderConfig:
     elif "num_labels" in hf:
         fields["num_labels"] = hf["num_labels"]
     try:
-        return EncoderConfig(family=family, **fields)
+        return get_family(spec.model_type).config_class(family=spec.model_type, **fields)
     except BertkitError as e:
         raise BertkitError(f"{source}: {e}") from None
     except TypeError as e:
@@ -120,26 +102,31 @@ def config_from_hf(hf: dict, source: Path) -> EncoderConfig:
 
 
 def config_to_hf(config: EncoderConfig, head: str | None) -> dict:
+    spec = FAMILIES[config.family]
+    refuse = f"this {config.family} model cannot be saved in Hugging Face format"
     if config.norm_first:
-        raise BertkitError(f"a pre-LN {config.family} model has no Hugging Face equivalent; "
-                           "it cannot be saved in Hugging Face format")
-    # transformers sizes its QA layer by num_labels, so a QA model must say 2 (start, end).
-    labels = ("LABEL_0", "LABEL_1") if head == "qa" else config.labels
-    hf = {
+        raise BertkitError(f"{refuse}: transformers has no pre-LN {config.family}")
+    if config.type_vocab_size == 0 and "type_vocab_size" not in spec.fixed:
+        raise BertkitError(f"{refuse}: transformers' {config.family} always has token types")
+    for name, value in spec.fixed.items():
+        if getattr(config, name) != value:
+            raise BertkitError(f"{refuse}: transformers fixes {name} = {value}, this model has {getattr(config, name)}")
+    # transformers sizes its QA and ALBERT's SOP layers by num_labels: those heads must say 2.
+    labels = ("LABEL_0", "LABEL_1") if head in ("qa", "pretraining") else config.labels
+    return {
         "architectures": [architecture_name(config.family, head)],
         "model_type": config.family,
-        **{theirs: getattr(config, ours) for theirs, ours in CONFIG_KEYS.items()},
+        **{theirs: getattr(config, ours) for theirs, ours in spec.config_keys.items()},
         "id2label": {str(i): name for i, name in enumerate(labels)},
         "label2id": {name: i for i, name in enumerate(labels)},
     }
-    if config.type_vocab_size == 0:
-        raise BertkitError(f"a {config.family} model without token types cannot be saved for transformers")
-    return hf
 
 
 def architecture_name(family: str, head: str | None) -> str:
-    suffix = next(s for s, kind in HEAD_SUFFIX.items() if kind == head)
-    return CLASS_PREFIX[family] + suffix
+    spec = FAMILIES[family]
+    if head not in spec.heads:
+        raise BertkitError(f"transformers has no {family} class for the {head!r} head")
+    return spec.class_prefix + next(s for s, kind in HEAD_SUFFIX.items() if kind == head)
 
 
 def head_from_architectures(hf: dict, source: Path) -> str | None:
@@ -147,66 +134,29 @@ def head_from_architectures(hf: dict, source: Path) -> str | None:
     if not archs:
         return None  # no architecture recorded: the bare encoder
     for arch in archs:
-        for prefix in CLASS_PREFIX.values():
-            if arch.startswith(prefix) and arch[len(prefix):] in HEAD_SUFFIX:
-                return HEAD_SUFFIX[arch[len(prefix):]]
+        found = _split_architecture(arch)
+        if found:
+            return found[1]
     raise BertkitError(
         f"{source}: architecture {archs[0]!r} is not supported; supported heads: "
         f"{', '.join(HEAD_SUFFIX)} (pass head=None to load only the encoder)")
 
 
 # ---------------------------------------------------------------------------------------------
-# Parameter names: one table per part, {i} = layer index, {p} = weight|bias
+# Parameter names
 # ---------------------------------------------------------------------------------------------
-
-BERT_ENCODER = [
-    ("embeddings.word_embeddings.weight", "embeddings.word.weight"),
-    ("embeddings.position_embeddings.weight", "embeddings.position.weight"),
-    ("embeddings.token_type_embeddings.weight", "embeddings.token_type.weight"),
-    ("embeddings.LayerNorm.{p}", "embeddings.norm.{p}"),
-    ("encoder.layer.{i}.attention.self.query.{p}", "encoder.layers.{i}.attn.query.{p}"),
-    ("encoder.layer.{i}.attention.self.key.{p}", "encoder.layers.{i}.attn.key.{p}"),
-    ("encoder.layer.{i}.attention.self.value.{p}", "encoder.layers.{i}.attn.value.{p}"),
-    ("encoder.layer.{i}.attention.output.dense.{p}", "encoder.layers.{i}.attn.out_proj.{p}"),
-    ("encoder.layer.{i}.attention.output.LayerNorm.{p}", "encoder.layers.{i}.attn_norm.{p}"),
-    ("encoder.layer.{i}.intermediate.dense.{p}", "encoder.layers.{i}.ffn.up.{p}"),
-    ("encoder.layer.{i}.output.dense.{p}", "encoder.layers.{i}.ffn.down.{p}"),
-    ("encoder.layer.{i}.output.LayerNorm.{p}", "encoder.layers.{i}.ffn_norm.{p}"),
-    ("pooler.dense.{p}", "pooler.dense.{p}"),
-]
-BERT_MLM = [
-    ("cls.predictions.transform.dense.{p}", "transform.{p}"),
-    ("cls.predictions.transform.LayerNorm.{p}", "norm.{p}"),
-    ("cls.predictions.bias", "bias"),
-    ("cls.predictions.decoder.weight", "decoder.weight"),
-]
-BERT_HEADS = {
-    None: [],
-    "mlm": BERT_MLM,
-    "pretraining": [(hf, "mlm." + ours) for hf, ours in BERT_MLM]
-                   + [("cls.seq_relationship.{p}", "pair.classifier.{p}")],
-    "classification": [("classifier.{p}", "classifier.{p}")],
-    "token-classification": [("classifier.{p}", "classifier.{p}")],
-    "qa": [("qa_outputs.{p}", "qa.{p}")],
-}
-# Tensors real files carry that are not parameters of any model, or duplicates of one.
-ALWAYS_IGNORED = [
-    r"embeddings\.position_ids",             # a buffer older transformers saved
-    r"cls\.predictions\.decoder\.bias",      # tied to cls.predictions.bias in transformers
-]
-HEAD_PREFIX = {"bert": "bert."}  # where transformers nests the encoder inside a head model
-
 
 @functools.lru_cache(maxsize=None)
 def _pattern(template: str) -> re.Pattern:
-    regex = re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)").replace(r"\{p\}", r"(?P<p>weight|bias)")
+    regex = re.escape(template).replace(r"\{p\}", r"(?P<p>weight|bias)")
+    regex = re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>\\d+)", regex)  # {i}, {g}, ... -> a number
     return re.compile(regex + "$")
 
 
 @dataclass(frozen=True)
 class NameMap:
-    """Maps between Hugging Face names (without the family prefix) and our parameter names."""
-    rules: tuple[tuple[str, str], ...]  # (hf template, our template), ours already prefixed
+    """Maps between Hugging Face names and our parameter names, both directions."""
+    rules: tuple[tuple[str, str], ...]  # (hf template, our template)
 
     def _translate(self, name: str, direction: slice) -> str | None:
         for source, target in (rule[direction] for rule in self.rules):
@@ -222,16 +172,18 @@ class NameMap:
         return self._translate(our_name, slice(None, None, -1))
 
 
-def name_map(family: str, head: str | None, encoder_prefix: str = "") -> NameMap:
+def name_map(spec: HFFamily, head: str | None, encoder_prefix: str = "") -> NameMap:
     """`encoder_prefix` is prepended to the encoder's HF names ("bert." inside head models)."""
-    rules = [(encoder_prefix + hf, "backbone." + ours) for hf, ours in BERT_ENCODER]
-    rules += [(hf, "head." + ours) for hf, ours in BERT_HEADS[head]]
+    rules = [(encoder_prefix + hf, "backbone." + ours) for hf, ours in spec.encoder]
+    rules += [(hf, "head." + ours) for hf, ours in spec.heads[head]]
     return NameMap(tuple(rules))
 
 
-def _all_head_patterns() -> list[re.Pattern]:
-    """Weights of any head: ignored when the caller chose a different head."""
-    return [_pattern(hf) for rules in BERT_HEADS.values() for hf, _ in rules] + [_pattern("pooler.dense.{p}")]
+def _parts_not_built(spec: HFFamily) -> list[re.Pattern]:
+    """HF names of optional parts (any head, the pooler): skipped when the chosen head lacks them."""
+    names = [hf for rules in spec.heads.values() for hf, _ in rules]
+    names += [hf for hf, ours in spec.encoder if ours.startswith("pooler.")]
+    return [_pattern(n) for n in names]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,48 +268,47 @@ def _old_tf_names(name: str) -> str:
     return re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name))
 
 
-def _mlm_output_bias(state: dict[str, torch.Tensor], tied: bool) -> dict[str, torch.Tensor]:
-    """transformers adds `cls.predictions.decoder.bias` to the MLM logits and ties it to
-    `cls.predictions.bias` only when the word embeddings are tied; files may hold either or both.
-    Put the one transformers would use under the name our table maps."""
-    own, decoder = "cls.predictions.bias", "cls.predictions.decoder.bias"
-    if decoder in state and (not tied or own not in state):
-        return {**state, own: state[decoder]}
+def _mlm_output_bias(state: dict[str, torch.Tensor], spec: HFFamily, tied: bool) -> dict[str, torch.Tensor]:
+    """transformers adds the decoder's own bias to the MLM logits and ties it to the head's bias
+    only when the word embeddings are tied; files may hold either or both. Put the one
+    transformers would use under the name our table maps, and drop the other."""
+    if spec.tied_bias is None:
+        return state
+    own, decoder = spec.tied_bias
+    state = dict(state)
+    if decoder in state:
+        value = state.pop(decoder)
+        if not tied or own not in state:
+            state[own] = value
     return state
 
 
 def load_state(model: Model, state: dict[str, torch.Tensor], source: Path, head_from_file: bool) -> None:
-    config, family = model.config, model.config.family
-    names = name_map(family, model.head_kind)
-    prefix = HEAD_PREFIX[family]
+    config = model.config
+    spec = FAMILIES[config.family]
+    names = name_map(spec, model.head_kind)
     params = dict(model.named_parameters())  # tied parameters appear once, under their first name
-    tied = {n for n, p in model.named_parameters(remove_duplicate=False)} - set(params)
-    other_heads = _all_head_patterns()
-    ignored = [re.compile(p + "$") for p in ALWAYS_IGNORED]
-    if config.tie_word_embeddings:
-        ignored.append(re.compile(r"cls\.predictions\.decoder\.weight$"))  # the tied copy
+    tied = {n for n, _ in model.named_parameters(remove_duplicate=False)} - set(params)
+    skippable = [re.compile(p + "$") for p in spec.ignored] + _parts_not_built(spec)
 
-    state = _mlm_output_bias(state, config.tie_word_embeddings)
     loaded: dict[str, torch.Tensor] = {}
-    skipped: list[str] = []
-    for raw_name, tensor in state.items():
-        hf_name = _old_tf_names(raw_name)
-        hf_name = hf_name[len(prefix):] if hf_name.startswith(prefix) else hf_name
+    for raw_name, tensor in _mlm_output_bias(state, spec, config.tie_word_embeddings).items():
+        hf_name = _old_tf_names(raw_name).removeprefix(spec.encoder_prefix)
         ours = names.to_ours(hf_name)
-        if ours is not None and ours in tied:
-            ours = None  # e.g. the decoder tied to the word embeddings
-        if ours is None or ours not in params:
-            if any(p.match(hf_name) for p in ignored + other_heads):
-                skipped.append(raw_name)
-                continue
+        if ours in tied:
+            continue  # a copy of a tied parameter, e.g. the decoder weight = the word embeddings
+        if ours not in params:
+            if any(p.match(hf_name) for p in skippable):
+                continue  # a buffer, or a part (head, pooler) the chosen head does not have
             raise BertkitError(f"{source}: unexpected tensor {raw_name!r}, not part of a "
-                               f"{architecture_name(family, model.head_kind)}")
+                               f"{architecture_name(config.family, model.head_kind)}")
         expected = tuple(params[ours].shape)
         if tuple(tensor.shape) != expected:
             raise BertkitError(f"{source}: tensor {raw_name!r} has shape {tuple(tensor.shape)} but the "
                                f"config needs {expected}")
         if ours in loaded:
-            raise BertkitError(f"{source}: tensor {raw_name!r} appears twice (with and without {prefix!r})")
+            raise BertkitError(f"{source}: tensor {raw_name!r} appears twice (with and without "
+                               f"{spec.encoder_prefix!r})")
         loaded[ours] = tensor
 
     missing = [n for n in params if n not in loaded]
@@ -405,16 +356,17 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
 # ---------------------------------------------------------------------------------------------
 
 def hf_state_dict(model: Model) -> dict[str, torch.Tensor]:
-    prefix = HEAD_PREFIX[model.config.family] if model.head_kind is not None else ""
-    names = name_map(model.config.family, model.head_kind, prefix)
+    spec = FAMILIES[model.config.family]
+    names = name_map(spec, model.head_kind, spec.encoder_prefix if model.head_kind is not None else "")
     state = {}
     for ours, param in model.named_parameters():  # a tied decoder is written once, as the embedding
         hf_name = names.to_hf(ours)
         if hf_name is None:
             raise BertkitError(f"parameter {ours!r} has no Hugging Face name")
         state[hf_name] = param.detach().to("cpu").contiguous()
-    if "cls.predictions.bias" in state:  # the copy transformers reads when the decoder is untied
-        state["cls.predictions.decoder.bias"] = state["cls.predictions.bias"].clone()
+    if spec.tied_bias and spec.tied_bias[0] in state:  # the copy transformers reads when untied
+        own, decoder = spec.tied_bias
+        state[decoder] = state[own].clone()
     return state
 
 
@@ -432,6 +384,6 @@ def save_pretrained(model: Model, path: str | os.PathLike) -> None:
         (tmp / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         if model.tokenizer is not None:
-            model.tokenizer.save(tmp, TOKENIZER_CLASS[model.config.family], model.config.max_positions)
+            model.tokenizer.save(tmp, FAMILIES[model.config.family].tokenizer_class, model.config.max_positions)
         for f in tmp.iterdir():
             os.replace(f, target / f.name)

@@ -25,16 +25,23 @@ class Pooler(nn.Module):
 
 
 class EncoderModel(nn.Module):
-    def __init__(self, embeddings: nn.Module, encoder: Encoder, pooler: nn.Module | None = None):
+    """`projection` maps embeddings of width E to the hidden width H when they differ (the
+    factorized embeddings of ALBERT and ELECTRA)."""
+
+    def __init__(self, embeddings: nn.Module, encoder: Encoder, pooler: nn.Module | None = None,
+                 projection: nn.Module | None = None):
         super().__init__()
         self.embeddings = embeddings
+        self.projection = projection
         self.encoder = encoder
         self.pooler = pooler
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_attentions: bool = False) -> EncoderOutput:
         keys = key_padding_mask(attention_mask, input_ids)  # (B, T) bool or None
-        x = self.embeddings(input_ids, token_type_ids)      # (B, T, H)
+        x = self.embeddings(input_ids, token_type_ids)      # (B, T, E)
+        if self.projection is not None:
+            x = self.projection(x)                          # (B, T, H)
         x, attentions = self.encoder(x, attention_mask_4d(keys), output_attentions)
         return EncoderOutput(
             last_hidden_state=x,

@@ -25,14 +25,18 @@ class Embeddings(nn.Module):
         self.norm = nn.LayerNorm(dim, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout)
 
+    @property
+    def max_length(self) -> int:
+        """The longest sequence the position table covers."""
+        return self.position.num_embeddings
+
     def position_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         return torch.arange(input_ids.shape[1], device=input_ids.device)[None, :]  # (1, T)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         T = input_ids.shape[1]
-        if T > self.position.num_embeddings:
-            raise BertkitError(
-                f"sequence length {T} exceeds the model's max_positions {self.position.num_embeddings}")
+        if T > self.max_length:
+            raise BertkitError(f"sequence length {T} exceeds the model's maximum of {self.max_length} tokens")
         x = self.word(input_ids) + self.position(self.position_ids(input_ids))  # (B, T, H)
         if self.token_type is not None:
             if token_type_ids is None:

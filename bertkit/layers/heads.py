@@ -1,7 +1,7 @@
 """Task heads. Each reads the encoder output and returns the output fields it fills.
 
 `uses_pooler` tells the model builder whether the encoder needs its pooler for this head.
-Shapes: B batch, T sequence length, H hidden size, V vocabulary, C labels.
+Shapes: B batch, T sequence length, H hidden size, E embedding size, V vocabulary, C labels.
 """
 
 from __future__ import annotations
@@ -15,17 +15,22 @@ from .activations import activation
 from .output import EncoderOutput
 
 
+def classifier_dropout(config: EncoderConfig) -> float:
+    return config.hidden_dropout if config.classifier_dropout is None else config.classifier_dropout
+
+
 class MLMHead(nn.Module):
     """Masked-LM head (BERT sec. 3.1, task #1): dense + activation + LayerNorm, then a decoder whose
-    weight is the word-embedding matrix (tied, Press & Wolf 2017) plus a per-token output bias."""
+    weight is the word-embedding matrix (tied, Press & Wolf 2017) plus a per-token output bias.
+    `act` overrides the config's activation (RoBERTa's and ELECTRA's heads always use GELU)."""
 
     uses_pooler = False
 
-    def __init__(self, config: EncoderConfig, word_embeddings: nn.Embedding):
+    def __init__(self, config: EncoderConfig, word_embeddings: nn.Embedding, act: str | None = None):
         super().__init__()
         H, E = config.hidden_size, word_embeddings.embedding_dim
         self.transform = nn.Linear(H, E)
-        self.act = activation(config.hidden_act)
+        self.act = activation(act or config.hidden_act)
         self.norm = nn.LayerNorm(E, eps=config.layer_norm_eps)
         self.decoder = nn.Linear(E, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
@@ -42,12 +47,13 @@ class PairHead(nn.Module):
 
     uses_pooler = True
 
-    def __init__(self, config: EncoderConfig):
+    def __init__(self, config: EncoderConfig, dropout: float = 0.0):
         super().__init__()
+        self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(config.hidden_size, 2)
 
     def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
-        return {"pair_logits": self.classifier(out.pooler_output)}  # (B, 2)
+        return {"pair_logits": self.classifier(self.dropout(out.pooler_output))}  # (B, 2)
 
 
 class PreTrainingHead(nn.Module):
@@ -64,10 +70,6 @@ class PreTrainingHead(nn.Module):
         return {**self.mlm(out), **self.pair(out)}
 
 
-def _classifier_dropout(config: EncoderConfig) -> float:
-    return config.hidden_dropout if config.classifier_dropout is None else config.classifier_dropout
-
-
 class SequenceClassificationHead(nn.Module):
     """Dropout + linear on the pooled [CLS] vector (BERT sec. 4.1)."""
 
@@ -75,11 +77,31 @@ class SequenceClassificationHead(nn.Module):
 
     def __init__(self, config: EncoderConfig):
         super().__init__()
-        self.dropout = nn.Dropout(_classifier_dropout(config))
+        self.dropout = nn.Dropout(classifier_dropout(config))
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
 
     def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
         return {"logits": self.classifier(self.dropout(out.pooler_output))}  # (B, C)
+
+
+class FirstTokenHead(nn.Module):
+    """Sentence classifier with its own hidden layer on the first token, for encoders without a
+    pre-trained pooler: dropout, dense, activation (tanh for RoBERTa, GELU for ELECTRA, ReLU for
+    DistilBERT), dropout, projection."""
+
+    uses_pooler = False
+
+    def __init__(self, config: EncoderConfig, act: str, input_dropout: float, hidden_dropout: float):
+        super().__init__()
+        self.input_dropout = nn.Dropout(input_dropout)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = activation(act)
+        self.dropout = nn.Dropout(hidden_dropout)
+        self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
+        x = self.act(self.dense(self.input_dropout(out.last_hidden_state[:, 0])))  # (B, H)
+        return {"logits": self.out_proj(self.dropout(x))}                            # (B, C)
 
 
 class TokenClassificationHead(nn.Module):
@@ -87,9 +109,9 @@ class TokenClassificationHead(nn.Module):
 
     uses_pooler = False
 
-    def __init__(self, config: EncoderConfig):
+    def __init__(self, config: EncoderConfig, dropout: float | None = None):
         super().__init__()
-        self.dropout = nn.Dropout(_classifier_dropout(config))
+        self.dropout = nn.Dropout(classifier_dropout(config) if dropout is None else dropout)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
 
     def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
@@ -101,12 +123,13 @@ class SpanHead(nn.Module):
 
     uses_pooler = False
 
-    def __init__(self, config: EncoderConfig):
+    def __init__(self, config: EncoderConfig, dropout: float = 0.0):
         super().__init__()
+        self.dropout = nn.Dropout(dropout)
         self.qa = nn.Linear(config.hidden_size, 2)
 
     def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
-        start, end = self.qa(out.last_hidden_state).unbind(dim=-1)  # 2 x (B, T)
+        start, end = self.qa(self.dropout(out.last_hidden_state)).unbind(dim=-1)  # 2 x (B, T)
         return {"start_logits": start, "end_logits": end}
 
 

@@ -1,0 +1,197 @@
+"""Hugging Face names for every family: config keys, class names and parameter-name tables.
+
+Templates: `{p}` is weight|bias, any other `{name}` a number (layer, group, block). Our side is
+relative to the encoder (`backbone.`) or to the head (`head.`); the HF side is relative to the
+family prefix (`bert.`, `roberta.`, ...) for encoder names and absolute for head names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+HEAD_SUFFIX = {
+    "Model": None,
+    "ForMaskedLM": "mlm",
+    "ForPreTraining": "pretraining",
+    "ForSequenceClassification": "classification",
+    "ForTokenClassification": "token-classification",
+    "ForQuestionAnswering": "qa",
+}
+
+Rules = list[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class HFFamily:
+    model_type: str
+    class_prefix: str                 # BertForMaskedLM -> "Bert"
+    encoder_prefix: str               # where a head model nests the encoder: "bert."
+    config_keys: dict[str, str]       # HF config key -> our config field
+    defaults: dict[str, object]       # HF's defaults for keys a config.json may omit (ours differ)
+    encoder: Rules
+    heads: dict[str | None, Rules]
+    tokenizer_class: str
+    fixed: dict[str, object] = field(default_factory=dict)  # our fields HF does not store
+    ignored: tuple[str, ...] = ()     # regexes (HF names) of tensors that are not parameters
+    # (output bias, decoder bias): transformers adds the decoder's bias to the MLM logits and ties
+    # it to the head's own bias only when word embeddings are tied (see hf.py).
+    tied_bias: tuple[str, str] | None = None
+
+
+BERT_KEYS = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "hidden_size",
+    "num_hidden_layers": "num_layers",
+    "num_attention_heads": "num_heads",
+    "intermediate_size": "intermediate_size",
+    "hidden_act": "hidden_act",
+    "max_position_embeddings": "max_positions",
+    "type_vocab_size": "type_vocab_size",
+    "layer_norm_eps": "layer_norm_eps",
+    "pad_token_id": "pad_token_id",
+    "hidden_dropout_prob": "hidden_dropout",
+    "attention_probs_dropout_prob": "attention_dropout",
+    "classifier_dropout": "classifier_dropout",
+    "initializer_range": "initializer_range",
+    "tie_word_embeddings": "tie_word_embeddings",
+}
+
+# BERT's block, shared by RoBERTa and ELECTRA; `{i}` is the depth.
+BERT_BLOCK = [
+    ("attention.self.query.{p}", "attn.query.{p}"),
+    ("attention.self.key.{p}", "attn.key.{p}"),
+    ("attention.self.value.{p}", "attn.value.{p}"),
+    ("attention.output.dense.{p}", "attn.out_proj.{p}"),
+    ("attention.output.LayerNorm.{p}", "attn_norm.{p}"),
+    ("intermediate.dense.{p}", "ffn.up.{p}"),
+    ("output.dense.{p}", "ffn.down.{p}"),
+    ("output.LayerNorm.{p}", "ffn_norm.{p}"),
+]
+BERT_EMBEDDINGS = [
+    ("embeddings.word_embeddings.weight", "embeddings.word.weight"),
+    ("embeddings.position_embeddings.weight", "embeddings.position.weight"),
+    ("embeddings.token_type_embeddings.weight", "embeddings.token_type.weight"),
+    ("embeddings.LayerNorm.{p}", "embeddings.norm.{p}"),
+]
+BERT_LAYERS = [(f"encoder.layer.{{i}}.{hf}", f"encoder.layers.{{i}}.{ours}") for hf, ours in BERT_BLOCK]
+POSITION_IDS = (r"embeddings\.position_ids", r"embeddings\.token_type_ids")  # buffers old files kept
+
+
+def _mlm(prefix: str, dense: str, norm: str, decoder: str, bias: str) -> Rules:
+    return [(f"{prefix}{dense}.{{p}}", "transform.{p}"), (f"{prefix}{norm}.{{p}}", "norm.{p}"),
+            (f"{prefix}{bias}", "bias"), (f"{prefix}{decoder}.weight", "decoder.weight")]
+
+
+BERT_MLM = _mlm("cls.predictions.", "transform.dense", "transform.LayerNorm", "decoder", "bias")
+CLASSIFIER = [("classifier.{p}", "classifier.{p}")]
+QA = [("qa_outputs.{p}", "qa.{p}")]
+FIRST_TOKEN = [("classifier.dense.{p}", "dense.{p}"), ("classifier.out_proj.{p}", "out_proj.{p}")]
+
+
+def _nest(prefix: str, rules: Rules) -> Rules:
+    return [(hf, prefix + ours) for hf, ours in rules]
+
+
+BERT = HFFamily(
+    model_type="bert", class_prefix="Bert", encoder_prefix="bert.", config_keys=BERT_KEYS, defaults={},
+    encoder=BERT_EMBEDDINGS + BERT_LAYERS + [("pooler.dense.{p}", "pooler.dense.{p}")],
+    heads={None: [], "mlm": BERT_MLM,
+           "pretraining": _nest("mlm.", BERT_MLM) + [("cls.seq_relationship.{p}", "pair.classifier.{p}")],
+           "classification": CLASSIFIER, "token-classification": CLASSIFIER, "qa": QA},
+    tokenizer_class="BertTokenizer",
+    ignored=POSITION_IDS,
+    tied_bias=("cls.predictions.bias", "cls.predictions.decoder.bias"),
+)
+
+ROBERTA_MLM = _mlm("lm_head.", "dense", "layer_norm", "decoder", "bias")
+ROBERTA = HFFamily(
+    model_type="roberta", class_prefix="Roberta", encoder_prefix="roberta.", config_keys=BERT_KEYS,
+    defaults={"vocab_size": 50265, "pad_token_id": 1},
+    encoder=BERT.encoder,
+    heads={None: [], "mlm": ROBERTA_MLM, "classification": FIRST_TOKEN,
+           "token-classification": CLASSIFIER, "qa": QA},
+    tokenizer_class="RobertaTokenizer",
+    ignored=POSITION_IDS,
+    tied_bias=("lm_head.bias", "lm_head.decoder.bias"),
+)
+
+ALBERT_BLOCK = [
+    ("attention.query.{p}", "attn.query.{p}"),
+    ("attention.key.{p}", "attn.key.{p}"),
+    ("attention.value.{p}", "attn.value.{p}"),
+    ("attention.dense.{p}", "attn.out_proj.{p}"),
+    ("attention.LayerNorm.{p}", "attn_norm.{p}"),
+    ("ffn.{p}", "ffn.up.{p}"),
+    ("ffn_output.{p}", "ffn.down.{p}"),
+    ("full_layer_layer_norm.{p}", "ffn_norm.{p}"),
+]
+ALBERT_MLM = _mlm("predictions.", "dense", "LayerNorm", "decoder", "bias")
+ALBERT = HFFamily(
+    model_type="albert", class_prefix="Albert", encoder_prefix="albert.",
+    config_keys={**{k: v for k, v in BERT_KEYS.items() if k != "classifier_dropout"},
+                 "classifier_dropout_prob": "classifier_dropout", "embedding_size": "embedding_size",
+                 "num_hidden_groups": "num_hidden_groups", "inner_group_num": "inner_group_num"},
+    defaults={"vocab_size": 30000, "embedding_size": 128, "hidden_size": 4096, "num_attention_heads": 64,
+              "intermediate_size": 16384, "hidden_act": "gelu_new", "hidden_dropout_prob": 0.0,
+              "attention_probs_dropout_prob": 0.0, "classifier_dropout_prob": 0.1},
+    encoder=BERT_EMBEDDINGS
+    + [("encoder.embedding_hidden_mapping_in.{p}", "projection.{p}"), ("pooler.{p}", "pooler.dense.{p}")]
+    + [(f"encoder.albert_layer_groups.{{g}}.albert_layers.{{j}}.{hf}", f"encoder.layers.{{g}}.{{j}}.{ours}")
+       for hf, ours in ALBERT_BLOCK],
+    heads={None: [], "mlm": ALBERT_MLM,
+           "pretraining": _nest("mlm.", ALBERT_MLM) + [("sop_classifier.classifier.{p}", "pair.classifier.{p}")],
+           "classification": CLASSIFIER, "token-classification": CLASSIFIER, "qa": QA},
+    tokenizer_class="AlbertTokenizer",
+    ignored=POSITION_IDS,
+    tied_bias=("predictions.bias", "predictions.decoder.bias"),
+)
+
+DISTILBERT_BLOCK = [
+    ("attention.q_lin.{p}", "attn.query.{p}"),
+    ("attention.k_lin.{p}", "attn.key.{p}"),
+    ("attention.v_lin.{p}", "attn.value.{p}"),
+    ("attention.out_lin.{p}", "attn.out_proj.{p}"),
+    ("sa_layer_norm.{p}", "attn_norm.{p}"),
+    ("ffn.lin1.{p}", "ffn.up.{p}"),
+    ("ffn.lin2.{p}", "ffn.down.{p}"),
+    ("output_layer_norm.{p}", "ffn_norm.{p}"),
+]
+DISTILBERT = HFFamily(
+    model_type="distilbert", class_prefix="DistilBert", encoder_prefix="distilbert.",
+    config_keys={"vocab_size": "vocab_size", "dim": "hidden_size", "n_layers": "num_layers",
+                 "n_heads": "num_heads", "hidden_dim": "intermediate_size", "activation": "hidden_act",
+                 "max_position_embeddings": "max_positions", "pad_token_id": "pad_token_id",
+                 "dropout": "hidden_dropout", "attention_dropout": "attention_dropout",
+                 "seq_classif_dropout": "classifier_dropout", "qa_dropout": "qa_dropout",
+                 "sinusoidal_pos_embds": "sinusoidal_positions", "initializer_range": "initializer_range",
+                 "tie_word_embeddings": "tie_word_embeddings"},
+    defaults={"n_layers": 6, "dim": 768, "hidden_dim": 3072, "seq_classif_dropout": 0.2},
+    fixed={"layer_norm_eps": 1e-12, "type_vocab_size": 0},
+    encoder=BERT_EMBEDDINGS[:2] + [("embeddings.LayerNorm.{p}", "embeddings.norm.{p}")]
+    + [(f"transformer.layer.{{i}}.{hf}", f"encoder.layers.{{i}}.{ours}") for hf, ours in DISTILBERT_BLOCK],
+    heads={None: [],
+           "mlm": [("vocab_transform.{p}", "transform.{p}"), ("vocab_layer_norm.{p}", "norm.{p}"),
+                   ("vocab_projector.bias", "bias"), ("vocab_projector.weight", "decoder.weight")],
+           "classification": [("pre_classifier.{p}", "dense.{p}"), ("classifier.{p}", "out_proj.{p}")],
+           "token-classification": CLASSIFIER, "qa": QA},
+    tokenizer_class="DistilBertTokenizer",
+    ignored=POSITION_IDS,
+)
+
+ELECTRA = HFFamily(
+    model_type="electra", class_prefix="Electra", encoder_prefix="electra.",
+    config_keys={**BERT_KEYS, "embedding_size": "embedding_size"},
+    defaults={"embedding_size": 128, "hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 1024},
+    encoder=BERT_EMBEDDINGS + [("embeddings_project.{p}", "projection.{p}")] + BERT_LAYERS,
+    heads={None: [],
+           "mlm": [("generator_predictions.dense.{p}", "transform.{p}"),
+                   ("generator_predictions.LayerNorm.{p}", "norm.{p}"),
+                   ("generator_lm_head.bias", "bias"), ("generator_lm_head.weight", "decoder.weight")],
+           "pretraining": [("discriminator_predictions.dense.{p}", "dense.{p}"),
+                           ("discriminator_predictions.dense_prediction.{p}", "score.{p}")],
+           "classification": FIRST_TOKEN, "token-classification": CLASSIFIER, "qa": QA},
+    tokenizer_class="ElectraTokenizer",
+    ignored=POSITION_IDS,
+)
+
+FAMILIES = {f.model_type: f for f in (BERT, ROBERTA, ALBERT, DISTILBERT, ELECTRA)}

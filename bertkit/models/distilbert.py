@@ -1,0 +1,103 @@
+"""DistilBERT (Sanh et al., 2019): BERT distilled into half the depth.
+
+What differs in the model: no token types and no pooler (sec. 3: "token-type embeddings and the
+pooler are removed"), optionally fixed sinusoidal positions (Vaswani et al., 2017, sec. 3.5), and a
+classifier with its own ReLU hidden layer. Its main idea is the initialization: the student takes
+its embeddings and every other layer from the teacher (sec. 3, "Student initialization").
+
+Shapes: P positions, H hidden size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from ..config import EncoderConfig, register_preset
+from ..errors import BertkitError
+from ..layers import (Embeddings, EncoderModel, FirstTokenHead, SpanHead, TokenClassificationHead,
+                      build_encoder, classifier_dropout, standard_head)
+from . import Family, register_family
+
+# The released distilbert-base-uncased took teacher layers 0, 2, 4, 7, 9, 11 of bert-base
+# (the extraction script of the DistilBERT authors): both ends of the stack are kept and the
+# middle thinned evenly. Taking "one of two" ([0, 2, 4, 6, 8, 10]) would drop the last layer,
+# whose representations the distillation loss pulls the student towards.
+DEFAULT_TEACHER_LAYERS = (0, 2, 4, 7, 9, 11)
+
+
+@dataclass(frozen=True)
+class DistilBertConfig(EncoderConfig):
+    family: str = "distilbert"
+    num_layers: int = 6
+    type_vocab_size: int = 0
+    sinusoidal_positions: bool = False
+    qa_dropout: float = 0.1
+    classifier_dropout: float | None = 0.2  # DistilBERT's seq_classif_dropout
+
+
+def sinusoidal_table(positions: int, dim: int) -> torch.Tensor:
+    """(P, H): sin on even, cos on odd dimensions, wavelength 10000^(2i/H) (Vaswani et al., 3.5)."""
+    pos = torch.arange(positions, dtype=torch.float64)[:, None]                  # (P, 1)
+    rate = torch.pow(10000.0, -2 * (torch.arange(dim) // 2) / dim).double()      # (H,)
+    angles = pos * rate[None, :]                                                 # (P, H)
+    table = torch.empty(positions, dim, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angles[:, 0::2])
+    table[:, 1::2] = torch.cos(angles[:, 1::2])
+    return table.float()
+
+
+def build_backbone(config: DistilBertConfig, with_pooler: bool) -> EncoderModel:
+    embeddings = Embeddings(config)
+    if config.sinusoidal_positions:
+        with torch.no_grad():
+            embeddings.position.weight.copy_(sinusoidal_table(config.max_positions, config.hidden_size))
+        embeddings.position.weight.requires_grad_(False)
+    return EncoderModel(embeddings, build_encoder(config), pooler=None)
+
+
+def build_head(kind, config, backbone):
+    if kind == "classification":
+        return FirstTokenHead(config, act="relu", input_dropout=0.0, hidden_dropout=classifier_dropout(config))
+    if kind == "token-classification":
+        return TokenClassificationHead(config, dropout=config.hidden_dropout)
+    if kind == "qa":
+        return SpanHead(config, dropout=config.qa_dropout)
+    if kind == "pretraining":
+        raise BertkitError("DistilBERT has no pair-prediction head; use head='mlm'")
+    return standard_head(kind, config, backbone.embeddings.word)
+
+
+register_family(Family("distilbert", DistilBertConfig, build_backbone, build_head, bare_has_pooler=False))
+
+register_preset("distilbert-base", DistilBertConfig(),
+                "half of BERT's layers, initialized from the teacher and trained to match it; no NSP")
+
+
+@torch.no_grad()
+def copy_from_teacher(student: nn.Module, teacher: nn.Module, layers: Sequence[int] = DEFAULT_TEACHER_LAYERS) -> None:
+    """Initialize a DistilBERT student (a model with `.backbone` and `.head`) from a BERT teacher.
+
+    Copies word and position embeddings and the embedding LayerNorm, teacher block `layers[k]` into
+    student block k, and the MLM head when both have one. The teacher's segment-A token-type vector
+    is added into the student's position table, so for single-segment input the student's
+    embedding output equals the teacher's exactly (DistilBERT has no token types)."""
+    s, t = student.backbone, teacher.backbone
+    if len(layers) != s.encoder.num_layers:
+        raise BertkitError(f"{len(layers)} teacher layers given for a {s.encoder.num_layers}-layer student")
+    if not all(0 <= i < t.encoder.num_layers for i in layers):
+        raise BertkitError(f"teacher layers {list(layers)} outside 0..{t.encoder.num_layers - 1}")
+    s.embeddings.word.weight.copy_(t.embeddings.word.weight)
+    position = t.embeddings.position.weight
+    if t.embeddings.token_type is not None:
+        position = position + t.embeddings.token_type.weight[0]
+    s.embeddings.position.weight.copy_(position[: s.embeddings.position.num_embeddings])
+    s.embeddings.norm.load_state_dict(t.embeddings.norm.state_dict())
+    for k, i in enumerate(layers):
+        s.encoder.layer_for(k).load_state_dict(t.encoder.layer_for(i).state_dict())
+    teacher_mlm = {"mlm": teacher.head, "pretraining": getattr(teacher.head, "mlm", None)}.get(teacher.head_kind)
+    if student.head_kind == "mlm" and teacher_mlm is not None:
+        student.head.load_state_dict(teacher_mlm.state_dict())

@@ -1,0 +1,107 @@
+"""ELECTRA (Clark et al., 2020): pre-train a discriminator to spot replaced tokens instead of
+predicting masked ones, so every position, not only the 15% masked, gives a training signal
+(sec. 2, replaced token detection).
+
+A small MLM generator fills the masked positions; the discriminator labels each token original or
+replaced. The two share token and position embeddings (sec. 3.2, "weight sharing"), which may be
+narrower than the discriminator (embedding size E, projected to hidden size H, as in ALBERT). After
+pre-training the generator is thrown away and the discriminator is the model.
+
+Shapes: B batch, T sequence length, H hidden size, E embedding size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..config import EncoderConfig, register_preset
+from ..errors import BertkitError
+from ..layers import (Embeddings, EncoderModel, EncoderOutput, FirstTokenHead, MLMHead, build_encoder,
+                      classifier_dropout, standard_head)
+from ..layers.activations import activation
+from . import Family, register_family
+
+
+@dataclass(frozen=True)
+class ElectraConfig(EncoderConfig):
+    family: str = "electra"
+    embedding_size: int = 128
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.embedding_size <= 0:
+            raise BertkitError(f"config: embedding_size must be positive, got {self.embedding_size}")
+
+
+class ReplacedTokenHead(nn.Module):
+    """The discriminator (sec. 2): dense + activation + one logit per token, > 0 meaning
+    "replaced". logits: (B, T)."""
+
+    uses_pooler = False
+
+    def __init__(self, config: ElectraConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = activation(config.hidden_act)
+        self.score = nn.Linear(config.hidden_size, 1)
+
+    def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
+        x = self.act(self.dense(out.last_hidden_state))  # (B, T, H)
+        return {"logits": self.score(x).squeeze(-1)}     # (B, T)
+
+
+def build_backbone(config: ElectraConfig, with_pooler: bool) -> EncoderModel:
+    E, H = config.embedding_size, config.hidden_size
+    projection = nn.Linear(E, H) if E != H else None
+    return EncoderModel(Embeddings(config, dim=E), build_encoder(config), pooler=None, projection=projection)
+
+
+def build_head(kind, config, backbone):
+    word = backbone.embeddings.word
+    # transformers' ELECTRA generator and classification heads apply GELU whatever hidden_act
+    # says (so did the released TensorFlow code); we match it for identical outputs.
+    if kind == "mlm":
+        return MLMHead(config, word, act="gelu")
+    if kind == "pretraining":
+        return ReplacedTokenHead(config)
+    if kind == "classification":
+        p = classifier_dropout(config)
+        return FirstTokenHead(config, act="gelu", input_dropout=p, hidden_dropout=p)
+    return standard_head(kind, config, word)
+
+
+register_family(Family("electra", ElectraConfig, build_backbone, build_head, bare_has_pooler=False))
+
+
+def share_embeddings(generator: nn.Module, discriminator: nn.Module) -> None:
+    """Make a generator use the discriminator's embedding module (token, position and segment
+    tables and their LayerNorm), and tie its MLM decoder to those word embeddings (sec. 3.2)."""
+    g, d = generator.backbone.embeddings, discriminator.backbone.embeddings
+    if g.word.weight.shape != d.word.weight.shape:
+        raise BertkitError(f"generator embeddings {tuple(g.word.weight.shape)} and discriminator "
+                           f"embeddings {tuple(d.word.weight.shape)} differ; they cannot be shared")
+    generator.backbone.embeddings = d
+    if generator.head is not None and hasattr(generator.head, "decoder") and generator.config.tie_word_embeddings:
+        generator.head.decoder.weight = d.word.weight
+
+
+IDEA = "replaced-token detection: a discriminator learns from every token, fed by a small generator"
+# Sizes of Google's released checkpoints (google/electra-{small,base,large}-{discriminator,
+# generator} configs; Clark et al. 2020, Table 6). Every released generator has hidden size 256,
+# 4 heads and FFN 1024 with the discriminator's depth and embedding size: 1/3 of base's width,
+# 1/4 of large's; for small it is as wide as the discriminator, although Table 6 lists 1/4.
+_SMALL = ElectraConfig(embedding_size=128, hidden_size=256, num_heads=4, intermediate_size=1024)
+register_preset("electra-small", _SMALL, IDEA)
+register_preset("electra-base", _SMALL.replace(embedding_size=768, hidden_size=768, num_heads=12,
+                                               intermediate_size=3072), IDEA)
+register_preset("electra-large", _SMALL.replace(embedding_size=1024, hidden_size=1024, num_layers=24,
+                                                num_heads=16, intermediate_size=4096), IDEA)
+GEN = "the ELECTRA generator (MLM) paired with electra-{}: same embeddings, narrower encoder"
+register_preset("electra-small-generator", _SMALL, GEN.format("small"))
+register_preset("electra-base-generator", _SMALL.replace(embedding_size=768), GEN.format("base"))
+register_preset("electra-large-generator", _SMALL.replace(embedding_size=1024, num_layers=24), GEN.format("large"))
+GENERATOR_FOR = {"electra-small": "electra-small-generator", "electra-base": "electra-base-generator",
+                 "electra-large": "electra-large-generator"}
