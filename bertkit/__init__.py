@@ -11,7 +11,7 @@ from .data import Tokenizer, load_tokenizer
 from .errors import BertkitError
 from .interop.hf import from_pretrained
 from .layers import EncoderOutput
-from .model import Model, build
+from .model import Model, build, build_electra_pair, student_from_teacher
 
 __version__ = "0.1.0"
 
@@ -22,4 +22,4 @@ def list_models() -> list[str]:
 
 
 __all__ = ["BertkitError", "EncoderConfig", "EncoderOutput", "Model", "Tokenizer", "build",
-           "from_pretrained", "list_models", "load_tokenizer"]
+           "build_electra_pair", "from_pretrained", "list_models", "load_tokenizer", "student_from_teacher"]

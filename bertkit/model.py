@@ -54,3 +54,41 @@ def build(name: str | EncoderConfig, head: str | None = None, num_labels: int | 
     if overrides:
         config = config.replace(**overrides)
     return Model(config, head)
+
+
+def student_from_teacher(teacher: Model, layers=None, head: str | None = "mlm") -> Model:
+    """A DistilBERT student initialized from a BERT teacher (Sanh et al., 2019, sec. 3): same
+    widths, len(layers) blocks copied from the teacher's `layers` (default 0, 2, 4, 7, 9, 11)."""
+    from .models.distilbert import DEFAULT_TEACHER_LAYERS, DistilBertConfig, copy_from_teacher
+
+    if teacher.config.family != "bert":
+        raise BertkitError(f"a DistilBERT student is initialized from a BERT teacher, not {teacher.config.family}")
+    layers = tuple(DEFAULT_TEACHER_LAYERS if layers is None else layers)
+    t = teacher.config
+    config = DistilBertConfig(
+        vocab_size=t.vocab_size, hidden_size=t.hidden_size, num_layers=len(layers), num_heads=t.num_heads,
+        intermediate_size=t.intermediate_size, hidden_act=t.hidden_act, max_positions=t.max_positions,
+        layer_norm_eps=t.layer_norm_eps, pad_token_id=t.pad_token_id, hidden_dropout=t.hidden_dropout,
+        attention_dropout=t.attention_dropout, initializer_range=t.initializer_range)
+    student = Model(config, head, tokenizer=teacher.tokenizer)
+    copy_from_teacher(student, teacher, layers)
+    return student
+
+
+def build_electra_pair(discriminator: str | EncoderConfig = "electra-small",
+                       generator: str | EncoderConfig | None = None) -> tuple[Model, Model]:
+    """(generator, discriminator) for replaced-token-detection pre-training, sharing one embedding
+    module (Clark et al., 2020, sec. 3.2). The generator preset defaults to the one released with
+    the discriminator (electra-small -> electra-small-generator)."""
+    from .models.electra import GENERATOR_FOR, share_embeddings
+
+    if generator is None:
+        if not isinstance(discriminator, str) or discriminator not in GENERATOR_FOR:
+            raise BertkitError("name the generator for a discriminator that is not an ELECTRA preset")
+        generator = GENERATOR_FOR[discriminator]
+    d = build(discriminator, head="pretraining")
+    g = build(generator, head="mlm")
+    if d.config.family != "electra" or g.config.family != "electra":
+        raise BertkitError("an ELECTRA pair needs two electra configs")
+    share_embeddings(g, d)
+    return g, d

@@ -16,21 +16,24 @@ def randomize(module: torch.nn.Module, seed: int) -> None:
     """Give every parameter a distinct random value: transformers initializes biases to 0 and
     LayerNorms to 1/0, which would let a swapped weight/bias or a missed bias pass a parity test."""
     g = torch.Generator().manual_seed(seed)
+    norms = {id(m.weight) for m in module.modules() if isinstance(m, torch.nn.LayerNorm)}
     with torch.no_grad():
-        for name, p in module.named_parameters():
+        for p in module.parameters():
             noise = torch.randn(p.shape, generator=g) * 0.05
-            p.copy_(1.0 + noise if name.endswith("LayerNorm.weight") else noise * 2)
+            p.copy_(1.0 + noise if id(p) in norms else noise * 2)
 
 
-def make_batch(vocab_size: int, type_vocab_size: int, lengths=(9, 6, 3), seed: int = 0):
-    """Right-padded ids, a mask with real padding, and varied token types."""
+def make_batch(vocab_size: int, type_vocab_size: int, lengths=(9, 6, 3), seed: int = 0, pad_id: int = 0):
+    """Right-padded ids (pad_id never appears as a real token), a mask with real padding, and
+    varied token types."""
     g = torch.Generator().manual_seed(seed)
     B, T = len(lengths), max(lengths)
-    ids = torch.randint(1, vocab_size, (B, T), generator=g)
+    ids = torch.randint(0, vocab_size - 1, (B, T), generator=g)
+    ids = ids + (ids >= pad_id).long()  # skip pad_id
     mask = torch.zeros(B, T, dtype=torch.long)
     for i, n in enumerate(lengths):
         mask[i, :n] = 1
-    ids = ids.masked_fill(mask == 0, 0)
+    ids = ids.masked_fill(mask == 0, pad_id)
     types = torch.randint(0, max(type_vocab_size, 1), (B, T), generator=g) * mask
     return ids, mask, types
 

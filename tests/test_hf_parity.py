@@ -13,28 +13,66 @@ from conftest import make_batch, max_diff_on_real, randomize
 
 TOL = 1e-4
 
-CLASSES = {
-    "BertModel": None,
-    "BertForMaskedLM": "mlm",
-    "BertForPreTraining": "pretraining",
-    "BertForSequenceClassification": "classification",
-    "BertForTokenClassification": "token-classification",
-    "BertForQuestionAnswering": "qa",
+HEAD_OF_SUFFIX = {
+    "Model": None,
+    "ForMaskedLM": "mlm",
+    "ForPreTraining": "pretraining",
+    "ForSequenceClassification": "classification",
+    "ForTokenClassification": "token-classification",
+    "ForQuestionAnswering": "qa",
 }
+BASE = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+            max_position_embeddings=24)
 
-# Tiny configs that vary what a checkpoint can vary.
-CONFIGS = {
-    "gelu-2types": dict(hidden_act="gelu", type_vocab_size=2, layer_norm_eps=1e-12),
-    "gelu_new-3types": dict(hidden_act="gelu_new", type_vocab_size=3, layer_norm_eps=1e-5),
-    "relu-1type": dict(hidden_act="relu", type_vocab_size=1, layer_norm_eps=1e-6),
+# family -> (transformers class prefix, suffixes, config variants that vary what checkpoints vary)
+FAMILIES = {
+    "bert": ("Bert", ["Model", "ForMaskedLM", "ForPreTraining", "ForSequenceClassification",
+                      "ForTokenClassification", "ForQuestionAnswering"], {
+        "gelu-2types": dict(BASE, hidden_act="gelu", type_vocab_size=2, layer_norm_eps=1e-12),
+        "gelu_new-3types": dict(BASE, hidden_act="gelu_new", type_vocab_size=3, layer_norm_eps=1e-5),
+        "relu-1type": dict(BASE, hidden_act="relu", type_vocab_size=1, layer_norm_eps=1e-6),
+    }),
+    "roberta": ("Roberta", ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification",
+                            "ForQuestionAnswering"], {
+        "pad1": dict(BASE, max_position_embeddings=26, type_vocab_size=1, pad_token_id=1, layer_norm_eps=1e-5),
+        "pad0-gelu_new": dict(BASE, max_position_embeddings=26, type_vocab_size=1, pad_token_id=0,
+                              hidden_act="gelu_new"),
+    }),
+    "albert": ("Albert", ["Model", "ForPreTraining", "ForMaskedLM", "ForSequenceClassification",
+                          "ForTokenClassification", "ForQuestionAnswering"], {
+        "one-shared-block": dict(BASE, embedding_size=16, num_hidden_layers=3),
+        "2groups-x2inner": dict(BASE, embedding_size=16, num_hidden_layers=4, num_hidden_groups=2,
+                                inner_group_num=2, hidden_act="relu"),
+        "3groups-of-4": dict(BASE, embedding_size=32, num_hidden_layers=4, num_hidden_groups=3),
+    }),
+    "distilbert": ("DistilBert", ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification",
+                                  "ForQuestionAnswering"], {
+        "learned": dict(vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=37, max_position_embeddings=24),
+        "sinusoidal-relu": dict(vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=37,
+                                max_position_embeddings=24, sinusoidal_pos_embds=True, activation="relu"),
+    }),
+    "electra": ("Electra", ["Model", "ForPreTraining", "ForMaskedLM", "ForSequenceClassification",
+                            "ForTokenClassification", "ForQuestionAnswering"], {
+        "E<H": dict(BASE, embedding_size=16),
+        "E=H-gelu_new": dict(BASE, embedding_size=32, hidden_act="gelu_new", type_vocab_size=3),
+    }),
 }
+CASES = [(family, prefix + suffix, variant)
+         for family, (prefix, suffixes, variants) in FAMILIES.items()
+         for suffix in suffixes for variant in variants]
+CLASSES = {prefix + suffix: HEAD_OF_SUFFIX[suffix]
+           for prefix, suffixes, _ in FAMILIES.values() for suffix in suffixes}
+
+
+def hf_config(family, variant, cls_name):
+    kwargs = dict(FAMILIES[family][2][variant])
+    # transformers sizes the QA layer (and ALBERT's SOP layer) by num_labels: those need 2.
+    kwargs["num_labels"] = 2 if CLASSES[cls_name] in ("qa", "pretraining") else 3
+    return transformers.AutoConfig.for_model(family, **kwargs)
 
 
 def tiny_hf_config(**kw):
-    base = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                intermediate_size=37, max_position_embeddings=24, num_labels=3)
-    # (transformers' QA head has num_labels outputs and needs exactly 2.)
-    return transformers.BertConfig(**{**base, **kw})
+    return transformers.BertConfig(**{**BASE, "num_labels": 3, **kw})
 
 
 def hf_model(cls_name, config, seed=0):
@@ -44,16 +82,28 @@ def hf_model(cls_name, config, seed=0):
     return model.eval()
 
 
+def batch_for(config, seed=0):
+    types = getattr(config, "type_vocab_size", 0)
+    return make_batch(config.vocab_size, types, seed=seed, pad_id=config.pad_token_id)
+
+
+def call(model, ids, mask, types, **kw):
+    """Run a transformers model; families without token types take none."""
+    if getattr(model.config, "type_vocab_size", 0):
+        kw["token_type_ids"] = types
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask, **kw)
+
+
 def reference_outputs(model, ids, mask, types):
     """Output tensors by our attribute names, from a transformers model."""
-    with torch.no_grad():
-        out = model(input_ids=ids, attention_mask=mask, token_type_ids=types)
+    out = call(model, ids, mask, types)
     named = {}
-    if hasattr(out, "last_hidden_state"):
+    if getattr(out, "last_hidden_state", None) is not None:
         named["last_hidden_state"] = out.last_hidden_state
     for theirs, ours in (("logits", "logits"), ("prediction_logits", "logits"),
-                         ("seq_relationship_logits", "pair_logits"), ("start_logits", "start_logits"),
-                         ("end_logits", "end_logits")):
+                         ("seq_relationship_logits", "pair_logits"), ("sop_logits", "pair_logits"),
+                         ("start_logits", "start_logits"), ("end_logits", "end_logits")):
         if getattr(out, theirs, None) is not None:
             named[ours] = getattr(out, theirs)
     return named
@@ -61,8 +111,7 @@ def reference_outputs(model, ids, mask, types):
 
 def hidden_state(model, ids, mask, types):
     """The encoder's last hidden state of any transformers head model."""
-    with torch.no_grad():
-        return model.bert(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+    return call(model.base_model, ids, mask, types).last_hidden_state
 
 
 def assert_same(ours, ref: dict, mask):
@@ -74,48 +123,41 @@ def assert_same(ours, ref: dict, mask):
         assert diff <= TOL, f"{name}: max abs diff {diff:.2e}"
 
 
-@pytest.mark.parametrize("config_name", CONFIGS)
-@pytest.mark.parametrize("cls_name", CLASSES)
-def test_transformers_checkpoint_loads_with_identical_outputs(cls_name, config_name, tmp_path):
-    config = tiny_hf_config(**CONFIGS[config_name], num_labels=2 if CLASSES[cls_name] == "qa" else 3)
+def _saved(model, path):
+    model.save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("family, cls_name, variant", CASES)
+def test_transformers_checkpoint_loads_with_identical_outputs(family, cls_name, variant, tmp_path):
+    config = hf_config(family, variant, cls_name)
     ref = hf_model(cls_name, config)
-    ref.save_pretrained(tmp_path)
-    ours = bertkit.from_pretrained(tmp_path)
-    assert ours.head_kind == CLASSES[cls_name]
-    ids, mask, types = make_batch(config.vocab_size, config.type_vocab_size)
+    ours = bertkit.from_pretrained(_saved(ref, tmp_path))
+    assert ours.config.family == family and ours.head_kind == CLASSES[cls_name]
+    ids, mask, types = batch_for(config)
     with torch.no_grad():
         out = ours(ids, mask, types)
     assert_same(out, reference_outputs(ref, ids, mask, types), mask)
-    if cls_name != "BertModel":
-        diff = max_diff_on_real(out.last_hidden_state, hidden_state(ref, ids, mask, types), mask)
-        assert diff <= TOL
-    else:
-        with torch.no_grad():
-            pooled = ref(input_ids=ids, attention_mask=mask, token_type_ids=types).pooler_output
+    assert max_diff_on_real(out.last_hidden_state, hidden_state(ref, ids, mask, types), mask) <= TOL
+    pooled = getattr(call(ref.base_model, ids, mask, types), "pooler_output", None)
+    if pooled is not None:
         assert (out.pooler_output - pooled).abs().max().item() <= TOL
 
 
-@pytest.mark.parametrize("cls_name", CLASSES)
-def test_bertkit_save_loads_back_into_transformers(cls_name, tmp_path):
-    torch.manual_seed(1)
-    config = tiny_hf_config(hidden_act="gelu_new", type_vocab_size=3,
-                            num_labels=2 if CLASSES[cls_name] == "qa" else 3)
+@pytest.mark.parametrize("family, cls_name, variant",
+                         [case for case in CASES if case[2] == list(FAMILIES[case[0]][2])[-1]])
+def test_bertkit_save_loads_back_into_transformers(family, cls_name, variant, tmp_path):
+    config = hf_config(family, variant, cls_name)
     ours = bertkit.from_pretrained(_saved(hf_model(cls_name, config, seed=3), tmp_path / "src"))
-    randomize(ours, seed=7)  # new values, so a silently unloaded tensor cannot pass
+    randomize(ours, seed=7)  # new values, so a silently unsaved tensor cannot pass
     ours.save_pretrained(tmp_path / "out")
     ref = getattr(transformers, cls_name).from_pretrained(tmp_path / "out").eval()
-    ids, mask, types = make_batch(config.vocab_size, 3, seed=5)
+    ids, mask, types = batch_for(config, seed=5)
     with torch.no_grad():
         out = ours.eval()(ids, mask, types)
     assert_same(out, reference_outputs(ref, ids, mask, types), mask)
     # transformers' generic loader picks the same class from the config we wrote.
-    auto = transformers.AutoConfig.from_pretrained(tmp_path / "out")
-    assert auto.architectures == [cls_name]
-
-
-def _saved(model, path):
-    model.save_pretrained(path)
-    return path
+    assert transformers.AutoConfig.from_pretrained(tmp_path / "out").architectures == [cls_name]
 
 
 def test_int_bool_and_missing_masks_match_transformers(tmp_path):
@@ -220,3 +262,22 @@ def test_bf16_load_runs_close_to_fp32(tmp_path):
         a = fp32(ids, mask, types).logits
         b = bf16(ids, mask, types).logits.float()
     assert (a - b).abs().max().item() <= 0.05 * a.abs().max().item() + 0.05
+
+
+def test_roberta_positions_skip_left_padding(tmp_path):
+    """RoBERTa numbers real tokens from pad+1 whatever sits before them, so a left-padded batch
+    must give the same real-token outputs as transformers (and as the unpadded sequence)."""
+    config = hf_config("roberta", "pad1", "RobertaModel")
+    ref = hf_model("RobertaModel", config)
+    ours = bertkit.from_pretrained(_saved(ref, tmp_path))
+    ids, mask, types = batch_for(config)
+    left_ids, left_mask = ids.clone(), mask.clone()
+    for i in range(ids.shape[0]):  # move each row's padding to the front
+        n = int(mask[i].sum())
+        left_ids[i] = torch.cat([ids[i, n:], ids[i, :n]])
+        left_mask[i] = torch.cat([mask[i, n:], mask[i, :n]])
+    expected = reference_outputs(ref, left_ids, left_mask, types * 0)["last_hidden_state"]
+    got = ours(left_ids, left_mask).last_hidden_state
+    assert max_diff_on_real(got, expected, left_mask) <= TOL
+    alone = ours(ids[1:2, : int(mask[1].sum())]).last_hidden_state[0]
+    assert (got[1][left_mask[1].bool()] - alone).abs().max().item() <= TOL

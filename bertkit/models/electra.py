@@ -99,7 +99,7 @@ register_preset("electra-base", _SMALL.replace(embedding_size=768, hidden_size=7
                                                intermediate_size=3072), IDEA)
 register_preset("electra-large", _SMALL.replace(embedding_size=1024, hidden_size=1024, num_layers=24,
                                                 num_heads=16, intermediate_size=4096), IDEA)
-GEN = "the ELECTRA generator (MLM) paired with electra-{}: same embeddings, narrower encoder"
+GEN = "the MLM generator that feeds electra-{}, sharing its embeddings"
 register_preset("electra-small-generator", _SMALL, GEN.format("small"))
 register_preset("electra-base-generator", _SMALL.replace(embedding_size=768), GEN.format("base"))
 register_preset("electra-large-generator", _SMALL.replace(embedding_size=1024, num_layers=24), GEN.format("large"))

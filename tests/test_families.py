@@ -1,0 +1,108 @@
+"""What makes each family itself: ALBERT's sharing, DistilBERT's student initialization and
+sinusoidal positions, ELECTRA's generator/discriminator pair."""
+
+import pytest
+import torch
+import transformers
+
+import bertkit
+from bertkit.models.albert import AlbertConfig
+from bertkit.models.distilbert import DistilBertConfig, sinusoidal_table
+from bertkit.models.electra import ElectraConfig
+
+
+def test_albert_base_is_one_block_applied_twelve_times():
+    model = bertkit.build("albert-base")
+    encoder = model.backbone.encoder
+    blocks = {id(encoder.layer_for(i)) for i in range(encoder.num_layers)}
+    assert encoder.num_layers == 12 and len(blocks) == 1
+    assert model.backbone.embeddings.word.weight.shape == (30000, 128)
+    assert model.backbone.projection.weight.shape == (768, 128)
+
+
+def test_albert_groups_follow_transformers_schedule():
+    config = AlbertConfig(vocab_size=50, hidden_size=16, num_layers=6, num_heads=2, intermediate_size=20,
+                          embedding_size=8, num_hidden_groups=3, inner_group_num=2, max_positions=16)
+    encoder = bertkit.build(config).backbone.encoder
+    order = [(g, j) for i in range(encoder.num_layers)
+             for g, group in enumerate(encoder.layers) for j, block in enumerate(group)
+             if block is encoder.layer_for(i)]
+    # depth i runs group int(i / (L / groups)), each group's blocks in turn
+    assert order == [(0, 0), (0, 1), (0, 0), (0, 1), (1, 0), (1, 1), (1, 0), (1, 1), (2, 0), (2, 1), (2, 0), (2, 1)]
+
+
+def test_albert_config_refuses_more_groups_than_layers():
+    with pytest.raises(bertkit.BertkitError, match="num_hidden_groups"):
+        AlbertConfig(num_layers=2, num_hidden_groups=3)
+
+
+@pytest.fixture(scope="module")
+def teacher():
+    config = bertkit.EncoderConfig(vocab_size=120, hidden_size=32, num_layers=12, num_heads=4,
+                                   intermediate_size=48, max_positions=32)
+    torch.manual_seed(0)
+    return bertkit.build(config, head="mlm").eval()
+
+
+def test_student_takes_embeddings_and_chosen_layers_from_teacher(teacher):
+    student = bertkit.student_from_teacher(teacher).eval()
+    assert student.config.family == "distilbert" and student.config.num_layers == 6
+    s, t = student.backbone, teacher.backbone
+    assert torch.equal(s.embeddings.word.weight, t.embeddings.word.weight)
+    for k, i in enumerate((0, 2, 4, 7, 9, 11)):
+        theirs = t.encoder.layer_for(i).state_dict()
+        for name, value in s.encoder.layer_for(k).state_dict().items():
+            assert torch.equal(value, theirs[name]), (k, i, name)
+    for name, value in student.head.state_dict().items():
+        assert torch.equal(value, teacher.head.state_dict()[name]), name
+    # Segment-A input embeds identically: the teacher's token-type vector went into positions.
+    ids = torch.randint(1, 120, (2, 10))
+    assert torch.allclose(s.embeddings(ids), t.embeddings(ids), atol=1e-6)
+    # A student made of every teacher layer is the teacher.
+    whole = bertkit.student_from_teacher(teacher, layers=range(12)).eval()
+    assert (whole(ids).logits - teacher(ids).logits).abs().max().item() <= 1e-5
+
+
+def test_student_refuses_bad_layer_lists(teacher):
+    with pytest.raises(bertkit.BertkitError, match="outside"):
+        bertkit.student_from_teacher(teacher, layers=[0, 12])
+    with pytest.raises(bertkit.BertkitError, match="BERT teacher"):
+        bertkit.student_from_teacher(bertkit.build("distilbert-base", num_layers=1))
+
+
+def test_sinusoidal_positions_equal_transformers_and_stay_frozen():
+    config = DistilBertConfig(vocab_size=50, hidden_size=32, num_layers=1, num_heads=4, intermediate_size=40,
+                              max_positions=20, sinusoidal_positions=True)
+    ours = bertkit.build(config)
+    position = ours.backbone.embeddings.position.weight
+    assert not position.requires_grad
+    ref = transformers.DistilBertModel(transformers.DistilBertConfig(
+        vocab_size=50, dim=32, n_layers=1, n_heads=4, hidden_dim=40, max_position_embeddings=20,
+        sinusoidal_pos_embds=True))
+    assert (position - ref.embeddings.position_embeddings.weight).abs().max().item() <= 1e-6
+    assert torch.equal(position, sinusoidal_table(20, 32))
+
+
+def test_electra_pair_shares_embeddings_and_both_losses_reach_them():
+    small = dict(vocab_size=100, num_layers=2, max_positions=16)
+    generator, discriminator = bertkit.build_electra_pair(
+        ElectraConfig(embedding_size=16, hidden_size=32, num_heads=4, intermediate_size=64, **small),
+        ElectraConfig(embedding_size=16, hidden_size=24, num_heads=2, intermediate_size=48, **small))
+    assert generator.backbone.embeddings is discriminator.backbone.embeddings
+    assert generator.head.decoder.weight is discriminator.backbone.embeddings.word.weight
+    assert generator.backbone.projection is not discriminator.backbone.projection
+    ids = torch.randint(1, 100, (2, 8))
+    gen_logits = generator(ids).logits  # (B, T, V)
+    disc_logits = discriminator(ids).logits  # (B, T)
+    assert gen_logits.shape == (2, 8, 100) and disc_logits.shape == (2, 8)
+    word = discriminator.backbone.embeddings.word.weight
+    (grad_from_generator,) = torch.autograd.grad(gen_logits.sum(), word, retain_graph=True)
+    (grad_from_discriminator,) = torch.autograd.grad(disc_logits.sum(), word)
+    assert grad_from_generator.abs().sum() > 0 and grad_from_discriminator.abs().sum() > 0
+
+
+def test_electra_pair_from_preset_names_uses_the_released_generator():
+    with torch.device("meta"):
+        generator, discriminator = bertkit.build_electra_pair("electra-small")
+    assert generator.config.hidden_size == 256 and discriminator.config.hidden_size == 256
+    assert generator.backbone.embeddings is discriminator.backbone.embeddings
