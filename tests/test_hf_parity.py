@@ -56,6 +56,21 @@ FAMILIES = {
         "E<H": dict(BASE, embedding_size=16),
         "E=H-gelu_new": dict(BASE, embedding_size=32, hidden_act="gelu_new", type_vocab_size=3),
     }),
+    "deberta-v2": ("DebertaV2", ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification",
+                                 "ForQuestionAnswering"], {
+        # v3's shape: log buckets (T=9 > 8/2 reaches them), shared keys, normalized table, new MLM layout
+        "v3-buckets-shared": dict(BASE, relative_attention=True, position_buckets=8, share_att_key=True,
+                                  norm_rel_ebd="layer_norm", pos_att_type="p2c|c2p", position_biased_input=False,
+                                  legacy=False, layer_norm_eps=1e-7),
+        # c2p only, own projections, clamped distances, conv layer, absolute positions, E < H, legacy MLM
+        "c2p-conv-absolute": dict(BASE, relative_attention=True, max_relative_positions=6, pos_att_type=["c2p"],
+                                  share_att_key=False, conv_kernel_size=3, position_biased_input=True,
+                                  type_vocab_size=2, embedding_size=16, legacy=True),
+        # p2c only, buckets without the table norm, grouped conv
+        "p2c-buckets-groupconv": dict(BASE, relative_attention=True, position_buckets=4, pos_att_type=["p2c"],
+                                      share_att_key=False, norm_rel_ebd="none", conv_kernel_size=5, conv_groups=2,
+                                      hidden_act="gelu_new", position_biased_input=False),
+    }),
 }
 CASES = [(family, prefix + suffix, variant)
          for family, (prefix, suffixes, variants) in FAMILIES.items()

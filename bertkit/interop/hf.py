@@ -106,17 +106,18 @@ def config_to_hf(config: EncoderConfig, head: str | None) -> dict:
     refuse = f"this {config.family} model cannot be saved in Hugging Face format"
     if config.norm_first:
         raise BertkitError(f"{refuse}: transformers has no pre-LN {config.family}")
-    if config.type_vocab_size == 0 and "type_vocab_size" not in spec.fixed:
+    if config.type_vocab_size == 0 and not spec.token_types_optional and "type_vocab_size" not in spec.fixed:
         raise BertkitError(f"{refuse}: transformers' {config.family} always has token types")
     for name, value in spec.fixed.items():
         if getattr(config, name) != value:
             raise BertkitError(f"{refuse}: transformers fixes {name} = {value}, this model has {getattr(config, name)}")
     # transformers sizes its QA and ALBERT's SOP layers by num_labels: those heads must say 2.
     labels = ("LABEL_0", "LABEL_1") if head in ("qa", "pretraining") else config.labels
+    values = {theirs: getattr(config, ours) for theirs, ours in spec.config_keys.items()}
     return {
         "architectures": [architecture_name(config.family, head)],
         "model_type": config.family,
-        **{theirs: getattr(config, ours) for theirs, ours in spec.config_keys.items()},
+        **{k: v for k, v in values.items() if v is not None},  # None: transformers' own default
         "id2label": {str(i): name for i, name in enumerate(labels)},
         "label2id": {name: i for i, name in enumerate(labels)},
     }
@@ -172,16 +173,20 @@ class NameMap:
         return self._translate(our_name, slice(None, None, -1))
 
 
-def name_map(spec: HFFamily, head: str | None, encoder_prefix: str = "") -> NameMap:
-    """`encoder_prefix` is prepended to the encoder's HF names ("bert." inside head models)."""
+def name_map(spec: HFFamily, config: EncoderConfig, head: str | None, encoder_prefix: str = "") -> NameMap:
+    """`encoder_prefix` is prepended to the encoder's HF names ("bert." inside head models).
+    Where a head has two layouts, both load and the config's choice comes first (it is saved)."""
+    head_rules = spec.heads[head]
+    if head == "mlm" and spec.modern_mlm is not None:
+        head_rules = head_rules + spec.modern_mlm if config.legacy_mlm else spec.modern_mlm + head_rules
     rules = [(encoder_prefix + hf, "backbone." + ours) for hf, ours in spec.encoder]
-    rules += [(hf, "head." + ours) for hf, ours in spec.heads[head]]
+    rules += [(hf, "head." + ours) for hf, ours in head_rules]
     return NameMap(tuple(rules))
 
 
 def _parts_not_built(spec: HFFamily) -> list[re.Pattern]:
     """HF names of optional parts (any head, the pooler): skipped when the chosen head lacks them."""
-    names = [hf for rules in spec.heads.values() for hf, _ in rules]
+    names = [hf for rules in [*spec.heads.values(), spec.modern_mlm or []] for hf, _ in rules]
     names += [hf for hf, ours in spec.encoder if ours.startswith("pooler.")]
     return [_pattern(n) for n in names]
 
@@ -286,7 +291,7 @@ def _mlm_output_bias(state: dict[str, torch.Tensor], spec: HFFamily, tied: bool)
 def load_state(model: Model, state: dict[str, torch.Tensor], source: Path, head_from_file: bool) -> None:
     config = model.config
     spec = FAMILIES[config.family]
-    names = name_map(spec, model.head_kind)
+    names = name_map(spec, config, model.head_kind)
     params = dict(model.named_parameters())  # tied parameters appear once, under their first name
     tied = {n for n, _ in model.named_parameters(remove_duplicate=False)} - set(params)
     skippable = [re.compile(p + "$") for p in spec.ignored] + _parts_not_built(spec)
@@ -357,7 +362,8 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
 
 def hf_state_dict(model: Model) -> dict[str, torch.Tensor]:
     spec = FAMILIES[model.config.family]
-    names = name_map(spec, model.head_kind, spec.encoder_prefix if model.head_kind is not None else "")
+    names = name_map(spec, model.config, model.head_kind,
+                     spec.encoder_prefix if model.head_kind is not None else "")
     state = {}
     for ours, param in model.named_parameters():  # a tied decoder is written once, as the embedding
         hf_name = names.to_hf(ours)

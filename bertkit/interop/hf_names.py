@@ -36,6 +36,10 @@ class HFFamily:
     # (output bias, decoder bias): transformers adds the decoder's bias to the MLM logits and ties
     # it to the head's own bias only when word embeddings are tied (see hf.py).
     tied_bias: tuple[str, str] | None = None
+    # A second MLM weight layout (DeBERTa's lm_predictions.*), written when the config's
+    # legacy_mlm is False; both layouts load.
+    modern_mlm: Rules | None = None
+    token_types_optional: bool = False  # whether transformers accepts type_vocab_size = 0
 
 
 BERT_KEYS = {
@@ -194,4 +198,45 @@ ELECTRA = HFFamily(
     ignored=POSITION_IDS,
 )
 
-FAMILIES = {f.model_type: f for f in (BERT, ROBERTA, ALBERT, DISTILBERT, ELECTRA)}
+DEBERTA_V2_BLOCK = [("attention.self.query_proj.{p}", "attn.query.{p}"),
+                    ("attention.self.key_proj.{p}", "attn.key.{p}"),
+                    ("attention.self.value_proj.{p}", "attn.value.{p}"),
+                    ("attention.self.pos_key_proj.{p}", "attn.pos_key.{p}"),
+                    ("attention.self.pos_query_proj.{p}", "attn.pos_query.{p}")] + BERT_BLOCK[3:]
+DEBERTA_V2 = HFFamily(
+    model_type="deberta-v2", class_prefix="DebertaV2", encoder_prefix="deberta.",
+    config_keys={**{k: v for k, v in BERT_KEYS.items() if k != "classifier_dropout"},
+                 "cls_dropout": "classifier_dropout", "embedding_size": "embedding_size",
+                 "position_biased_input": "position_biased_input", "relative_attention": "relative_attention",
+                 "max_relative_positions": "max_relative_positions", "position_buckets": "position_buckets",
+                 "pos_att_type": "pos_att_type", "share_att_key": "share_att_key", "norm_rel_ebd": "norm_rel_ebd",
+                 "conv_kernel_size": "conv_kernel_size", "conv_act": "conv_act", "conv_groups": "conv_groups",
+                 "pooler_hidden_act": "pooler_act", "pooler_dropout": "pooler_dropout", "legacy": "legacy_mlm"},
+    # DebertaV2Config's own defaults (xxlarge sizes, v1-style attention) for keys a file omits.
+    defaults={"hidden_size": 1536, "num_hidden_layers": 24, "num_attention_heads": 24, "intermediate_size": 6144,
+              "relative_attention": False, "position_biased_input": True, "pos_att_type": (),
+              "position_buckets": -1, "share_att_key": False, "norm_rel_ebd": "none"},
+    encoder=[("embeddings.word_embeddings.weight", "embeddings.word.weight"),
+             ("embeddings.position_embeddings.weight", "embeddings.position.weight"),
+             ("embeddings.token_type_embeddings.weight", "embeddings.token_type.weight"),
+             ("embeddings.embed_proj.weight", "embeddings.projection.weight"),
+             ("embeddings.LayerNorm.{p}", "embeddings.norm.{p}"),
+             ("encoder.rel_embeddings.weight", "encoder.rel_embeddings.weight"),
+             ("encoder.LayerNorm.{p}", "encoder.rel_norm.{p}"),
+             ("encoder.conv.conv.{p}", "encoder.conv.conv.{p}"),
+             ("encoder.conv.LayerNorm.{p}", "encoder.conv.norm.{p}")]
+    + [(f"encoder.layer.{{i}}.{hf}", f"encoder.layers.{{i}}.{ours}") for hf, ours in DEBERTA_V2_BLOCK],
+    heads={None: [], "mlm": BERT_MLM,
+           "classification": [("pooler.dense.{p}", "dense.{p}"), ("classifier.{p}", "out_proj.{p}")],
+           "token-classification": CLASSIFIER, "qa": QA},
+    modern_mlm=[("lm_predictions.lm_head.dense.{p}", "transform.{p}"),
+                ("lm_predictions.lm_head.LayerNorm.{p}", "norm.{p}"),
+                ("lm_predictions.lm_head.bias", "bias")],
+    tokenizer_class="DebertaV2Tokenizer",
+    token_types_optional=True,
+    # Released v3 files keep an unused absolute-position table; MLM files the EMD's weights.
+    ignored=POSITION_IDS + (r"embeddings\.position_embeddings\.weight", r"mask_predictions\..*"),
+    tied_bias=("cls.predictions.bias", "cls.predictions.decoder.bias"),
+)
+
+FAMILIES = {f.model_type: f for f in (BERT, ROBERTA, ALBERT, DISTILBERT, ELECTRA, DEBERTA_V2)}

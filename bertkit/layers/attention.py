@@ -36,18 +36,19 @@ class SelfAttention(nn.Module):
         B, T, _ = x.shape
         return x.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, N, T, D)
 
-    def score_bias(self, q: torch.Tensor, k: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
-        """Extra additive score terms, (B, N, T, T) or broadcastable; None for plain attention."""
+    def score_bias(self, q: torch.Tensor, k: torch.Tensor, **context) -> torch.Tensor | None:
+        """Extra additive score terms, (B, N, T, T) or broadcastable; None for plain attention.
+        `context` is what the encoder's `context` hook computed for this forward pass."""
         return None
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False,
+                **context) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x: (B, T, H); mask: (B, 1, 1, T) bool or None. Returns (B, T, H) and, with
         need_weights, the attention probabilities (B, N, T, T)."""
         q = self.split_heads(self.query(x))  # (B, N, T, D)
         k = self.split_heads(self.key(x))    # (B, N, T, D)
         v = self.split_heads(self.value(x))  # (B, N, T, D)
-        bias = self.score_bias(q, k, x)
+        bias = self.score_bias(q, k, **context)
         dropout_p = self.dropout_p if self.training else 0.0
         if need_weights:
             out, probs = self._explicit(q, k, v, mask, bias, dropout_p)

@@ -29,23 +29,27 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x: (B, T, H); mask: (B, 1, 1, T) bool. Returns (B, T, H) and optional (B, N, T, T)."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False,
+                **context) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x: (B, T, H); mask: (B, 1, 1, T) bool; `context` goes to the attention's score hook.
+        Returns (B, T, H) and optional (B, N, T, T)."""
         if self.norm_first:
-            a, probs = self.attn(self.attn_norm(x), mask, need_weights)
+            a, probs = self.attn(self.attn_norm(x), mask, need_weights, **context)
             x = x + self.dropout(a)
             x = x + self.dropout(self.ffn(self.ffn_norm(x)))
         else:
-            a, probs = self.attn(x, mask, need_weights)
+            a, probs = self.attn(x, mask, need_weights, **context)
             x = self.attn_norm(x + self.dropout(a))
             x = self.ffn_norm(x + self.dropout(self.ffn(x)))
         return x, probs
 
 
 class Encoder(nn.Module):
-    """A stack of blocks. `layer_for(i)` says which block runs at depth i: here block i, but
-    ALBERT overrides it to reuse one shared block at every depth."""
+    """A stack of blocks, with three hooks for families:
+    `layer_for(i)`: which block runs at depth i (ALBERT reuses shared blocks);
+    `context(x, mask)`: extra inputs computed once per forward for every attention layer
+    (DeBERTa's relative positions and their embeddings);
+    `after_layer(i, x, inputs, mask)`: a change to the stream after block i (DeBERTa's convolution)."""
 
     def __init__(self, blocks: list[nn.Module], num_layers: int | None = None,
                  final_norm: nn.Module | None = None):
@@ -57,11 +61,20 @@ class Encoder(nn.Module):
     def layer_for(self, i: int) -> nn.Module:
         return self.layers[i]
 
+    def context(self, x: torch.Tensor, mask: torch.Tensor | None) -> dict:
+        return {}
+
+    def after_layer(self, i: int, x: torch.Tensor, inputs: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        return x
+
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                 output_attentions: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """x: (B, T, H); mask: (B, 1, 1, T) bool or None."""
         attentions = []
+        inputs, context = x, self.context(x, mask)
         for i in range(self.num_layers):
-            x, probs = self.layer_for(i)(x, mask, output_attentions)
+            x, probs = self.layer_for(i)(x, mask, output_attentions, **context)
+            x = self.after_layer(i, x, inputs, mask)
             if output_attentions:
                 attentions.append(probs)
         if self.final_norm is not None:

@@ -1,0 +1,248 @@
+"""DeBERTa (He et al., 2021): attention that keeps content and position apart.
+
+Each token has a content vector and, for every other token, a *relative* position. The attention
+score of query i for key j is the sum of three terms (sec. 3.1, eq. 2):
+
+    content-to-content   q_i . k_j                        (plain attention)
+    content-to-position  q_i . Kr[delta(i, j)]            "c2p": what i looks for at that distance
+    position-to-content  k_j . Qr[delta(j, i)]            "p2c": what j offers to whoever sits there
+
+divided by sqrt(D * (1 + number of position terms)) (eq. 4). Kr and Qr are projections of one
+table of relative-position embeddings shared by all layers (2k rows for distances -k..k-1).
+
+Computing Kr[delta(i, j)] for every pair would materialize (T, T, D) per head. Instead each term
+is a (T, 2k) score block, every query against every distance, gathered at delta(i, j) (sec. 3.1,
+"efficient implementation").
+
+v2/v3 add log-bucketed distances (position_buckets), a projection shared between content and
+position (share_att_key), a LayerNorm on the position table, and an optional convolution
+beside the first layer. v3 drops absolute positions at the input (position_biased_input=False).
+
+Shapes: B batch, T length, H hidden, N heads, D head size, K = 2k relative-position rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import EncoderConfig, register_preset
+from ..errors import BertkitError
+from ..layers import (Encoder, EncoderModel, FirstTokenHead, MLMHead, SelfAttention, TransformerBlock,
+                      classifier_dropout, standard_head)
+from ..layers.activations import activation
+from . import Family, register_family
+
+POSITION_TERMS = ("c2p", "p2c")
+
+
+@dataclass(frozen=True)
+class DebertaConfig(EncoderConfig):
+    family: str = "deberta-v2"
+    vocab_size: int = 128100
+    type_vocab_size: int = 0
+    layer_norm_eps: float = 1e-7
+    embedding_size: int | None = None  # None: the hidden size
+    position_biased_input: bool = False  # absolute positions added at the input
+    relative_attention: bool = True
+    max_relative_positions: int = -1  # < 1: max_positions
+    position_buckets: int = 256  # <= 0: no log bucketing
+    pos_att_type: tuple[str, ...] = ("p2c", "c2p")  # also accepted as "p2c|c2p", as configs write it
+    share_att_key: bool = True  # position keys/queries reuse the content projections
+    norm_rel_ebd: str = "layer_norm"  # "layer_norm" or "none"
+    conv_kernel_size: int = 0  # 0: no convolution layer
+    conv_act: str = "tanh"
+    conv_groups: int = 1
+    pooler_act: str = "gelu"
+    pooler_dropout: float = 0.0
+    legacy_mlm: bool = True  # weight layout of the MLM head (cls.predictions vs lm_predictions)
+
+    def __post_init__(self) -> None:
+        terms = self.pos_att_type
+        if isinstance(terms, str):
+            terms = [t for t in terms.lower().split("|") if t.strip()]
+        terms = tuple(t.strip().lower() for t in (terms or ()))
+        unknown = [t for t in terms if t not in POSITION_TERMS]
+        if unknown:
+            raise BertkitError(f"config: pos_att_type {unknown} not understood; use a subset of {POSITION_TERMS}")
+        object.__setattr__(self, "pos_att_type", terms)
+        super().__post_init__()
+        if self.norm_rel_ebd not in ("layer_norm", "none"):
+            raise BertkitError(f"config: norm_rel_ebd must be 'layer_norm' or 'none', got {self.norm_rel_ebd!r}")
+        if self.relative_attention and self.span < 1:
+            raise BertkitError("config: relative attention needs position_buckets or max_relative_positions > 0")
+        if self.conv_kernel_size < 0 or self.conv_kernel_size and self.hidden_size % self.conv_groups:
+            raise BertkitError("config: conv_kernel_size must be >= 0 and conv_groups divide hidden_size")
+
+    @property
+    def max_distance(self) -> int:
+        return self.max_relative_positions if self.max_relative_positions > 0 else self.max_positions
+
+    @property
+    def span(self) -> int:
+        """k: distances -k..k-1 have an embedding each."""
+        return self.position_buckets if self.position_buckets > 0 else self.max_distance
+
+
+def log_buckets(delta: torch.Tensor, buckets: int, max_distance: int) -> torch.Tensor:
+    """Distances up to buckets/2 stay exact; farther ones share logarithmically wider buckets
+    (DeBERTa v2, like T5's relative buckets), reaching the last bucket at max_distance."""
+    mid = buckets // 2
+    sign = torch.sign(delta)
+    far = torch.where(delta.abs() < mid, torch.full_like(delta, mid - 1), delta.abs())
+    log_far = torch.ceil(torch.log(far / mid) / torch.log(torch.tensor((max_distance - 1) / mid))
+                         * (mid - 1)) + mid
+    return torch.where(far <= mid, delta.to(log_far.dtype), log_far * sign).long()
+
+
+def relative_positions(T: int, config: DebertaConfig, device) -> torch.Tensor:
+    """delta(i, j) = i - j, bucketed when configured: (T, T)."""
+    idx = torch.arange(T, device=device)
+    delta = idx[:, None] - idx[None, :]  # (T, T)
+    if config.position_buckets > 0:
+        delta = log_buckets(delta, config.position_buckets, config.max_distance)
+    return delta
+
+
+class DisentangledAttention(SelfAttention):
+    """Self-attention plus the c2p and p2c score terms (eq. 2-4)."""
+
+    def __init__(self, config: DebertaConfig):
+        super().__init__(config)
+        self.terms = config.pos_att_type
+        self.span = config.span
+        self.scale = (self.head_dim * (1 + len(self.terms))) ** -0.5  # eq. 4
+        self.relative = config.relative_attention
+        self.pos_dropout = nn.Dropout(config.hidden_dropout)
+        H = config.hidden_size
+        # Without share_att_key the position table has its own projections.
+        self.pos_key = nn.Linear(H, H) if self.relative and not config.share_att_key and "c2p" in self.terms else None
+        self.pos_query = nn.Linear(H, H) if self.relative and not config.share_att_key and "p2c" in self.terms else None
+
+    def score_bias(self, q, k, rel_embeddings=None, rel_pos=None):
+        if not self.relative:
+            return None
+        table = self.pos_dropout(rel_embeddings[: 2 * self.span])[None]  # (1, K, H)
+        idx = rel_pos + self.span  # (T, T): row of the table for distance delta(i, j)
+        bias = 0
+        if "c2p" in self.terms:
+            pos_k = self.split_heads((self.pos_key or self.key)(table))  # (1, N, K, D)
+            c2p = torch.matmul(q, pos_k.transpose(-1, -2))               # (B, N, T, K): query x distance
+            c2p = c2p.gather(-1, idx.clamp(0, 2 * self.span - 1).expand(*c2p.shape[:2], -1, -1))  # (B, N, T, T)
+            bias = bias + c2p
+        if "p2c" in self.terms:
+            pos_q = self.split_heads((self.pos_query or self.query)(table))  # (1, N, K, D)
+            p2c = torch.matmul(k, pos_q.transpose(-1, -2))                   # (B, N, T, K): key x distance
+            # key j meets query i at distance delta(j, i) = -delta(i, j)
+            p2c = p2c.gather(-1, (2 * self.span - idx).clamp(0, 2 * self.span - 1).expand(*p2c.shape[:2], -1, -1))
+            bias = bias + p2c.transpose(-1, -2)  # (B, N, T, T), rows = queries
+        return bias * self.scale if torch.is_tensor(bias) else None
+
+
+class ConvLayer(nn.Module):
+    """v2's convolution beside the first block (n-gram information): LN(block output +
+    act(conv(embeddings))), padding kept at zero."""
+
+    def __init__(self, config: DebertaConfig):
+        super().__init__()
+        K = config.conv_kernel_size
+        self.conv = nn.Conv1d(config.hidden_size, config.hidden_size, K, padding=(K - 1) // 2,
+                              groups=config.conv_groups)
+        self.act = activation(config.conv_act)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(self, inputs: torch.Tensor, residual: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """inputs, residual: (B, T, H); keep: (B, T, 1) 1.0 on real tokens."""
+        out = self.conv((inputs * keep).transpose(1, 2)).transpose(1, 2) * keep  # (B, T, H)
+        return self.norm(residual + self.act(self.dropout(out))) * keep
+
+
+class DebertaEncoder(Encoder):
+    """Owns the shared relative-position table and hands it to every layer through `context`."""
+
+    def __init__(self, config: DebertaConfig):
+        blocks = [TransformerBlock(config, attn=DisentangledAttention(config)) for _ in range(config.num_layers)]
+        super().__init__(blocks)
+        self.config = config
+        H = config.hidden_size
+        self.rel_embeddings = nn.Embedding(2 * config.span, H) if config.relative_attention else None
+        self.rel_norm = (nn.LayerNorm(H, eps=config.layer_norm_eps)
+                         if config.relative_attention and config.norm_rel_ebd == "layer_norm" else None)
+        self.conv = ConvLayer(config) if config.conv_kernel_size > 0 else None
+
+    def context(self, x, mask):
+        if self.rel_embeddings is None:
+            return {}
+        table = self.rel_embeddings.weight  # (K, H)
+        if self.rel_norm is not None:
+            table = self.rel_norm(table)
+        return {"rel_embeddings": table, "rel_pos": relative_positions(x.shape[1], self.config, x.device)}
+
+    def after_layer(self, i, x, inputs, mask):
+        if i != 0 or self.conv is None:
+            return x
+        keep = torch.ones_like(x[..., :1]) if mask is None else mask[:, 0, 0, :, None].to(x.dtype)  # (B, T, 1)
+        return self.conv(inputs, x, keep)
+
+
+class DebertaEmbeddings(nn.Module):
+    """Word (+ absolute position if position_biased_input) (+ token type) embeddings of width E,
+    projected to H without bias, then LayerNorm: the projection comes before the norm here."""
+
+    def __init__(self, config: DebertaConfig):
+        super().__init__()
+        E = config.embedding_size or config.hidden_size
+        self.word = nn.Embedding(config.vocab_size, E, padding_idx=config.pad_token_id)
+        self.position = nn.Embedding(config.max_positions, E) if config.position_biased_input else None
+        self.token_type = nn.Embedding(config.type_vocab_size, E) if config.type_vocab_size else None
+        self.projection = nn.Linear(E, config.hidden_size, bias=False) if E != config.hidden_size else None
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.max_length = config.max_positions
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        T = input_ids.shape[1]
+        x = self.word(input_ids)  # (B, T, E)
+        if self.position is not None:
+            if T > self.max_length:
+                raise BertkitError(f"sequence length {T} exceeds the model's maximum of {self.max_length} tokens")
+            x = x + self.position.weight[:T]
+        if self.token_type is not None:
+            x = x + (self.token_type.weight[0] if token_type_ids is None else self.token_type(token_type_ids))
+        if self.projection is not None:
+            x = self.projection(x)  # (B, T, H)
+        return self.dropout(self.norm(x))
+
+
+def build_backbone(config: DebertaConfig, with_pooler: bool) -> EncoderModel:
+    return EncoderModel(DebertaEmbeddings(config), DebertaEncoder(config), pooler=None)
+
+
+def build_head(kind, config, backbone):
+    word = backbone.embeddings.word
+    if kind == "mlm":
+        return MLMHead(config, word)
+    if kind == "classification":
+        # The "context pooler": dense + activation on the first token, trained with the task.
+        return FirstTokenHead(config, act=config.pooler_act, input_dropout=config.pooler_dropout,
+                              hidden_dropout=classifier_dropout(config))
+    if kind == "pretraining":
+        raise BertkitError("DeBERTa has no pair-prediction head; use head='mlm'")
+    return standard_head(kind, config, word)
+
+
+register_family(Family("deberta-v2", DebertaConfig, build_backbone, build_head, bare_has_pooler=False))
+
+IDEA = "disentangled attention: content and relative position scored separately (c2p + p2c)"
+# microsoft/deberta-v3-{xsmall,small,base,large} configs: 128,100 SentencePiece tokens, 256 log
+# buckets over 512 positions, shared keys, normalized position table, no absolute positions.
+_V3 = DebertaConfig(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072)
+register_preset("deberta-v3-xsmall", _V3.replace(hidden_size=384, num_heads=6, intermediate_size=1536), IDEA)
+register_preset("deberta-v3-small", _V3.replace(num_layers=6), IDEA)
+register_preset("deberta-v3-base", _V3, IDEA)
+register_preset("deberta-v3-large", _V3.replace(hidden_size=1024, num_layers=24, num_heads=16,
+                                                intermediate_size=4096), IDEA)
