@@ -71,6 +71,14 @@ FAMILIES = {
                                       share_att_key=False, norm_rel_ebd="none", conv_kernel_size=5, conv_groups=2,
                                       hidden_act="gelu_new", position_biased_input=False),
     }),
+    "deberta": ("Deberta", ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification",
+                            "ForQuestionAnswering"], {
+        "both-clamped": dict(BASE, relative_attention=True, max_relative_positions=6, pos_att_type="c2p|p2c",
+                             position_biased_input=False),
+        "p2c-absolute-E<H": dict(BASE, relative_attention=True, pos_att_type=["p2c"], position_biased_input=True,
+                                 embedding_size=16, type_vocab_size=2, hidden_act="gelu_new"),
+        "c2p-new-mlm-layout": dict(BASE, relative_attention=True, pos_att_type=["c2p"], legacy=False),
+    }),
 }
 CASES = [(family, prefix + suffix, variant)
          for family, (prefix, suffixes, variants) in FAMILIES.items()

@@ -72,6 +72,8 @@ def config_from_hf(hf: dict, source: Path) -> EncoderConfig:
     if hf.get("is_decoder") or hf.get("add_cross_attention"):
         raise BertkitError(f"{source}: is_decoder/add_cross_attention is set; bertkit implements "
                            "bidirectional encoders only (no causal or cross-attention)")
+    if hf.get("talking_head"):
+        raise BertkitError(f"{source}: talking_head attention is not supported")
     position_type = hf.get("position_embedding_type", "absolute")
     if position_type != "absolute":
         raise BertkitError(f"{source}: position_embedding_type {position_type!r} is not supported "
@@ -296,6 +298,8 @@ def load_state(model: Model, state: dict[str, torch.Tensor], source: Path, head_
     tied = {n for n, _ in model.named_parameters(remove_duplicate=False)} - set(params)
     skippable = [re.compile(p + "$") for p in spec.ignored] + _parts_not_built(spec)
 
+    if spec.to_common is not None:
+        state = spec.to_common(state, config.num_heads)
     loaded: dict[str, torch.Tensor] = {}
     for raw_name, tensor in _mlm_output_bias(state, spec, config.tie_word_embeddings).items():
         hf_name = _old_tf_names(raw_name).removeprefix(spec.encoder_prefix)
@@ -373,6 +377,8 @@ def hf_state_dict(model: Model) -> dict[str, torch.Tensor]:
     if spec.tied_bias and spec.tied_bias[0] in state:  # the copy transformers reads when untied
         own, decoder = spec.tied_bias
         state[decoder] = state[own].clone()
+    if spec.from_common is not None:
+        state = spec.from_common(state, model.config.num_heads)
     return state
 
 

@@ -7,7 +7,11 @@ family prefix (`bert.`, `roberta.`, ...) for encoder names and absolute for head
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import torch
 
 HEAD_SUFFIX = {
     "Model": None,
@@ -40,6 +44,10 @@ class HFFamily:
     # legacy_mlm is False; both layouts load.
     modern_mlm: Rules | None = None
     token_types_optional: bool = False  # whether transformers accepts type_vocab_size = 0
+    # Tensor layouts that are not a rename (DeBERTa v1's fused, head-interleaved in_proj):
+    # to_common rewrites a file's tensors into the names of `encoder`; from_common undoes it.
+    to_common: Callable[[dict, int], dict] | None = None
+    from_common: Callable[[dict, int], dict] | None = None
 
 
 BERT_KEYS = {
@@ -239,4 +247,55 @@ DEBERTA_V2 = HFFamily(
     tied_bias=("cls.predictions.bias", "cls.predictions.decoder.bias"),
 )
 
-FAMILIES = {f.model_type: f for f in (BERT, ROBERTA, ALBERT, DISTILBERT, ELECTRA, DEBERTA_V2)}
+V1_ATTENTION = re.compile(r"(.*encoder\.layer\.\d+\.attention\.self\.)(in_proj\.weight|q_bias|v_bias|pos_proj\.weight"
+                          r"|pos_q_proj\.weight|pos_q_proj\.bias)$")
+V1_RENAMES = {"q_bias": "query_proj.bias", "v_bias": "value_proj.bias", "pos_proj.weight": "pos_key_proj.weight",
+              "pos_q_proj.weight": "pos_query_proj.weight", "pos_q_proj.bias": "pos_query_proj.bias"}
+
+
+def deberta_v1_to_common(state: dict, num_heads: int) -> dict:
+    """v1 stores Q, K, V as one (3H, H) matrix, interleaved per head: rows h*3D .. h*3D+D are head
+    h's query, the next D its key, then its value. Split it into v2's three projections."""
+    out = {}
+    for name, tensor in state.items():
+        m = V1_ATTENTION.match(name)
+        if m is None:
+            out[name] = tensor
+        elif m.group(2) == "in_proj.weight":
+            H = tensor.shape[1]
+            q, k, v = tensor.view(num_heads, 3, -1, H).unbind(1)  # 3 x (N, D, H)
+            for part, w in zip(("query_proj", "key_proj", "value_proj"), (q, k, v)):
+                out[f"{m.group(1)}{part}.weight"] = w.reshape(-1, H)
+        else:
+            out[m.group(1) + V1_RENAMES[m.group(2)]] = tensor
+    return out
+
+
+def deberta_v1_from_common(state: dict, num_heads: int) -> dict:
+    out = {}
+    inverse = {v: k for k, v in V1_RENAMES.items()}
+    for name, tensor in state.items():
+        m = re.match(r"(.*attention\.self\.)(query_proj|key_proj|value_proj|pos_key_proj|pos_query_proj)\."
+                     r"(weight|bias)$", name)
+        if m is None:
+            out[name] = tensor
+        elif m.group(2) + "." + m.group(3) in inverse:
+            out[m.group(1) + inverse[m.group(2) + "." + m.group(3)]] = tensor
+        elif m.group(3) == "weight" and m.group(2) == "query_proj":
+            q, k, v = (state[f"{m.group(1)}{p}.weight"] for p in ("query_proj", "key_proj", "value_proj"))
+            H = q.shape[1]
+            stacked = torch.stack([w.view(num_heads, -1, H) for w in (q, k, v)], dim=1)  # (N, 3, D, H)
+            out[m.group(1) + "in_proj.weight"] = stacked.reshape(-1, H)
+    return out
+
+
+V2_ONLY = ("position_buckets", "share_att_key", "norm_rel_ebd", "conv_kernel_size", "conv_act", "conv_groups")
+DEBERTA = replace(
+    DEBERTA_V2, model_type="deberta", class_prefix="Deberta",
+    config_keys={k: v for k, v in DEBERTA_V2.config_keys.items() if k not in V2_ONLY},
+    defaults={"vocab_size": 50265, "relative_attention": False, "position_biased_input": True, "pos_att_type": ()},
+    tokenizer_class="DebertaTokenizer",
+    to_common=deberta_v1_to_common, from_common=deberta_v1_from_common,
+)
+
+FAMILIES = {f.model_type: f for f in (BERT, ROBERTA, ALBERT, DISTILBERT, ELECTRA, DEBERTA_V2, DEBERTA)}

@@ -78,6 +78,11 @@ class DebertaConfig(EncoderConfig):
             raise BertkitError("config: conv_kernel_size must be >= 0 and conv_groups divide hidden_size")
 
     @property
+    def key_bias(self) -> bool:
+        """v2 gave the key (and position-key) projection a bias; v1 had none."""
+        return True
+
+    @property
     def max_distance(self) -> int:
         return self.max_relative_positions if self.max_relative_positions > 0 else self.max_positions
 
@@ -118,9 +123,12 @@ class DisentangledAttention(SelfAttention):
         self.relative = config.relative_attention
         self.pos_dropout = nn.Dropout(config.hidden_dropout)
         H = config.hidden_size
+        if not config.key_bias:
+            self.key = nn.Linear(H, H, bias=False)
         # Without share_att_key the position table has its own projections.
-        self.pos_key = nn.Linear(H, H) if self.relative and not config.share_att_key and "c2p" in self.terms else None
-        self.pos_query = nn.Linear(H, H) if self.relative and not config.share_att_key and "p2c" in self.terms else None
+        own = self.relative and not config.share_att_key
+        self.pos_key = nn.Linear(H, H, bias=config.key_bias) if own and "c2p" in self.terms else None
+        self.pos_query = nn.Linear(H, H) if own and "p2c" in self.terms else None
 
     def score_bias(self, q, k, rel_embeddings=None, rel_pos=None):
         if not self.relative:
@@ -237,7 +245,35 @@ def build_head(kind, config, backbone):
 
 register_family(Family("deberta-v2", DebertaConfig, build_backbone, build_head, bare_has_pooler=False))
 
+
+@dataclass(frozen=True)
+class DebertaV1Config(DebertaConfig):
+    """DeBERTa v1: plain distances clamped at max_relative_positions, separate position
+    projections, no table norm, no convolution, no key bias."""
+
+    family: str = "deberta"
+    vocab_size: int = 50265
+    position_buckets: int = -1
+    share_att_key: bool = False
+    norm_rel_ebd: str = "none"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.position_buckets > 0 or self.share_att_key or self.norm_rel_ebd != "none" or self.conv_kernel_size:
+            raise BertkitError("config: position_buckets, share_att_key, norm_rel_ebd and the conv layer "
+                               "are DeBERTa v2 features; use family 'deberta-v2'")
+
+    @property
+    def key_bias(self) -> bool:
+        return False
+
+
+register_family(Family("deberta", DebertaV1Config, build_backbone, build_head, bare_has_pooler=False))
+
 IDEA = "disentangled attention: content and relative position scored separately (c2p + p2c)"
+# microsoft/deberta-base: BPE vocabulary of RoBERTa, distances clamped at 512, no absolute positions.
+register_preset("deberta-base", DebertaV1Config(hidden_size=768, num_layers=12, num_heads=12,
+                                                intermediate_size=3072), IDEA)
 # microsoft/deberta-v3-{xsmall,small,base,large} configs: 128,100 SentencePiece tokens, 256 log
 # buckets over 512 positions, shared keys, normalized position table, no absolute positions.
 _V3 = DebertaConfig(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072)
