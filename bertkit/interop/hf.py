@@ -116,6 +116,7 @@ def config_to_hf(config: EncoderConfig, head: str | None) -> dict:
     # transformers sizes its QA and ALBERT's SOP layers by num_labels: those heads must say 2.
     labels = ("LABEL_0", "LABEL_1") if head in ("qa", "pretraining") else config.labels
     values = {theirs: getattr(config, ours) for theirs, ours in spec.config_keys.items()}
+    values = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}  # JSON has lists
     return {
         "architectures": [architecture_name(config.family, head)],
         "model_type": config.family,
