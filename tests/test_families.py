@@ -6,6 +6,7 @@ import torch
 import transformers
 
 import bertkit
+import bertkit.config
 from bertkit.models.albert import AlbertConfig
 from bertkit.models.distilbert import DistilBertConfig, sinusoidal_table
 from bertkit.models.electra import ElectraConfig
@@ -106,3 +107,48 @@ def test_electra_pair_from_preset_names_uses_the_released_generator():
         generator, discriminator = bertkit.build_electra_pair("electra-small")
     assert generator.config.hidden_size == 256 and discriminator.config.hidden_size == 256
     assert generator.backbone.embeddings is discriminator.backbone.embeddings
+
+
+def test_deberta_v3_base_bf16_on_512_tokens_is_finite_and_close_to_fp32():
+    """bf16 must not overflow (dtypes follow the input): per-token cosine >= 0.999 to fp32,
+    mean |diff| <= 0.03 and max |diff| <= 0.3 on unit-scale hidden states."""
+    torch.manual_seed(0)
+    model = bertkit.build("deberta-v3-base").eval()
+    ids = torch.randint(1, 128100, (2, 512))
+    mask = torch.ones(2, 512, dtype=torch.long)
+    mask[1, 300:] = 0
+    with torch.inference_mode():
+        fp32 = model(ids, mask).last_hidden_state
+        bf16 = model.to(torch.bfloat16)(ids, mask).last_hidden_state
+    assert bf16.dtype == torch.bfloat16 and torch.isfinite(bf16).all()
+    keep = mask.bool()
+    a, b = fp32[keep], bf16.float()[keep]
+    assert torch.nn.functional.cosine_similarity(a, b, dim=-1).min().item() >= 0.999
+    assert (a - b).abs().mean().item() <= 0.03 and (a - b).abs().max().item() <= 0.3
+
+
+@pytest.mark.parametrize("name", ["deberta-base", "deberta-v3-xsmall"])
+def test_deberta_explicit_path_matches_fused_and_returns_attentions(name):
+    config = bertkit.config.PRESETS[name].config.replace(num_layers=2, vocab_size=100, max_positions=64)
+    config = config.replace(conv_kernel_size=3) if config.family == "deberta-v2" else config
+    model = bertkit.build(config).eval()
+    ids = torch.randint(1, 100, (2, 40))
+    mask = torch.ones(2, 40, dtype=torch.long)
+    mask[1, 25:] = 0
+    with torch.no_grad():
+        fused = model(ids, mask)
+        explicit = model(ids, mask, output_attentions=True)
+    keep = mask.bool()
+    diff = (fused.last_hidden_state[keep] - explicit.last_hidden_state[keep]).abs().max().item()
+    assert diff <= 1e-4
+    assert len(explicit.attentions) == 2 and explicit.attentions[0].shape == (2, config.num_heads, 40, 40)
+    assert explicit.attentions[0][1, :, :, 25:].abs().max().item() == 0.0
+
+
+def test_deberta_pos_att_type_accepts_the_config_string_and_refuses_unknown_terms():
+    from bertkit.models.deberta import DebertaConfig
+
+    assert DebertaConfig(pos_att_type="p2c|c2p").pos_att_type == ("p2c", "c2p")
+    assert DebertaConfig(pos_att_type=["c2p"]).pos_att_type == ("c2p",)
+    with pytest.raises(bertkit.BertkitError, match="pos_att_type"):
+        DebertaConfig(pos_att_type="c2p|p2p")
