@@ -14,6 +14,7 @@ from tokenizers import Tokenizer as _Backend
 from tokenizers import models, normalizers, pre_tokenizers, processors, decoders
 
 from ..errors import BertkitError
+from ..files import read_json
 
 BERT_SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
                  "mask_token": "[MASK]"}
@@ -138,13 +139,6 @@ def _wordpiece_from_vocab(vocab_file: Path, config: dict) -> _Backend:
     return backend
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise BertkitError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
-
-
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """A tokenizer from a checkpoint directory, a tokenizer.json or a vocab.txt (WordPiece)."""
     path = Path(path)
@@ -152,11 +146,11 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     if not path.exists():
         raise BertkitError(f"{path}: no such file or directory")
     config_file = directory / "tokenizer_config.json"
-    config = _read_json(config_file) if config_file.exists() else {}
+    config = read_json(config_file) if config_file.exists() else {}
     special = {k: config[k] for k in SPECIAL_KEYS if isinstance(config.get(k), str)}
     special_map = directory / "special_tokens_map.json"
     if special_map.exists():
-        for k, v in _read_json(special_map).items():
+        for k, v in read_json(special_map).items():
             token = v.get("content") if isinstance(v, dict) else v
             if k in SPECIAL_KEYS and isinstance(token, str):
                 special.setdefault(k, token)

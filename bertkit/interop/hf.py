@@ -21,6 +21,7 @@ import torch
 
 from ..config import EncoderConfig
 from ..errors import BertkitError
+from ..files import read_json
 from ..model import Model
 from ..models import get_family
 from .hf_names import FAMILIES, HEAD_SUFFIX, HFFamily
@@ -30,16 +31,6 @@ from .hf_names import FAMILIES, HEAD_SUFFIX, HFFamily
 # ---------------------------------------------------------------------------------------------
 
 AUTO = "auto"
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise BertkitError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    if not isinstance(data, dict):
-        raise BertkitError(f"{path}: expected a JSON object at the top level")
-    return data
 
 
 def _split_architecture(arch: str) -> tuple[HFFamily, str | None] | None:
@@ -233,7 +224,7 @@ def read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
         if not path.exists():
             continue
         if name.endswith(".index.json"):
-            shards = sorted(set(_read_json(path).get("weight_map", {}).values()))
+            shards = sorted(set(read_json(path).get("weight_map", {}).values()))
             if not shards:
                 raise BertkitError(f"{path}: weight_map is empty")
             state = {}
@@ -343,7 +334,7 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
     config_path = directory / "config.json"
     if not config_path.exists():
         raise BertkitError(f"{directory}: no config.json (not a Hugging Face model directory)")
-    hf = _read_json(config_path)
+    hf = read_json(config_path)
     config = config_from_hf(hf, config_path)
     head_from_file = head == AUTO
     if head_from_file:
