@@ -25,11 +25,16 @@ class Model(nn.Module):
         init_weights(self, config.initializer_range)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, output_attentions: bool = False) -> EncoderOutput:
-        out = self.backbone(input_ids, attention_mask, token_type_ids, output_attentions)
+                token_type_ids: torch.Tensor | None = None, output_attentions: bool = False,
+                output_hidden_states: bool = False) -> EncoderOutput:
+        head_needs_states = self.head is not None and self.head.uses_hidden_states
+        out = self.backbone(input_ids, attention_mask, token_type_ids, output_attentions,
+                            output_hidden_states or head_needs_states)
         if self.head is not None:
             for name, value in self.head(out).items():
                 setattr(out, name, value)
+        if not output_hidden_states:
+            out.hidden_states = None
         return out
 
     def num_parameters(self) -> int:

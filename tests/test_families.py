@@ -152,3 +152,69 @@ def test_deberta_pos_att_type_accepts_the_config_string_and_refuses_unknown_term
     assert DebertaConfig(pos_att_type=["c2p"]).pos_att_type == ("c2p",)
     with pytest.raises(bertkit.BertkitError, match="pos_att_type"):
         DebertaConfig(pos_att_type="c2p|p2p")
+
+
+def emd_model(**kw):
+    from bertkit.models.deberta import DebertaConfig
+
+    config = DebertaConfig(vocab_size=100, hidden_size=32, num_layers=3, num_heads=4, intermediate_size=40,
+                           max_positions=32, position_buckets=8, enhanced_mask_decoder=True, **kw)
+    torch.manual_seed(0)
+    return bertkit.build(config, head="mlm").eval()
+
+
+EMD_IDS = torch.randint(1, 100, (2, 12), generator=torch.Generator().manual_seed(0))
+EMD_MASK = torch.tensor([[1] * 12, [1] * 7 + [0] * 5])
+
+
+def test_emd_without_absolute_positions_is_the_last_layer_again():
+    """EMD changes the output only through absolute positions: with a zero position table and
+    one step, its query stream is the last layer's own input, so it decodes the encoder output."""
+    model = emd_model()
+    with torch.no_grad():
+        model.head.position.weight.zero_()
+        model.head.steps = 1
+        out = model(EMD_IDS, EMD_MASK)
+        plain = model.head.predict(out.last_hidden_state)
+    keep = EMD_MASK.bool()
+    assert (out.logits[keep] - plain[keep]).abs().max().item() <= 1e-5
+    with torch.no_grad():
+        model.head.position.weight.normal_()
+        moved = model(EMD_IDS, EMD_MASK).logits
+    assert (moved[keep] - plain[keep]).abs().max().item() > 1e-2
+
+
+def test_emd_switched_off_recovers_the_plain_head_exactly():
+    model = emd_model()
+    plain = bertkit.Model(model.config.replace(enhanced_mask_decoder=False), head="mlm").eval()
+    missing, unexpected = plain.load_state_dict(model.state_dict(), strict=False)
+    assert missing == [] and unexpected == ["head.position.weight"]
+    model.head.steps = 0
+    with torch.no_grad():
+        assert torch.equal(model(EMD_IDS, EMD_MASK).logits, plain(EMD_IDS, EMD_MASK).logits)
+
+
+def test_emd_gradients_reach_positions_last_layer_and_head():
+    model = emd_model(conv_kernel_size=3).train()
+    out = model(EMD_IDS, EMD_MASK)
+    assert out.logits.shape == (2, 12, 100) and out.hidden_states is None
+    out.logits.logsumexp(-1).mean().backward()
+    last = model.backbone.encoder.layer_for(2)
+    for p in (model.head.position.weight, last.attn.query.weight, last.ffn.up.weight, model.head.transform.weight):
+        assert p.grad is not None and p.grad.abs().sum() > 0
+
+
+def test_emd_survives_save_and_transformers_still_loads_the_encoder(tmp_path):
+    model = emd_model()
+    with torch.no_grad():
+        model.head.position.weight.normal_()
+    model.save_pretrained(tmp_path)
+    again = bertkit.from_pretrained(tmp_path)
+    assert again.config.enhanced_mask_decoder
+    with torch.no_grad():
+        assert torch.equal(again(EMD_IDS, EMD_MASK).logits, model(EMD_IDS, EMD_MASK).logits)
+        ref = transformers.DebertaV2ForMaskedLM.from_pretrained(tmp_path).eval()
+        theirs = ref.deberta(input_ids=EMD_IDS, attention_mask=EMD_MASK).last_hidden_state
+        ours = model(EMD_IDS, EMD_MASK).last_hidden_state
+    keep = EMD_MASK.bool()
+    assert (theirs[keep] - ours[keep]).abs().max().item() <= 1e-4

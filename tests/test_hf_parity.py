@@ -304,3 +304,20 @@ def test_roberta_positions_skip_left_padding(tmp_path):
     assert max_diff_on_real(got, expected, left_mask) <= TOL
     alone = ours(ids[1:2, : int(mask[1].sum())]).last_hidden_state[0]
     assert (got[1][left_mask[1].bool()] - alone).abs().max().item() <= TOL
+
+
+@pytest.mark.parametrize("family, cls_name, variant", [("bert", "BertModel", "gelu-2types"),
+                                                       ("albert", "AlbertModel", "2groups-x2inner"),
+                                                       ("deberta-v2", "DebertaV2Model", "c2p-conv-absolute")])
+def test_hidden_states_match_transformers(family, cls_name, variant, tmp_path):
+    config = hf_config(family, variant, cls_name)
+    ref = hf_model(cls_name, config)
+    ours = bertkit.from_pretrained(_saved(ref, tmp_path))
+    ids, mask, types = batch_for(config)
+    theirs = call(ref, ids, mask, types, output_hidden_states=True).hidden_states
+    with torch.no_grad():
+        mine = ours(ids, mask, types, output_hidden_states=True).hidden_states
+    assert len(mine) == len(theirs)
+    for a, b in zip(mine, theirs):
+        assert max_diff_on_real(a, b, mask) <= TOL
+    assert ours(ids, mask, types).hidden_states is None

@@ -206,6 +206,8 @@ ELECTRA = HFFamily(
     ignored=POSITION_IDS,
 )
 
+# bertkit's enhanced mask decoder (transformers has none, and ignores this tensor and config key).
+EMD = [("enhanced_mask_decoder.position_embeddings.weight", "position.weight")]
 DEBERTA_V2_BLOCK = [("attention.self.query_proj.{p}", "attn.query.{p}"),
                     ("attention.self.key_proj.{p}", "attn.key.{p}"),
                     ("attention.self.value_proj.{p}", "attn.value.{p}"),
@@ -219,7 +221,8 @@ DEBERTA_V2 = HFFamily(
                  "max_relative_positions": "max_relative_positions", "position_buckets": "position_buckets",
                  "pos_att_type": "pos_att_type", "share_att_key": "share_att_key", "norm_rel_ebd": "norm_rel_ebd",
                  "conv_kernel_size": "conv_kernel_size", "conv_act": "conv_act", "conv_groups": "conv_groups",
-                 "pooler_hidden_act": "pooler_act", "pooler_dropout": "pooler_dropout", "legacy": "legacy_mlm"},
+                 "pooler_hidden_act": "pooler_act", "pooler_dropout": "pooler_dropout", "legacy": "legacy_mlm",
+                 "enhanced_mask_decoder": "enhanced_mask_decoder"},
     # DebertaV2Config's own defaults (xxlarge sizes, v1-style attention) for keys a file omits.
     defaults={"hidden_size": 1536, "num_hidden_layers": 24, "num_attention_heads": 24, "intermediate_size": 6144,
               "relative_attention": False, "position_biased_input": True, "pos_att_type": (),
@@ -234,12 +237,12 @@ DEBERTA_V2 = HFFamily(
              ("encoder.conv.conv.{p}", "encoder.conv.conv.{p}"),
              ("encoder.conv.LayerNorm.{p}", "encoder.conv.norm.{p}")]
     + [(f"encoder.layer.{{i}}.{hf}", f"encoder.layers.{{i}}.{ours}") for hf, ours in DEBERTA_V2_BLOCK],
-    heads={None: [], "mlm": BERT_MLM,
+    heads={None: [], "mlm": BERT_MLM + EMD,
            "classification": [("pooler.dense.{p}", "dense.{p}"), ("classifier.{p}", "out_proj.{p}")],
            "token-classification": CLASSIFIER, "qa": QA},
     modern_mlm=[("lm_predictions.lm_head.dense.{p}", "transform.{p}"),
                 ("lm_predictions.lm_head.LayerNorm.{p}", "norm.{p}"),
-                ("lm_predictions.lm_head.bias", "bias")],
+                ("lm_predictions.lm_head.bias", "bias")] + EMD,
     tokenizer_class="DebertaV2Tokenizer",
     token_types_optional=True,
     # Released v3 files keep an unused absolute-position table; MLM files the EMD's weights.

@@ -42,10 +42,11 @@ class SelfAttention(nn.Module):
         return None
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False,
-                **context) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x: (B, T, H); mask: (B, 1, 1, T) bool or None. Returns (B, T, H) and, with
-        need_weights, the attention probabilities (B, N, T, T)."""
-        q = self.split_heads(self.query(x))  # (B, N, T, D)
+                query: torch.Tensor | None = None, **context) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x: (B, T, H); mask: (B, 1, 1, T) bool or None; `query`, (B, T, H), when the queries
+        come from another stream than the keys and values (DeBERTa's enhanced mask decoder).
+        Returns (B, T, H) and, with need_weights, the attention probabilities (B, N, T, T)."""
+        q = self.split_heads(self.query(x if query is None else query))  # (B, N, T, D)
         k = self.split_heads(self.key(x))    # (B, N, T, D)
         v = self.split_heads(self.value(x))  # (B, N, T, D)
         bias = self.score_bias(q, k, **context)

@@ -37,14 +37,17 @@ class EncoderModel(nn.Module):
         self.pooler = pooler
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, output_attentions: bool = False) -> EncoderOutput:
+                token_type_ids: torch.Tensor | None = None, output_attentions: bool = False,
+                output_hidden_states: bool = False) -> EncoderOutput:
         keys = key_padding_mask(attention_mask, input_ids)  # (B, T) bool or None
         x = self.embeddings(input_ids, token_type_ids)      # (B, T, E)
         if self.projection is not None:
             x = self.projection(x)                          # (B, T, H)
-        x, attentions = self.encoder(x, attention_mask_4d(keys), output_attentions)
+        x, attentions, states = self.encoder(x, attention_mask_4d(keys), output_attentions)
         return EncoderOutput(
             last_hidden_state=x,
             pooler_output=self.pooler(x) if self.pooler is not None else None,
             attentions=attentions if output_attentions else None,
+            hidden_states=states if output_hidden_states else None,
+            attention_mask=keys,
         )

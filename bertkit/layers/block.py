@@ -30,18 +30,21 @@ class TransformerBlock(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False,
-                **context) -> tuple[torch.Tensor, torch.Tensor | None]:
+                query: torch.Tensor | None = None, **context) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x: (B, T, H); mask: (B, 1, 1, T) bool; `context` goes to the attention's score hook.
-        Returns (B, T, H) and optional (B, N, T, T)."""
+        With `query` (B, T, H), queries and the residual stream come from it while keys and
+        values come from x. Returns (B, T, H) and optional (B, N, T, T)."""
+        stream = x if query is None else query
         if self.norm_first:
-            a, probs = self.attn(self.attn_norm(x), mask, need_weights, **context)
-            x = x + self.dropout(a)
-            x = x + self.dropout(self.ffn(self.ffn_norm(x)))
+            q = None if query is None else self.attn_norm(query)
+            a, probs = self.attn(self.attn_norm(x), mask, need_weights, query=q, **context)
+            y = stream + self.dropout(a)
+            y = y + self.dropout(self.ffn(self.ffn_norm(y)))
         else:
-            a, probs = self.attn(x, mask, need_weights, **context)
-            x = self.attn_norm(x + self.dropout(a))
-            x = self.ffn_norm(x + self.dropout(self.ffn(x)))
-        return x, probs
+            a, probs = self.attn(x, mask, need_weights, query=query, **context)
+            y = self.attn_norm(stream + self.dropout(a))
+            y = self.ffn_norm(y + self.dropout(self.ffn(y)))
+        return y, probs
 
 
 class Encoder(nn.Module):
@@ -67,19 +70,22 @@ class Encoder(nn.Module):
     def after_layer(self, i: int, x: torch.Tensor, inputs: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         return x
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                output_attentions: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-        """x: (B, T, H); mask: (B, 1, 1, T) bool or None."""
-        attentions = []
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, output_attentions: bool = False
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+        """x: (B, T, H); mask: (B, 1, 1, T) bool or None. Returns the output (B, T, H), the
+        attention probabilities per layer (if asked) and the stream before each layer and at the
+        end (embeddings first, num_layers + 1 tensors)."""
+        attentions, states = [], [x]
         inputs, context = x, self.context(x, mask)
         for i in range(self.num_layers):
             x, probs = self.layer_for(i)(x, mask, output_attentions, **context)
             x = self.after_layer(i, x, inputs, mask)
+            states.append(x)
             if output_attentions:
                 attentions.append(probs)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return x, tuple(attentions)
+        return x, tuple(attentions), tuple(states)
 
 
 def build_encoder(config: EncoderConfig) -> Encoder:

@@ -1,6 +1,4 @@
 """Task heads. Each reads the encoder output and returns the output fields it fills.
-
-`uses_pooler` tells the model builder whether the encoder needs its pooler for this head.
 Shapes: B batch, T sequence length, H hidden size, E embedding size, V vocabulary, C labels.
 """
 
@@ -15,16 +13,22 @@ from .activations import activation
 from .output import EncoderOutput
 
 
+class Head(nn.Module):
+    """What a head asks of the encoder: its pooler (`uses_pooler`), and every layer's states
+    (`uses_hidden_states`, e.g. a decoder that reuses the last layer)."""
+
+    uses_pooler = False
+    uses_hidden_states = False
+
+
 def classifier_dropout(config: EncoderConfig) -> float:
     return config.hidden_dropout if config.classifier_dropout is None else config.classifier_dropout
 
 
-class MLMHead(nn.Module):
+class MLMHead(Head):
     """Masked-LM head (BERT sec. 3.1, task #1): dense + activation + LayerNorm, then a decoder whose
     weight is the word-embedding matrix (tied, Press & Wolf 2017) plus a per-token output bias.
     `act` overrides the config's activation (RoBERTa's and ELECTRA's heads always use GELU)."""
-
-    uses_pooler = False
 
     def __init__(self, config: EncoderConfig, word_embeddings: nn.Embedding, act: str | None = None):
         super().__init__()
@@ -37,12 +41,16 @@ class MLMHead(nn.Module):
             self.decoder.weight = word_embeddings.weight
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
+    def predict(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(..., H) hidden states -> (..., V) vocabulary logits."""
+        x = self.norm(self.act(self.transform(hidden)))  # (..., E)
+        return F.linear(x, self.decoder.weight, self.bias)  # (..., V)
+
     def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
-        x = self.norm(self.act(self.transform(out.last_hidden_state)))  # (B, T, E)
-        return {"logits": F.linear(x, self.decoder.weight, self.bias)}    # (B, T, V)
+        return {"logits": self.predict(out.last_hidden_state)}  # (B, T, V)
 
 
-class PairHead(nn.Module):
+class PairHead(Head):
     """Two-way sentence-pair classifier on the pooled output: NSP (BERT) or SOP (ALBERT)."""
 
     uses_pooler = True
@@ -56,7 +64,7 @@ class PairHead(nn.Module):
         return {"pair_logits": self.classifier(self.dropout(out.pooler_output))}  # (B, 2)
 
 
-class PreTrainingHead(nn.Module):
+class PreTrainingHead(Head):
     """MLM + pair prediction, BERT's two pre-training tasks together."""
 
     uses_pooler = True
@@ -70,7 +78,7 @@ class PreTrainingHead(nn.Module):
         return {**self.mlm(out), **self.pair(out)}
 
 
-class SequenceClassificationHead(nn.Module):
+class SequenceClassificationHead(Head):
     """Dropout + linear on the pooled [CLS] vector (BERT sec. 4.1)."""
 
     uses_pooler = True
@@ -84,12 +92,10 @@ class SequenceClassificationHead(nn.Module):
         return {"logits": self.classifier(self.dropout(out.pooler_output))}  # (B, C)
 
 
-class FirstTokenHead(nn.Module):
+class FirstTokenHead(Head):
     """Sentence classifier with its own hidden layer on the first token, for encoders without a
     pre-trained pooler: dropout, dense, activation (tanh for RoBERTa, GELU for ELECTRA, ReLU for
     DistilBERT), dropout, projection."""
-
-    uses_pooler = False
 
     def __init__(self, config: EncoderConfig, act: str, input_dropout: float, hidden_dropout: float):
         super().__init__()
@@ -104,10 +110,8 @@ class FirstTokenHead(nn.Module):
         return {"logits": self.out_proj(self.dropout(x))}                            # (B, C)
 
 
-class TokenClassificationHead(nn.Module):
+class TokenClassificationHead(Head):
     """Dropout + linear on every token (BERT sec. 5.3, NER)."""
-
-    uses_pooler = False
 
     def __init__(self, config: EncoderConfig, dropout: float | None = None):
         super().__init__()
@@ -118,10 +122,8 @@ class TokenClassificationHead(nn.Module):
         return {"logits": self.classifier(self.dropout(out.last_hidden_state))}  # (B, T, C)
 
 
-class SpanHead(nn.Module):
+class SpanHead(Head):
     """Extractive QA (BERT sec. 4.2): one linear layer scores every token as span start and end."""
-
-    uses_pooler = False
 
     def __init__(self, config: EncoderConfig, dropout: float = 0.0):
         super().__init__()

@@ -32,7 +32,7 @@ from torch import nn
 from ..config import EncoderConfig, register_preset
 from ..errors import BertkitError
 from ..layers import (Encoder, EncoderModel, FirstTokenHead, MLMHead, SelfAttention, TransformerBlock,
-                      classifier_dropout, standard_head)
+                      attention_mask_4d, classifier_dropout, standard_head)
 from ..layers.activations import activation
 from . import Family, register_family
 
@@ -59,6 +59,7 @@ class DebertaConfig(EncoderConfig):
     pooler_act: str = "gelu"
     pooler_dropout: float = 0.0
     legacy_mlm: bool = True  # weight layout of the MLM head (cls.predictions vs lm_predictions)
+    enhanced_mask_decoder: bool = False  # the MLM head decodes through EMD (sec. 3.2); bertkit only
 
     def __post_init__(self) -> None:
         terms = self.pos_att_type
@@ -226,6 +227,44 @@ class DebertaEmbeddings(nn.Module):
         return self.dropout(self.norm(x))
 
 
+class EnhancedMaskDecoder(MLMHead):
+    """The enhanced mask decoder (sec. 3.2, Fig. 2): the MLM head, but decoding from states that
+    have seen *absolute* positions, which relative attention alone cannot tell apart ("a new
+    store opened beside the new mall": store and mall have the same context).
+
+    Keys and values are the input of the encoder's last layer, H; the queries start as H plus an
+    absolute position embedding and go through that same last layer `steps` times (n = 2 in the
+    paper, parameters shared with the last layer). steps = 0 switches EMD off: the plain MLM head
+    on the encoder's output. transformers has no EMD: the position table is saved under a name
+    it ignores, and `enhanced_mask_decoder` in config.json restores EMD when bertkit loads it.
+    """
+
+    uses_hidden_states = True
+
+    def __init__(self, config: DebertaConfig, backbone: EncoderModel, steps: int = 2):
+        super().__init__(config, backbone.embeddings.word)
+        self.position = nn.Embedding(config.max_positions, config.hidden_size)
+        self.steps = steps
+        # A reference, not a submodule: the last block belongs to the encoder and is saved there.
+        self._encoder = (backbone.encoder,)
+
+    def forward(self, out):
+        if self.steps == 0:
+            return super().forward(out)
+        encoder = self._encoder[0]
+        states = out.hidden_states[-2]  # (B, T, H): what the last layer reads
+        T = states.shape[1]
+        if T > self.position.num_embeddings:
+            raise BertkitError(f"sequence length {T} exceeds the decoder's {self.position.num_embeddings} positions")
+        mask = attention_mask_4d(out.attention_mask)
+        context = encoder.context(states, mask)
+        last = encoder.layer_for(encoder.num_layers - 1)
+        query = states + self.position.weight[:T]  # (B, T, H)
+        for _ in range(self.steps):
+            query, _ = last(states, mask, query=query, **context)
+        return {"logits": self.predict(query)}  # (B, T, V)
+
+
 def build_backbone(config: DebertaConfig, with_pooler: bool) -> EncoderModel:
     return EncoderModel(DebertaEmbeddings(config), DebertaEncoder(config), pooler=None)
 
@@ -233,7 +272,7 @@ def build_backbone(config: DebertaConfig, with_pooler: bool) -> EncoderModel:
 def build_head(kind, config, backbone):
     word = backbone.embeddings.word
     if kind == "mlm":
-        return MLMHead(config, word)
+        return EnhancedMaskDecoder(config, backbone) if config.enhanced_mask_decoder else MLMHead(config, word)
     if kind == "classification":
         # The "context pooler": dense + activation on the first token, trained with the task.
         return FirstTokenHead(config, act=config.pooler_act, input_dropout=config.pooler_dropout,

@@ -19,7 +19,7 @@ from torch import nn
 
 from ..config import EncoderConfig, register_preset
 from ..errors import BertkitError
-from ..layers import (Embeddings, EncoderModel, EncoderOutput, FirstTokenHead, MLMHead, build_encoder,
+from ..layers import (Embeddings, EncoderModel, EncoderOutput, FirstTokenHead, Head, MLMHead, build_encoder,
                       classifier_dropout, standard_head)
 from ..layers.activations import activation
 from . import Family, register_family
@@ -36,11 +36,9 @@ class ElectraConfig(EncoderConfig):
             raise BertkitError(f"config: embedding_size must be positive, got {self.embedding_size}")
 
 
-class ReplacedTokenHead(nn.Module):
+class ReplacedTokenHead(Head):
     """The discriminator (sec. 2): dense + activation + one logit per token, > 0 meaning
     "replaced". logits: (B, T)."""
-
-    uses_pooler = False
 
     def __init__(self, config: ElectraConfig):
         super().__init__()
