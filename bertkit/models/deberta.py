@@ -138,12 +138,12 @@ class DisentangledAttention(SelfAttention):
         idx = rel_pos + self.span  # (T, T): row of the table for distance delta(i, j)
         bias = 0
         if "c2p" in self.terms:
-            pos_k = self.split_heads((self.pos_key or self.key)(table))  # (1, N, K, D)
+            pos_k = self.split_heads((self.key if self.pos_key is None else self.pos_key)(table))  # (1, N, K, D)
             c2p = torch.matmul(q, pos_k.transpose(-1, -2))               # (B, N, T, K): query x distance
             c2p = c2p.gather(-1, idx.clamp(0, 2 * self.span - 1).expand(*c2p.shape[:2], -1, -1))  # (B, N, T, T)
             bias = bias + c2p
         if "p2c" in self.terms:
-            pos_q = self.split_heads((self.pos_query or self.query)(table))  # (1, N, K, D)
+            pos_q = self.split_heads((self.query if self.pos_query is None else self.pos_query)(table))  # (1, N, K, D)
             p2c = torch.matmul(k, pos_q.transpose(-1, -2))                   # (B, N, T, K): key x distance
             # key j meets query i at distance delta(j, i) = -delta(i, j)
             p2c = p2c.gather(-1, (2 * self.span - idx).clamp(0, 2 * self.span - 1).expand(*p2c.shape[:2], -1, -1))
