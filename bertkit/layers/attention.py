@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import EncoderConfig
+from .packing import Packing
 
 
 class SelfAttention(nn.Module):
@@ -42,13 +43,18 @@ class SelfAttention(nn.Module):
         return None
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False,
-                query: torch.Tensor | None = None, **context) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x: (B, T, H); mask: (B, 1, 1, T) bool or None; `query`, (B, T, H), when the queries
-        come from another stream than the keys and values (DeBERTa's enhanced mask decoder).
-        Returns (B, T, H) and, with need_weights, the attention probabilities (B, N, T, T)."""
-        q = self.split_heads(self.query(x if query is None else query))  # (B, N, T, D)
-        k = self.split_heads(self.key(x))    # (B, N, T, D)
-        v = self.split_heads(self.value(x))  # (B, N, T, D)
+                query: torch.Tensor | None = None, packing: Packing | None = None,
+                **context) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x: (B, T, H), or (total, H) real tokens only when `packing` is given; mask: (B, 1, 1, T)
+        bool or None; `query`, shaped like x, when the queries come from another stream than the
+        keys and values (DeBERTa's enhanced mask decoder). Returns x's shape and, with
+        need_weights, the attention probabilities (B, N, T, T)."""
+        q, k, v = self.query(x if query is None else query), self.key(x), self.value(x)
+        if packing is not None and not need_weights:
+            return self.out_proj(self._per_sequence(q, k, v, packing, context)), None
+        if packing is not None:  # the explicit path returns (B, N, T, T) maps: pad around it
+            q, k, v = packing.pad(q), packing.pad(k), packing.pad(v)  # (B, T, H)
+        q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # (B, N, T, D)
         bias = self.score_bias(q, k, **context)
         dropout_p = self.dropout_p if self.training else 0.0
         if need_weights:
@@ -57,7 +63,21 @@ class SelfAttention(nn.Module):
             out, probs = self._fused(q, k, v, mask, bias, dropout_p), None
         B, N, T, D = out.shape
         out = out.transpose(1, 2).reshape(B, T, N * D)  # (B, T, H)
+        if packing is not None:
+            out = packing.unpad(out)  # (total, H)
         return self.out_proj(out), probs
+
+    def _per_sequence(self, q, k, v, packing, context) -> torch.Tensor:
+        """Attention on unpadded tokens, (total, H) each: every sequence on its own, so no score
+        is computed for padding and no mask is needed."""
+        dropout_p = self.dropout_p if self.training else 0.0
+        outputs = []
+        for qs, ks, vs in zip(*(t.split(packing.lengths) for t in (q, k, v))):
+            L = qs.shape[0]
+            qs, ks, vs = (t.view(1, L, self.num_heads, self.head_dim).transpose(1, 2) for t in (qs, ks, vs))  # (1, N, L, D)
+            out = self._fused(qs, ks, vs, None, self.score_bias(qs, ks, **context), dropout_p)  # (1, N, L, D)
+            outputs.append(out[0].transpose(0, 1).reshape(L, -1))  # (L, H)
+        return torch.cat(outputs)  # (total, H)
 
     def _fused(self, q, k, v, mask, bias, dropout_p):
         attn_mask = mask

@@ -10,6 +10,7 @@ from torch import nn
 
 from .block import Encoder
 from .masks import attention_mask_4d, key_padding_mask
+from .packing import Packing
 from .output import EncoderOutput
 
 
@@ -35,6 +36,8 @@ class EncoderModel(nn.Module):
         self.projection = projection
         self.encoder = encoder
         self.pooler = pooler
+        # Run the blocks on real tokens only (packing.py); False keeps the padded computation.
+        self.unpad = True
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_attentions: bool = False,
@@ -43,7 +46,12 @@ class EncoderModel(nn.Module):
         x = self.embeddings(input_ids, token_type_ids)      # (B, T, E)
         if self.projection is not None:
             x = self.projection(x)                          # (B, T, H)
-        x, attentions, states = self.encoder(x, attention_mask_4d(keys), output_attentions)
+        packing = Packing.from_mask(keys) if self.unpad and keys is not None and not keys.all() else None
+        if packing is not None:
+            x = packing.unpad(x)                            # (total, H)
+        x, attentions, states = self.encoder(x, attention_mask_4d(keys), output_attentions, packing)
+        if packing is not None:
+            x, states = packing.pad(x), tuple(packing.pad(s) for s in states)  # (B, T, H)
         return EncoderOutput(
             last_hidden_state=x,
             pooler_output=self.pooler(x) if self.pooler is not None else None,

@@ -15,6 +15,7 @@ from torch import nn
 from ..config import EncoderConfig
 from .attention import SelfAttention
 from .feedforward import FeedForward
+from .packing import Packing
 
 
 class TransformerBlock(nn.Module):
@@ -50,9 +51,11 @@ class TransformerBlock(nn.Module):
 class Encoder(nn.Module):
     """A stack of blocks, with three hooks for families:
     `layer_for(i)`: which block runs at depth i (ALBERT reuses shared blocks);
-    `context(x, mask)`: extra inputs computed once per forward for every attention layer
+    `context(length, device)`: extra inputs computed once per forward for every attention layer
     (DeBERTa's relative positions and their embeddings);
-    `after_layer(i, x, inputs, mask)`: a change to the stream after block i (DeBERTa's convolution)."""
+    `after_layer(i, x, inputs, mask, packing)`: a change to the stream after block i (DeBERTa's
+    convolution).
+    With a `packing`, the stream holds only the real tokens, (total, H); see packing.py."""
 
     def __init__(self, blocks: list[nn.Module], num_layers: int | None = None,
                  final_norm: nn.Module | None = None):
@@ -64,22 +67,27 @@ class Encoder(nn.Module):
     def layer_for(self, i: int) -> nn.Module:
         return self.layers[i]
 
-    def context(self, x: torch.Tensor, mask: torch.Tensor | None) -> dict:
+    def context(self, length: int, device: torch.device) -> dict:
         return {}
 
-    def after_layer(self, i: int, x: torch.Tensor, inputs: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def after_layer(self, i: int, x: torch.Tensor, inputs: torch.Tensor, mask: torch.Tensor | None,
+                    packing: Packing | None) -> torch.Tensor:
         return x
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, output_attentions: bool = False
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, output_attentions: bool = False,
+                packing: Packing | None = None
                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
-        """x: (B, T, H); mask: (B, 1, 1, T) bool or None. Returns the output (B, T, H), the
-        attention probabilities per layer (if asked) and the stream before each layer and at the
-        end (embeddings first, num_layers + 1 tensors)."""
+        """x: (B, T, H) or, with `packing`, (total, H); mask: (B, 1, 1, T) bool or None. Returns
+        the output (x's shape), the attention probabilities per layer (if asked) and the stream
+        before each layer and at the end (embeddings first, num_layers + 1 tensors)."""
         attentions, states = [], [x]
-        inputs, context = x, self.context(x, mask)
+        length = x.shape[1] if packing is None else packing.length
+        inputs, context = x, self.context(length, x.device)
+        if packing is not None:
+            context["packing"] = packing
         for i in range(self.num_layers):
             x, probs = self.layer_for(i)(x, mask, output_attentions, **context)
-            x = self.after_layer(i, x, inputs, mask)
+            x = self.after_layer(i, x, inputs, mask, packing)
             states.append(x)
             if output_attentions:
                 attentions.append(probs)

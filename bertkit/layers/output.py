@@ -11,8 +11,9 @@ import torch
 class EncoderOutput:
     """Shapes: B batch, T length, H hidden, V vocabulary, C labels, N heads.
 
-    Pad positions (attention_mask == 0) hold whatever the padded computation gives there, exactly
-    as in `transformers` (they attend to the real tokens); only non-pad positions are meaningful.
+    Only non-pad positions are meaningful. Pad positions (attention_mask == 0) hold zeros on the
+    default unpadded path (no work is spent on them); with `model.backbone.unpad = False` they
+    hold what the padded computation gives there, as in `transformers`.
     """
 
     last_hidden_state: torch.Tensor                      # (B, T, H)

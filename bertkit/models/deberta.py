@@ -135,6 +135,7 @@ class DisentangledAttention(SelfAttention):
         if not self.relative:
             return None
         table = self.pos_dropout(rel_embeddings[: 2 * self.span])[None]  # (1, K, H)
+        rel_pos = rel_pos[: q.shape[-2], : k.shape[-2]]  # this sequence's (T, T) corner
         idx = rel_pos + self.span  # (T, T): row of the table for distance delta(i, j)
         bias = 0
         if "c2p" in self.terms:
@@ -183,17 +184,19 @@ class DebertaEncoder(Encoder):
                          if config.relative_attention and config.norm_rel_ebd == "layer_norm" else None)
         self.conv = ConvLayer(config) if config.conv_kernel_size > 0 else None
 
-    def context(self, x, mask):
+    def context(self, length, device):
         if self.rel_embeddings is None:
             return {}
         table = self.rel_embeddings.weight  # (K, H)
         if self.rel_norm is not None:
             table = self.rel_norm(table)
-        return {"rel_embeddings": table, "rel_pos": relative_positions(x.shape[1], self.config, x.device)}
+        return {"rel_embeddings": table, "rel_pos": relative_positions(length, self.config, device)}
 
-    def after_layer(self, i, x, inputs, mask):
+    def after_layer(self, i, x, inputs, mask, packing):
         if i != 0 or self.conv is None:
             return x
+        if packing is not None:  # the convolution needs each sequence's neighbours in place
+            return packing.unpad(self.after_layer(i, packing.pad(x), packing.pad(inputs), mask, None))
         keep = torch.ones_like(x[..., :1]) if mask is None else mask[:, 0, 0, :, None].to(x.dtype)  # (B, T, 1)
         return self.conv(inputs, x, keep)
 
@@ -257,7 +260,7 @@ class EnhancedMaskDecoder(MLMHead):
         if T > self.position.num_embeddings:
             raise BertkitError(f"sequence length {T} exceeds the decoder's {self.position.num_embeddings} positions")
         mask = attention_mask_4d(out.attention_mask)
-        context = encoder.context(states, mask)
+        context = encoder.context(T, states.device)
         last = encoder.layer_for(encoder.num_layers - 1)
         query = states + self.position.weight[:T]  # (B, T, H)
         for _ in range(self.steps):

@@ -1,0 +1,75 @@
+"""Execution paths give the same numbers: unpadded (default) against padded, fused against
+explicit, for every preset's family (shrunk)."""
+
+import pytest
+import torch
+
+import bertkit
+from bertkit.config import PRESETS
+
+FAMILY_PRESETS = sorted({p.config.family: name for name, p in PRESETS.items()}.values())
+
+
+def shrunk(name, **kw):
+    config = PRESETS[name].config.replace(num_layers=2, vocab_size=120, max_positions=40, **kw)
+    if config.family == "deberta-v2":
+        config = config.replace(conv_kernel_size=3, position_buckets=8)  # the conv layer sees neighbours
+    torch.manual_seed(0)
+    return bertkit.build(config, head="mlm").eval()
+
+
+def batch(pad_id, left=False):
+    g = torch.Generator().manual_seed(0)
+    lengths = [11, 4, 7, 1]
+    ids = torch.randint(3, 120, (4, 11), generator=g)
+    mask = (torch.arange(11)[None] < torch.tensor(lengths)[:, None]).long()
+    if left:
+        mask = mask.flip(1)
+    return ids.masked_fill(mask == 0, pad_id), mask
+
+
+@pytest.mark.parametrize("left", [False, True], ids=["right-pad", "left-pad"])
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
+def test_unpadded_path_equals_padded_path(name, left):
+    model = shrunk(name)
+    ids, mask = batch(model.config.pad_token_id, left)
+    with torch.no_grad():
+        fast = model(ids, mask, output_hidden_states=True)
+        model.backbone.unpad = False
+        padded = model(ids, mask, output_hidden_states=True)
+        explicit = model(ids, mask, output_attentions=True)
+    keep = mask.bool()
+    for a, b in [(fast.last_hidden_state, padded.last_hidden_state), (fast.logits, padded.logits),
+                 (fast.logits, explicit.logits)] + list(zip(fast.hidden_states, padded.hidden_states)):
+        assert (a[keep] - b[keep]).abs().max().item() <= 1e-4
+    # Unpadded, padding positions hold zeros.
+    assert fast.last_hidden_state[~keep].abs().max().item() == 0.0
+
+
+def test_unpadded_attention_maps_come_from_the_explicit_path():
+    model = shrunk("bert-base")
+    ids, mask = batch(0)
+    with torch.no_grad():
+        out = model(ids, mask, output_attentions=True)
+    assert out.attentions[0].shape == (4, model.config.num_heads, 11, 11)
+    assert out.attentions[0][1, :, :, 4:].abs().max().item() == 0.0
+
+
+def test_unpadded_training_step_matches_padded_gradients():
+    torch.manual_seed(0)
+    model = shrunk("bert-base").train()  # training mode, with dropout switched off to compare
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    for layer in model.backbone.encoder.layers:
+        layer.attn.dropout_p = 0.0
+    ids, mask = batch(0)
+    keep = mask.bool()
+    grads = []
+    for unpad in (True, False):
+        model.zero_grad()
+        model.backbone.unpad = unpad
+        model(ids, mask).logits[keep].logsumexp(-1).mean().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    for name, g in grads[0].items():
+        assert (g - grads[1][name]).abs().max().item() <= 1e-5, name
