@@ -73,3 +73,39 @@ def test_unpadded_training_step_matches_padded_gradients():
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     for name, g in grads[0].items():
         assert (g - grads[1][name]).abs().max().item() <= 1e-5, name
+
+
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
+def test_sparse_mlm_logits_equal_the_dense_ones_at_masked_positions(name):
+    model = shrunk(name)
+    ids, mask = batch(model.config.pad_token_id)
+    chosen = torch.zeros_like(mask, dtype=torch.bool)
+    chosen[0, [1, 5, 9]] = True
+    chosen[2, 3] = True
+    with torch.no_grad():
+        dense = model(ids, mask).logits
+        sparse = model(ids, mask, masked_positions=chosen).logits
+    assert sparse.shape == (4, model.config.vocab_size)
+    assert (sparse - dense[chosen]).abs().max().item() <= 1e-5
+
+
+def test_sparse_positions_need_a_vocabulary_head():
+    model = bertkit.build(PRESETS["mini-bert"].config.replace(num_layers=1), head="classification")
+    ids = torch.randint(1, 100, (1, 5))
+    with pytest.raises(bertkit.BertkitError, match="masked-LM head"):
+        model(ids, masked_positions=torch.ones(1, 5, dtype=torch.bool))
+
+
+def test_sparse_mlm_with_the_pretraining_head_and_emd():
+    from bertkit.models.deberta import DebertaConfig
+
+    for model in (bertkit.build(PRESETS["mini-bert"].config.replace(num_layers=2), head="pretraining"),
+                  bertkit.build(DebertaConfig(vocab_size=100, hidden_size=32, num_layers=2, num_heads=4,
+                                              intermediate_size=40, max_positions=16, position_buckets=8,
+                                              enhanced_mask_decoder=True), head="mlm")):
+        model.eval()
+        ids = torch.randint(1, 100, (2, 9))
+        chosen = torch.rand(2, 9, generator=torch.Generator().manual_seed(0)) < 0.3
+        with torch.no_grad():
+            dense, sparse = model(ids), model(ids, masked_positions=chosen)
+        assert (sparse.logits - dense.logits[chosen]).abs().max().item() <= 1e-5

@@ -7,7 +7,7 @@ from .block import Encoder, TransformerBlock, build_encoder
 from .embeddings import Embeddings
 from .feedforward import FeedForward
 from .init import init_weights
-from .heads import (FirstTokenHead, Head, MLMHead, PairHead, PreTrainingHead, SequenceClassificationHead,
+from .heads import (FirstTokenHead, Head, at_masked, MLMHead, PairHead, PreTrainingHead, SequenceClassificationHead,
                     SpanHead, TokenClassificationHead, classifier_dropout, standard_head)
 from .masks import attention_mask_4d, key_padding_mask
 from .output import EncoderOutput
@@ -15,6 +15,6 @@ from .output import EncoderOutput
 __all__ = [
     "activation", "SelfAttention", "EncoderModel", "Pooler", "Encoder", "TransformerBlock",
     "build_encoder", "Embeddings", "FeedForward", "MLMHead", "PairHead", "PreTrainingHead",
-    "SequenceClassificationHead", "SpanHead", "FirstTokenHead", "Head", "classifier_dropout", "TokenClassificationHead", "standard_head",
+    "SequenceClassificationHead", "SpanHead", "FirstTokenHead", "Head", "at_masked", "classifier_dropout", "TokenClassificationHead", "standard_head",
     "attention_mask_4d", "key_padding_mask", "EncoderOutput", "init_weights",
 ]

@@ -15,10 +15,19 @@ from .output import EncoderOutput
 
 class Head(nn.Module):
     """What a head asks of the encoder: its pooler (`uses_pooler`), and every layer's states
-    (`uses_hidden_states`, e.g. a decoder that reuses the last layer)."""
+    (`uses_hidden_states`, e.g. a decoder that reuses the last layer). `predicts_tokens`: it
+    projects onto the vocabulary, and can do so for `out.masked_positions` only."""
 
     uses_pooler = False
     uses_hidden_states = False
+    predicts_tokens = False
+
+
+def at_masked(out: EncoderOutput, states: torch.Tensor) -> torch.Tensor:
+    """(B, T, H) states -> (K, H) at the K masked positions, or unchanged when none are given:
+    the vocabulary projection, the costliest matmul of MLM training, then skips the ~85% of
+    tokens that carry no loss (MosaicBERT; Geiping & Goldstein 2023, Cramming)."""
+    return states if out.masked_positions is None else states[out.masked_positions]
 
 
 def classifier_dropout(config: EncoderConfig) -> float:
@@ -29,6 +38,8 @@ class MLMHead(Head):
     """Masked-LM head (BERT sec. 3.1, task #1): dense + activation + LayerNorm, then a decoder whose
     weight is the word-embedding matrix (tied, Press & Wolf 2017) plus a per-token output bias.
     `act` overrides the config's activation (RoBERTa's and ELECTRA's heads always use GELU)."""
+
+    predicts_tokens = True
 
     def __init__(self, config: EncoderConfig, word_embeddings: nn.Embedding, act: str | None = None):
         super().__init__()
@@ -47,7 +58,7 @@ class MLMHead(Head):
         return F.linear(x, self.decoder.weight, self.bias)  # (..., V)
 
     def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
-        return {"logits": self.predict(out.last_hidden_state)}  # (B, T, V)
+        return {"logits": self.predict(at_masked(out, out.last_hidden_state))}  # (B, T, V) or (K, V)
 
 
 class PairHead(Head):
@@ -68,6 +79,7 @@ class PreTrainingHead(Head):
     """MLM + pair prediction, BERT's two pre-training tasks together."""
 
     uses_pooler = True
+    predicts_tokens = True
 
     def __init__(self, mlm: nn.Module, pair: nn.Module):
         super().__init__()

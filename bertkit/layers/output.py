@@ -21,6 +21,7 @@ class EncoderOutput:
     attentions: tuple[torch.Tensor, ...] | None = None   # per layer (B, N, T, T), on request
     hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings + each layer (B, T, H), on request
     attention_mask: torch.Tensor | None = None           # (B, T) bool, True = real token; None = no mask
+    masked_positions: torch.Tensor | None = None         # (B, T) bool: MLM logits only here, (K, V)
     logits: torch.Tensor | None = None                   # MLM (B, T, V); classification (B, C); token (B, T, C)
     pair_logits: torch.Tensor | None = None              # NSP / SOP (B, 2)
     start_logits: torch.Tensor | None = None             # QA (B, T)

@@ -32,7 +32,7 @@ from torch import nn
 from ..config import EncoderConfig, register_preset
 from ..errors import BertkitError
 from ..layers import (Encoder, EncoderModel, FirstTokenHead, MLMHead, SelfAttention, TransformerBlock,
-                      attention_mask_4d, classifier_dropout, standard_head)
+                      at_masked, attention_mask_4d, classifier_dropout, standard_head)
 from ..layers.activations import activation
 from . import Family, register_family
 
@@ -265,7 +265,7 @@ class EnhancedMaskDecoder(MLMHead):
         query = states + self.position.weight[:T]  # (B, T, H)
         for _ in range(self.steps):
             query, _ = last(states, mask, query=query, **context)
-        return {"logits": self.predict(query)}  # (B, T, V)
+        return {"logits": self.predict(at_masked(out, query))}  # (B, T, V) or (K, V)
 
 
 def build_backbone(config: DebertaConfig, with_pooler: bool) -> EncoderModel:
