@@ -109,3 +109,21 @@ def test_sparse_mlm_with_the_pretraining_head_and_emd():
         with torch.no_grad():
             dense, sparse = model(ids), model(ids, masked_positions=chosen)
         assert (sparse.logits - dense.logits[chosen]).abs().max().item() <= 1e-5
+
+
+def test_buckets_cover_every_token_once_and_bound_the_padding():
+    from bertkit.layers.packing import BUCKET_ALLOWANCE, BUCKET_SLACK, Packing
+
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(1, 200, (40,), generator=g)
+    keys = torch.arange(200)[None] < lengths[:, None]
+    packing = Packing.from_mask(keys)
+    covered = torch.cat([b.tokens for b in packing.buckets])
+    assert sorted(covered.tolist()) == list(range(int(lengths.sum())))
+    assert 1 < len(packing.buckets) < 40
+    for b in packing.buckets:
+        n, L = b.rows.shape
+        real_lengths = b.real.div(L, rounding_mode="floor").bincount(minlength=n)
+        assert n * L * L <= BUCKET_SLACK * (real_lengths ** 2).sum().item() + BUCKET_ALLOWANCE
+    same = Packing.from_mask(torch.ones(8, 30, dtype=torch.bool))
+    assert len(same.buckets) == 1 and same.buckets[0].keys is None

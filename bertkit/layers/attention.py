@@ -68,16 +68,17 @@ class SelfAttention(nn.Module):
         return self.out_proj(out), probs
 
     def _per_sequence(self, q, k, v, packing, context) -> torch.Tensor:
-        """Attention on unpadded tokens, (total, H) each: every sequence on its own, so no score
-        is computed for padding and no mask is needed."""
+        """Attention on unpadded tokens, (total, H) each, bucket by bucket (packing.py): every
+        sequence sees only its own keys, and little is computed for padding."""
         dropout_p = self.dropout_p if self.training else 0.0
-        outputs = []
-        for qs, ks, vs in zip(*(t.split(packing.lengths) for t in (q, k, v))):
-            L = qs.shape[0]
-            qs, ks, vs = (t.view(1, L, self.num_heads, self.head_dim).transpose(1, 2) for t in (qs, ks, vs))  # (1, N, L, D)
-            out = self._fused(qs, ks, vs, None, self.score_bias(qs, ks, **context), dropout_p)  # (1, N, L, D)
-            outputs.append(out[0].transpose(0, 1).reshape(L, -1))  # (L, H)
-        return torch.cat(outputs)  # (total, H)
+        out = q.new_empty(q.shape)  # (total, H)
+        for bucket in packing.buckets:
+            b, L = bucket.rows.shape
+            qb, kb, vb = (self.split_heads(t[bucket.rows]) for t in (q, k, v))  # (b, N, L, D)
+            ob = self._fused(qb, kb, vb, bucket.keys, self.score_bias(qb, kb, **context), dropout_p)
+            ob = ob.transpose(1, 2).reshape(b * L, -1)  # (b * L, H)
+            out[bucket.tokens] = ob[bucket.real]
+        return out
 
     def _fused(self, q, k, v, mask, bias, dropout_p):
         attn_mask = mask

@@ -2,10 +2,13 @@
 
 Everything in a block except attention works token by token, so a padded batch (B, T, H) can
 run as its real tokens only, (total, H): the projections and feed-forward layers, most of the
-work, no longer compute on padding. Attention pads the tokens back around itself, so each
-sequence still sees only its own keys.
+work, no longer compute on padding. Attention needs each sequence apart. Sequences of similar
+length are grouped into buckets, each padded only to its own longest member, so attention
+wastes little on padding (at most ~25% of a bucket's exact score count) in a few calls instead
+of one call per sequence.
 
-Shapes: B batch, T padded length, total = number of real tokens.
+Shapes: B batch, T padded length, total = number of real tokens, b sequences in a bucket of
+length L.
 """
 
 from __future__ import annotations
@@ -14,19 +17,61 @@ from dataclasses import dataclass
 
 import torch
 
+# A bucket accepts one more (shorter) sequence while its padded score count stays within this
+# factor of the exact one; the small allowance keeps short sequences from making one call each.
+BUCKET_SLACK = 1.25
+BUCKET_ALLOWANCE = 64 * 64
+
+
+@dataclass(frozen=True)
+class Bucket:
+    rows: torch.Tensor   # (b, L) packed-token index per slot (padding slots repeat a real token)
+    keys: torch.Tensor | None  # (b, 1, 1, L) bool attention mask; None when all lengths are equal
+    real: torch.Tensor   # (n,) flat slots (in b * L) holding real tokens
+    tokens: torch.Tensor  # (n,) their packed-token index
+
+
+def _buckets(lengths: list[int], starts: list[int], device) -> tuple[Bucket, ...]:
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    groups, current, exact = [], [], 0
+    for i in order:
+        L = lengths[i]
+        if current and lengths[current[0]] ** 2 * (len(current) + 1) > BUCKET_SLACK * (exact + L * L) + BUCKET_ALLOWANCE:
+            groups.append(current)
+            current, exact = [], 0
+        current.append(i)
+        exact += L * L
+    groups.append(current)
+    buckets = []
+    for group in groups:
+        L = lengths[group[0]]
+        slot = torch.arange(L)
+        lens = torch.tensor([lengths[i] for i in group])
+        real = slot[None, :] < lens[:, None]  # (b, L)
+        start = torch.tensor([starts[i] for i in group])
+        rows = start[:, None] + torch.minimum(slot[None, :], lens[:, None] - 1)  # (b, L)
+        keys = None if bool(real.all()) else real[:, None, None, :].to(device)
+        flat = real.reshape(-1).nonzero().squeeze(1)
+        buckets.append(Bucket(rows.to(device), keys, flat.to(device), rows.reshape(-1)[flat].to(device)))
+    return tuple(buckets)
+
 
 @dataclass(frozen=True)
 class Packing:
     index: torch.Tensor  # (total,) positions of the real tokens in the flattened (B * T) batch
     batch: int
     length: int
-    lengths: tuple[int, ...]  # real tokens per sequence, in batch order
+    buckets: tuple[Bucket, ...]
 
     @classmethod
     def from_mask(cls, keys: torch.Tensor) -> "Packing":
         """keys: (B, T) bool, True = real token (anywhere: left or right padding both work)."""
         B, T = keys.shape
-        return cls(keys.reshape(-1).nonzero().squeeze(1), B, T, tuple(keys.sum(1).tolist()))
+        lengths = keys.sum(1).tolist()
+        starts = [0] * B
+        for i in range(1, B):
+            starts[i] = starts[i - 1] + lengths[i - 1]
+        return cls(keys.reshape(-1).nonzero().squeeze(1), B, T, _buckets(lengths, starts, keys.device))
 
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) -> (total, ...)"""
