@@ -167,6 +167,17 @@ def cmd_fill_mask(args) -> None:
         print(_table(rows, right={0, 2}) + "\n")
 
 
+def cmd_bench(args) -> None:
+    from . import bench
+
+    records = bench.run(args.quick, args.repeats, args.json)
+    rows = [["workload", "dtype", "bertkit", "transformers", "unit", "ratio", "max |diff|"]]
+    rows += [[r.name, r.dtype, f"{r.ours:,.0f}", f"{r.reference:,.0f}", r.unit, f"{r.ratio:.2f}",
+              f"{r.max_abs_diff:.1e}"] for r in records]
+    print("\n" + _table(rows, right={2, 3, 5, 6}))
+    print("\nratio > 1: bertkit is better (here: more tokens/s), same weights and batches, one process")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="bertkit",
@@ -190,6 +201,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--input", metavar="FILE|-", help="one text per line from a file or standard input")
     s.add_argument("--batch-size", type=int, default=32)
     s.set_defaults(func=cmd_embed)
+
+    s = sub.add_parser("bench", help="time bertkit against transformers, side by side in one process")
+    s.add_argument("--quick", action="store_true", help="the mini-bert subset (about 2 minutes on 2 cores)")
+    s.add_argument("--repeats", type=int, default=5, help="timed runs per side; medians are reported")
+    s.add_argument("--json", metavar="PATH", help="also write the records (name, dtype, ours, reference, "
+                                                  "unit, ratio, ...) as a JSON list")
+    s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("predict", help="run a model on text")
     modes = s.add_subparsers(dest="mode", metavar="MODE", required=True)

@@ -72,3 +72,14 @@ def test_console_script_help_explains_itself():
     assert run.returncode == 0
     for command in ("models", "demo", "info", "embed", "predict"):
         assert command in run.stdout
+
+
+def test_bench_records_say_ratio_above_one_means_better(tmp_path):
+    from bertkit import bench
+
+    record = bench.inference("mini-bert", [5, 9, 3], "fp32", 1, "tiny")
+    assert record.unit == "tokens/s" and record.max_abs_diff <= 1e-4
+    assert abs(record.ratio - record.ours / record.reference) <= 1e-9  # throughput: ours / theirs
+    step = bench.mlm_training_step("mini-bert", 4, 16, "fp32", 1, "tiny step")
+    assert step.max_abs_diff <= 1e-4  # both sides compute the same loss
+    assert main(["bench", "--repeats", "0"]) == 2
