@@ -127,3 +127,23 @@ def test_buckets_cover_every_token_once_and_bound_the_padding():
         assert n * L * L <= BUCKET_SLACK * (real_lengths ** 2).sum().item() + BUCKET_ALLOWANCE
     same = Packing.from_mask(torch.ones(8, 30, dtype=torch.bool))
     assert len(same.buckets) == 1 and same.buckets[0].keys is None
+
+
+@pytest.mark.parametrize("name", ["bert-base", "albert-base", "deberta-v3-base"])
+def test_activation_checkpointing_gives_the_same_gradients(name):
+    model = shrunk(name).train()
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    for i in range(model.backbone.encoder.num_layers):
+        model.backbone.encoder.layer_for(i).attn.dropout_p = 0.0
+    ids, mask = batch(model.config.pad_token_id)
+    grads = []
+    for checkpointing in (False, True):
+        model.zero_grad()
+        model.backbone.encoder.checkpointing = checkpointing
+        model(ids, mask).logits[mask.bool()].logsumexp(-1).mean().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    for n, g in grads[0].items():
+        assert (g - grads[1][n]).abs().max().item() <= 1e-6, n

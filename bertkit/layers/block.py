@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ..config import EncoderConfig
 from .attention import SelfAttention
@@ -63,6 +64,9 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(blocks)
         self.num_layers = num_layers if num_layers is not None else len(blocks)
         self.final_norm = final_norm
+        # Activation checkpointing (Chen et al., 2016): in training, keep only each block's input
+        # and recompute its insides during backward; memory for time.
+        self.checkpointing = False
 
     def layer_for(self, i: int) -> nn.Module:
         return self.layers[i]
@@ -86,7 +90,11 @@ class Encoder(nn.Module):
         if packing is not None:
             context["packing"] = packing
         for i in range(self.num_layers):
-            x, probs = self.layer_for(i)(x, mask, output_attentions, **context)
+            block = self.layer_for(i)
+            if self.checkpointing and self.training and torch.is_grad_enabled():
+                x, probs = checkpoint(block, x, mask, output_attentions, use_reentrant=False, **context)
+            else:
+                x, probs = block(x, mask, output_attentions, **context)
             x = self.after_layer(i, x, inputs, mask, packing)
             states.append(x)
             if output_attentions:
