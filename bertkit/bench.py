@@ -85,10 +85,8 @@ def compare(fn_ours: Callable[[], None], fn_ref: Callable[[], None], repeats: in
     fn_ours(), fn_ref()  # warm-up
     ours, ref = [], []
     for _ in range(repeats):
-        for fn, times in ((fn_ours, ours), (fn_ref, ref)):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
+        ours.append(_seconds(fn_ours))
+        ref.append(_seconds(fn_ref))
     return statistics.median(ours), statistics.median(ref)
 
 
@@ -149,6 +147,53 @@ def mlm_training_step(preset: str, B: int, T: int, dtype: str, repeats: int, lab
     return Record(label, dtype, tokens / o, tokens / r, "tokens/s", r / o, diff, note="max_abs_diff is of the loss")
 
 
+def matmul_peak(tokens: int, hidden: int, intermediate: int, dtype: torch.dtype, repeats: int = 5) -> float:
+    """FLOP/s of this machine on exactly the model's projection matmuls (Q, K, V, output, FFN up
+    and down) at this token count: the ceiling a transformer layer can approach."""
+    x = torch.randn(tokens, hidden, dtype=dtype)
+    h = torch.randn(tokens, intermediate, dtype=dtype)
+    weights = [(x, torch.randn(hidden, hidden, dtype=dtype))] * 4 + [
+        (x, torch.randn(intermediate, hidden, dtype=dtype)), (h, torch.randn(hidden, intermediate, dtype=dtype))]
+    flops = sum(2 * a.shape[0] * w.shape[0] * w.shape[1] for a, w in weights)
+
+    def layer():
+        for a, w in weights:
+            torch.nn.functional.linear(a, w)
+
+    layer()
+    best = min(_seconds(layer) for _ in range(repeats))
+    return flops / best
+
+
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def encoder_flops(config, B: int, T: int) -> int:
+    """Forward FLOPs of the encoder blocks: projections 2*B*T*(4H^2 + 2HI) and attention
+    scores and mixing 4*B*T^2*H, per layer (embeddings and pooler are negligible)."""
+    H, I = config.hidden_size, config.intermediate_size
+    return config.num_layers * (2 * B * T * (4 * H * H + 2 * H * I) + 4 * B * T * T * H)
+
+
+def flop_utilization(preset: str, B: int, T: int, dtype: str, repeats: int, label: str) -> Record:
+    """Model FLOP utilization of full-length inference against the measured matmul peak."""
+    ours, ref = pair(preset, None, DTYPES[dtype])
+    ours.eval(), ref.eval()
+    ids, mask = padded_batch([T] * B, ours.config.vocab_size, ours.config.pad_token_id)
+    c = ours.config
+    peak = matmul_peak(B * T, c.hidden_size, c.intermediate_size, DTYPES[dtype])
+    with torch.inference_mode():
+        diff = (ours(ids).last_hidden_state.float() - ref(input_ids=ids).last_hidden_state.float()).abs().max().item()
+        o, r = compare(lambda: ours(ids, mask), lambda: ref(input_ids=ids, attention_mask=mask), repeats)
+    flops = encoder_flops(c, B, T)
+    mfu_ours, mfu_ref = 100 * flops / o / peak, 100 * flops / r / peak
+    return Record(label, dtype, mfu_ours, mfu_ref, "% of matmul peak", mfu_ours / mfu_ref, diff,
+                  note=f"measured matmul peak {peak / 1e9:.0f} GFLOP/s")
+
+
 def workloads(quick: bool, repeats: int) -> list[Callable[[], Record]]:
     """The named workloads; --quick is the mini-bert subset."""
     quick_set = [
@@ -167,6 +212,8 @@ def workloads(quick: bool, repeats: int) -> list[Callable[[], Record]]:
         lambda: inference("bert-base", mixed, "bf16", repeats, "bert-base inference, 32 seqs, lengths in [16, 256]"),
         lambda: inference("bert-base", [256] * 16, "fp32", repeats, "bert-base inference, 16 x 256 full length"),
         lambda: inference("bert-base", [256] * 16, "bf16", repeats, "bert-base inference, 16 x 256 full length"),
+        lambda: flop_utilization("bert-base", 16, 256, "fp32", repeats, "bert-base FLOP utilization, 16 x 256"),
+        lambda: flop_utilization("bert-base", 16, 256, "bf16", repeats, "bert-base FLOP utilization, 16 x 256"),
         lambda: mlm_training_step("bert-base", 16, 128, "fp32", repeats, "bert-base MLM training step, B=16 T=128"),
         lambda: inference("deberta-v3-base", uniform_lengths(16, 16, 256), "fp32", repeats,
                           "deberta-v3-base inference, 16 seqs, lengths in [16, 256]"),
