@@ -114,9 +114,6 @@ def mlm_training_step(preset: str, B: int, T: int, dtype: str, repeats: int, lab
         for module in m.modules():  # identical computation: no dropout on either side
             if isinstance(module, torch.nn.Dropout):
                 module.p = 0.0
-    for block in ours.backbone.encoder.layers:
-        if hasattr(block, "attn"):
-            block.attn.dropout_p = 0.0
     ids, mask = padded_batch([T] * B, ours.config.vocab_size, ours.config.pad_token_id)
     masked = torch.rand(B, T, generator=torch.Generator().manual_seed(3)) < 0.15
     labels = ids.masked_fill(~masked, -100)

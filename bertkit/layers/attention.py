@@ -31,7 +31,8 @@ class SelfAttention(nn.Module):
         self.key = nn.Linear(H, H)
         self.value = nn.Linear(H, H)
         self.out_proj = nn.Linear(H, H)
-        self.dropout_p = config.attention_dropout
+        # Attention dropout: kept as a module so one switch (Dropout.p) controls every dropout.
+        self.dropout = nn.Dropout(config.attention_dropout)
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
@@ -51,31 +52,33 @@ class SelfAttention(nn.Module):
         need_weights, the attention probabilities (B, N, T, T)."""
         q, k, v = self.query(x if query is None else query), self.key(x), self.value(x)
         if packing is not None and not need_weights:
-            return self.out_proj(self._per_sequence(q, k, v, packing, context)), None
+            return self.out_proj(self._bucketed(q, k, v, packing, context)), None
         if packing is not None:  # the explicit path returns (B, N, T, T) maps: pad around it
             q, k, v = packing.pad(q), packing.pad(k), packing.pad(v)  # (B, T, H)
         q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # (B, N, T, D)
         bias = self.score_bias(q, k, **context)
-        dropout_p = self.dropout_p if self.training else 0.0
         if need_weights:
-            out, probs = self._explicit(q, k, v, mask, bias, dropout_p)
+            out, probs = self._explicit(q, k, v, mask, bias, self.dropout_p)
         else:
-            out, probs = self._fused(q, k, v, mask, bias, dropout_p), None
+            out, probs = self._fused(q, k, v, mask, bias, self.dropout_p), None
         B, N, T, D = out.shape
         out = out.transpose(1, 2).reshape(B, T, N * D)  # (B, T, H)
         if packing is not None:
             out = packing.unpad(out)  # (total, H)
         return self.out_proj(out), probs
 
-    def _per_sequence(self, q, k, v, packing, context) -> torch.Tensor:
+    @property
+    def dropout_p(self) -> float:
+        return self.dropout.p if self.training else 0.0
+
+    def _bucketed(self, q, k, v, packing, context) -> torch.Tensor:
         """Attention on unpadded tokens, (total, H) each, bucket by bucket (packing.py): every
         sequence sees only its own keys, and little is computed for padding."""
-        dropout_p = self.dropout_p if self.training else 0.0
         out = q.new_empty(q.shape)  # (total, H)
         for bucket in packing.buckets:
             b, L = bucket.rows.shape
             qb, kb, vb = (self.split_heads(t[bucket.rows]) for t in (q, k, v))  # (b, N, L, D)
-            ob = self._fused(qb, kb, vb, bucket.keys, self.score_bias(qb, kb, **context), dropout_p)
+            ob = self._fused(qb, kb, vb, bucket.keys, self.score_bias(qb, kb, **context), self.dropout_p)
             ob = ob.transpose(1, 2).reshape(b * L, -1)  # (b * L, H)
             out[bucket.tokens] = ob[bucket.real]
         return out
