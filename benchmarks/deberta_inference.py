@@ -26,78 +26,36 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import statistics
-import tempfile
-import time
 
 import torch
-import transformers
 
-import bertkit
+from bertkit import bench
 
 PRESET = "deberta-v3-base"
-PAD_ID = 0
 FP32_TOLERANCE = 1e-4
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
-def machine() -> str:
-    """CPU model, usable cores, torch and transformers versions, on one line."""
-    cpu = platform.processor() or "unknown cpu"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return (f"{cpu} | {len(os.sched_getaffinity(0))} cores | torch {torch.__version__} | "
-            f"transformers {transformers.__version__}")
 
 
 def workloads(quick: bool) -> dict[str, list[int]]:
     """Workload name -> sequence lengths (seeded)."""
     n, longest = (4, 64) if quick else (16, 256)
-    g = torch.Generator().manual_seed(1)
     return {
-        f"{PRESET} mixed lengths": torch.randint(16, longest + 1, (n,), generator=g).tolist(),
+        f"{PRESET} mixed lengths": bench.uniform_lengths(n, 16, longest),
         f"{PRESET} full length": [longest] * (n // 2),
     }
 
 
-def make_batch(lengths: list[int], vocab_size: int, seed: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random ids (never the pad id) for each length, right-padded with PAD_ID to the longest."""
-    g = torch.Generator().manual_seed(seed)
-    longest = max(lengths)
-    ids = torch.randint(1, vocab_size, (len(lengths), longest), generator=g)
-    mask = (torch.arange(longest)[None, :] < torch.tensor(lengths)[:, None]).long()
-    return ids.masked_fill(mask == 0, PAD_ID), mask
-
-
-def seconds(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def run_workload(name, lengths, ours, reference, dtype: str, repeats: int) -> dict:
-    ids, mask = make_batch(lengths, ours.config.vocab_size)
+    ids, mask = bench.padded_batch(lengths, ours.config.vocab_size, ours.config.pad_token_id, seed=2)
     run_ours = lambda: ours(ids, mask).last_hidden_state  # noqa: E731
     run_ref = lambda: reference(input_ids=ids, attention_mask=mask).last_hidden_state  # noqa: E731
 
-    # Same numbers first (this also serves as a first warm-up).
+    # Same numbers first.
     real = mask.bool()
     diff = (run_ours()[real].float() - run_ref()[real].float()).abs().max().item()
     if dtype == "fp32" and diff > FP32_TOLERANCE:
         raise SystemExit(f"{name}: outputs differ by {diff:.2e} > {FP32_TOLERANCE:g} on real tokens; "
                          "not timing different work")
-
-    run_ours(), run_ref()  # one warm-up each
-    times: dict[str, list[float]] = {"ours": [], "reference": []}
-    for _ in range(repeats):
-        times["ours"].append(seconds(run_ours))
-        times["reference"].append(seconds(run_ref))
-
-    o, r = statistics.median(times["ours"]), statistics.median(times["reference"])
+    o, r = bench.compare(run_ours, run_ref, repeats)  # one warm-up each, then alternating
     return {
         "name": name, "dtype": dtype, "ours": o, "reference": r, "unit": "s/batch",
         "ratio": r / o, "max_abs_diff": diff,
@@ -129,7 +87,7 @@ def main() -> None:
                 f"(fp32: max abs diff <= {FP32_TOLERANCE:g}, else the script stops)."))
     p.add_argument("--quick", action="store_true",
                    help="smaller workloads (4 seqs in [16, 64]; 2 x 64), about half a minute on 2 idle cores")
-    p.add_argument("--dtype", choices=list(DTYPES), default="fp32",
+    p.add_argument("--dtype", choices=list(bench.DTYPES), default="fp32",
                    help="fp32 (default) or bf16 (both models converted with .to(torch.bfloat16))")
     p.add_argument("--repeats", type=int, default=5, metavar="N",
                    help="timed runs per side after one warm-up; the median is reported (default 5)")
@@ -141,16 +99,12 @@ def main() -> None:
         p.error("--repeats must be at least 1")
 
     torch.set_num_threads(len(os.sched_getaffinity(0)))
-    print(machine())
+    print(bench.machine())
     print(f"threads {torch.get_num_threads()} | dtype {args.dtype} | repeats {args.repeats}"
           f"{' | quick' if args.quick else ''}\n", flush=True)
 
-    torch.manual_seed(0)
-    ours = bertkit.build(PRESET).eval()
-    with tempfile.TemporaryDirectory() as tmp:
-        ours.save_pretrained(tmp)
-        reference = transformers.AutoModel.from_pretrained(tmp).eval()
-    ours, reference = ours.to(DTYPES[args.dtype]), reference.to(DTYPES[args.dtype])
+    ours, reference = bench.pair(PRESET, None, bench.DTYPES[args.dtype])  # same seeded weights
+    ours.eval(), reference.eval()
 
     records = []
     with torch.inference_mode():
