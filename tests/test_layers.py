@@ -14,7 +14,7 @@ CFG = EncoderConfig(vocab_size=50, hidden_size=32, num_layers=2, num_heads=4, in
 class Biased(SelfAttention):
     """A score hook like DeBERTa's: both paths must add it the same way."""
 
-    def score_bias(self, q, k, **context):
+    def score_bias(self, q, k, **inputs):
         return torch.matmul(q, q.transpose(-1, -2)) * 0.1  # (B, N, T, T)
 
 

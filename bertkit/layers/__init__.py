@@ -15,6 +15,7 @@ from .output import EncoderOutput
 __all__ = [
     "activation", "SelfAttention", "EncoderModel", "Pooler", "Encoder", "TransformerBlock",
     "build_encoder", "Embeddings", "FeedForward", "MLMHead", "PairHead", "PreTrainingHead",
-    "SequenceClassificationHead", "SpanHead", "FirstTokenHead", "Head", "at_masked", "classifier_dropout", "TokenClassificationHead", "standard_head",
-    "attention_mask_4d", "key_padding_mask", "EncoderOutput", "init_weights",
+    "SequenceClassificationHead", "SpanHead", "FirstTokenHead", "Head", "at_masked",
+    "classifier_dropout", "TokenClassificationHead", "standard_head", "attention_mask_4d",
+    "key_padding_mask", "EncoderOutput", "init_weights",
 ]

@@ -38,9 +38,14 @@ class SelfAttention(nn.Module):
         B, T, _ = x.shape
         return x.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, N, T, D)
 
-    def score_bias(self, q: torch.Tensor, k: torch.Tensor, **context) -> torch.Tensor | None:
+    def score_inputs(self, **context) -> dict:
+        """Work for `score_bias` that depends on this layer but not on the tokens, done once per
+        forward (not once per bucket). `context` is what the encoder's `context` hook computed."""
+        return context
+
+    def score_bias(self, q: torch.Tensor, k: torch.Tensor, **inputs) -> torch.Tensor | None:
         """Extra additive score terms, (B, N, T, T) or broadcastable; None for plain attention.
-        `context` is what the encoder's `context` hook computed for this forward pass."""
+        `inputs` is what `score_inputs` returned."""
         return None
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False,
@@ -51,6 +56,7 @@ class SelfAttention(nn.Module):
         keys and values (DeBERTa's enhanced mask decoder). Returns x's shape and, with
         need_weights, the attention probabilities (B, N, T, T)."""
         q, k, v = self.query(x if query is None else query), self.key(x), self.value(x)
+        context = self.score_inputs(**context)
         if packing is not None and not need_weights:
             return self.out_proj(self._bucketed(q, k, v, packing, context)), None
         if packing is not None:  # the explicit path returns (B, N, T, T) maps: pad around it

@@ -36,7 +36,8 @@ def _buckets(lengths: list[int], starts: list[int], device) -> tuple[Bucket, ...
     groups, current, exact = [], [], 0
     for i in order:
         L = lengths[i]
-        if current and lengths[current[0]] ** 2 * (len(current) + 1) > BUCKET_SLACK * (exact + L * L) + BUCKET_ALLOWANCE:
+        padded = lengths[current[0]] ** 2 * (len(current) + 1) if current else 0
+        if padded > BUCKET_SLACK * (exact + L * L) + BUCKET_ALLOWANCE:
             groups.append(current)
             current, exact = [], 0
         current.append(i)

@@ -130,21 +130,32 @@ class DisentangledAttention(SelfAttention):
         self.pos_key = nn.Linear(H, H, bias=config.key_bias) if own and "c2p" in self.terms else None
         self.pos_query = nn.Linear(H, H) if own and "p2c" in self.terms else None
 
-    def score_bias(self, q, k, rel_embeddings=None, rel_pos=None):
+    def score_inputs(self, rel_embeddings=None, rel_pos=None):
+        """Project the relative-position table once per forward: Kr (c2p) and Qr (p2c)."""
+        if not self.relative:
+            return {}
+        table = self.pos_dropout(rel_embeddings[: 2 * self.span])[None]  # (1, K, H)
+        inputs = {"rel_pos": rel_pos}
+        if "c2p" in self.terms:
+            project = self.key if self.pos_key is None else self.pos_key  # shared or own (share_att_key)
+            inputs["pos_k"] = self.split_heads(project(table))  # (1, N, K, D)
+        if "p2c" in self.terms:
+            project = self.query if self.pos_query is None else self.pos_query
+            inputs["pos_q"] = self.split_heads(project(table))  # (1, N, K, D)
+        return inputs
+
+    def score_bias(self, q, k, rel_pos=None, pos_k=None, pos_q=None):
         if not self.relative:
             return None
-        table = self.pos_dropout(rel_embeddings[: 2 * self.span])[None]  # (1, K, H)
         rel_pos = rel_pos[: q.shape[-2], : k.shape[-2]]  # this sequence's (T, T) corner
         idx = rel_pos + self.span  # (T, T): row of the table for distance delta(i, j)
         bias = 0
-        if "c2p" in self.terms:
-            pos_k = self.split_heads((self.key if self.pos_key is None else self.pos_key)(table))  # (1, N, K, D)
-            c2p = torch.matmul(q, pos_k.transpose(-1, -2))               # (B, N, T, K): query x distance
+        if pos_k is not None:
+            c2p = torch.matmul(q, pos_k.transpose(-1, -2))  # (B, N, T, K): query x distance
             c2p = c2p.gather(-1, idx.clamp(0, 2 * self.span - 1).expand(*c2p.shape[:2], -1, -1))  # (B, N, T, T)
             bias = bias + c2p
-        if "p2c" in self.terms:
-            pos_q = self.split_heads((self.query if self.pos_query is None else self.pos_query)(table))  # (1, N, K, D)
-            p2c = torch.matmul(k, pos_q.transpose(-1, -2))                   # (B, N, T, K): key x distance
+        if pos_q is not None:
+            p2c = torch.matmul(k, pos_q.transpose(-1, -2))  # (B, N, T, K): key x distance
             # key j meets query i at distance delta(j, i) = -delta(i, j)
             p2c = p2c.gather(-1, (2 * self.span - idx).clamp(0, 2 * self.span - 1).expand(*p2c.shape[:2], -1, -1))
             bias = bias + p2c.transpose(-1, -2)  # (B, N, T, T), rows = queries
