@@ -49,7 +49,8 @@ class EncoderModel(nn.Module):
         packing = Packing.from_mask(keys) if self.unpad and keys is not None and not keys.all() else None
         if packing is not None:
             x = packing.unpad(x)                            # (total, H)
-        x, attentions, states = self.encoder(x, attention_mask_4d(keys), output_attentions, packing)
+        x, attentions, states = self.encoder(x, attention_mask_4d(keys), output_attentions, packing,
+                                             output_hidden_states)
         if packing is not None:
             x, states = packing.pad(x), tuple(packing.pad(s) for s in states)  # (B, T, H)
         return EncoderOutput(

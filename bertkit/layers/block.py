@@ -79,12 +79,13 @@ class Encoder(nn.Module):
         return x
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, output_attentions: bool = False,
-                packing: Packing | None = None
+                packing: Packing | None = None, output_hidden_states: bool = False
                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
         """x: (B, T, H) or, with `packing`, (total, H); mask: (B, 1, 1, T) bool or None. Returns
-        the output (x's shape), the attention probabilities per layer (if asked) and the stream
-        before each layer and at the end (embeddings first, num_layers + 1 tensors)."""
-        attentions, states = [], [x]
+        the output (x's shape), the attention probabilities per layer and the stream before each
+        layer and at the end (embeddings first, num_layers + 1 tensors), each empty unless asked:
+        keeping every layer's output alive costs memory in inference."""
+        attentions, states = [], [x] if output_hidden_states else []
         length = x.shape[1] if packing is None else packing.length
         inputs, context = x, self.context(length, x.device)
         if packing is not None:
@@ -96,7 +97,8 @@ class Encoder(nn.Module):
             else:
                 x, probs = block(x, mask, output_attentions, **context)
             x = self.after_layer(i, x, inputs, mask, packing)
-            states.append(x)
+            if output_hidden_states:
+                states.append(x)
             if output_attentions:
                 attentions.append(probs)
         if self.final_norm is not None:
