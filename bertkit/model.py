@@ -46,6 +46,17 @@ class Model(nn.Module):
             out.hidden_states = None
         return out
 
+    def compile(self, **options) -> "Model":
+        """torch.compile the transformer blocks in place (fused bias + activation, residual +
+        LayerNorm), with the token count as a dynamic dimension: a batch of new lengths reuses
+        the compiled code instead of recompiling. Attention over packed tokens stays eager (its
+        length-bucket loop depends on the data; see SelfAttention._unpadded). `options` go to
+        torch.compile, e.g. mode="max-autotune". Returns the model."""
+        options.setdefault("dynamic", True)
+        for block in self.backbone.encoder.layers:
+            block.compile(**options)
+        return self
+
     def num_parameters(self) -> int:
         """Unique parameters (a tied decoder counts once), as `transformers` counts them."""
         return sum(p.numel() for p in self.parameters())

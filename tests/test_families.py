@@ -129,7 +129,7 @@ def test_deberta_v3_base_bf16_on_512_tokens_is_finite_and_close_to_fp32():
 
 @pytest.mark.parametrize("name", ["deberta-base", "deberta-v3-xsmall"])
 def test_deberta_explicit_path_matches_fused_and_returns_attentions(name):
-    config = bertkit.config.PRESETS[name].config.replace(num_layers=2, vocab_size=100, max_positions=64)
+    config = bertkit.PRESETS[name].config.replace(num_layers=2, vocab_size=100, max_positions=64)
     config = config.replace(conv_kernel_size=3) if config.family == "deberta-v2" else config
     model = bertkit.build(config).eval()
     ids = torch.randint(1, 100, (2, 40))

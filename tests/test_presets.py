@@ -6,7 +6,7 @@ import torch
 import transformers
 
 import bertkit
-from bertkit.config import PRESETS
+from bertkit import PRESETS  # the public name: importing it registers every family's presets
 from bertkit.interop.hf import config_to_hf
 
 

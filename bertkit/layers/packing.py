@@ -74,6 +74,17 @@ class Packing:
             starts[i] = starts[i - 1] + lengths[i - 1]
         return cls(keys.reshape(-1).nonzero().squeeze(1), B, T, _buckets(lengths, starts, keys.device))
 
+    @property
+    def longest(self) -> int:
+        return max(bucket.rows.shape[1] for bucket in self.buckets)
+
+    def cumulative_lengths(self) -> torch.Tensor:
+        """(B + 1,) int32 offsets of each sequence in the packed tokens (varlen attention's
+        cu_seqlens); sequences lie in batch order, each contiguous."""
+        counts = torch.zeros(self.batch, dtype=torch.int64, device=self.index.device)
+        counts.index_add_(0, self.index // self.length, torch.ones_like(self.index))
+        return torch.nn.functional.pad(counts.cumsum(0), (1, 0)).to(torch.int32)
+
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) -> (total, ...)"""
         return x.reshape(self.batch * self.length, *x.shape[2:]).index_select(0, self.index)
