@@ -35,7 +35,7 @@ class Record:
     reference: float
     unit: str
     ratio: float
-    max_abs_diff: float
+    max_abs_diff: float | None  # ours vs reference on the same input; None where not a computation
     note: str = ""
 
 
@@ -90,9 +90,14 @@ def compare(fn_ours: Callable[[], None], fn_ref: Callable[[], None], repeats: in
     return statistics.median(ours), statistics.median(ref)
 
 
-def inference(preset: str, lengths: list[int], dtype: str, repeats: int, label: str) -> Record:
+def inference(preset: str, lengths: list[int], dtype: str, repeats: int, label: str,
+              compiled: bool = False) -> Record:
+    """Forward passes; `compiled` runs ours through Model.compile(freeze=True) (blocks compiled
+    once, the token count dynamic: the warm-up call compiles, the timed calls reuse it)."""
     ours, ref = pair(preset, None, DTYPES[dtype])
     ours.eval(), ref.eval()
+    if compiled:
+        ours.compile(freeze=True)
     ids, mask = padded_batch(lengths, ours.config.vocab_size, ours.config.pad_token_id)
     keep = mask.bool()
     with torch.inference_mode():
@@ -101,14 +106,18 @@ def inference(preset: str, lengths: list[int], dtype: str, repeats: int, label: 
         diff = (a[keep].float() - b[keep].float()).abs().max().item()
         o, r = compare(lambda: ours(ids, mask), lambda: ref(input_ids=ids, attention_mask=mask), repeats)
     tokens = int(mask.sum())
-    return Record(label, dtype, tokens / o, tokens / r, "tokens/s", r / o, diff)
+    return Record(label, dtype, tokens / o, tokens / r, "tokens/s", r / o, diff,
+                  note="ours compiled (Model.compile(freeze=True))" if compiled else "")
 
 
-def mlm_training_step(preset: str, B: int, T: int, dtype: str, repeats: int, label: str) -> Record:
+def mlm_training_step(preset: str, B: int, T: int, dtype: str, repeats: int, label: str,
+                      compiled: bool = False) -> Record:
     """One optimizer step of masked-LM training on 15% masked tokens (AdamW, autocast for bf16).
     transformers gets labels = -100 off the masked positions, its documented way; bertkit gets
     the positions and computes the vocabulary projection only there."""
     ours, ref = pair(preset, "mlm", torch.float32)
+    if compiled:
+        ours.compile()
     for m in (ours, ref):
         m.train()
         for module in m.modules():  # identical computation: no dropout on either side
@@ -141,7 +150,8 @@ def mlm_training_step(preset: str, B: int, T: int, dtype: str, repeats: int, lab
         diff = abs(loss_ours().item() - loss_ref().item())
     o, r = compare(step(loss_ours, opt_ours), step(loss_ref, opt_ref), repeats)
     tokens = B * T
-    return Record(label, dtype, tokens / o, tokens / r, "tokens/s", r / o, diff, note="max_abs_diff is of the loss")
+    note = "max_abs_diff is of the loss" + ("; ours compiled (Model.compile)" if compiled else "")
+    return Record(label, dtype, tokens / o, tokens / r, "tokens/s", r / o, diff, note=note)
 
 
 def matmul_peak(tokens: int, hidden: int, intermediate: int, dtype: torch.dtype, repeats: int = 5) -> float:
@@ -191,35 +201,116 @@ def flop_utilization(preset: str, B: int, T: int, dtype: str, repeats: int, labe
                   note=f"measured matmul peak {peak / 1e9:.0f} GFLOP/s")
 
 
-def workloads(quick: bool, repeats: int) -> list[Callable[[], Record]]:
-    """The named workloads; --quick is the mini-bert subset."""
-    quick_set = [
-        lambda: inference("mini-bert", uniform_lengths(32, 8, 64), "fp32", repeats,
-                          "mini-bert inference, 32 seqs, lengths in [8, 64], padded"),
-        lambda: inference("mini-bert", uniform_lengths(32, 8, 64), "bf16", repeats,
-                          "mini-bert inference, 32 seqs, lengths in [8, 64], padded"),
-        lambda: mlm_training_step("mini-bert", 64, 64, "fp32", repeats, "mini-bert MLM training step, B=64 T=64"),
-        lambda: mlm_training_step("mini-bert", 64, 64, "bf16", repeats, "mini-bert MLM training step, B=64 T=64"),
+def _memory_side(side: str, preset: str, B: int, T: int) -> dict:
+    """Run in a fresh process (see `activation_memory`): one MLM forward and backward of a BERT.
+    Activation memory = the process's peak resident memory during the pass minus what it held
+    just before, minus the gradients' bytes (which both sides need alike)."""
+    import resource
+
+    from .model import build
+
+    torch.manual_seed(0)
+    model = build(preset, head="mlm")
+    if side == "transformers":
+        import transformers
+        with tempfile.TemporaryDirectory() as tmp:
+            model.save_pretrained(tmp)
+            model = transformers.BertForMaskedLM.from_pretrained(tmp)
+    model.train()
+    if side == "bertkit+checkpointing":
+        model.backbone.encoder.checkpointing = True
+    ids = torch.randint(1, model.config.vocab_size, (B, T), generator=torch.Generator().manual_seed(0))
+    masked = torch.rand(B, T, generator=torch.Generator().manual_seed(1)) < 0.15
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+    with open("/proc/self/statm") as f:
+        current = int(f.read().split()[1]) * resource.getpagesize() // 1024  # KiB resident now
+    if side == "transformers":
+        loss = model(input_ids=ids, labels=ids.masked_fill(~masked, -100)).loss
+    else:
+        loss = torch.nn.functional.cross_entropy(model(ids, masked_positions=masked).logits, ids[masked])
+    loss.backward()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    grads = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters() if p.grad is not None)
+    return {"activation_mib": (peak - max(before, current)) / 1024 - grads / 2**20, "peak_mib": peak / 1024}
+
+
+def activation_memory(preset: str, B: int, T: int, label: str) -> list[Record]:
+    """Activation memory of a BERT MLM training step, each side in its own process (so no
+    allocator cache or earlier peak of one side counts for the other): transformers, bertkit,
+    and bertkit with activation checkpointing. ratio = transformers' MiB / ours."""
+    import subprocess
+    import sys
+
+    mib = {}
+    for side in ("transformers", "bertkit", "bertkit+checkpointing"):
+        out = subprocess.run([sys.executable, "-m", "bertkit.bench", side, preset, str(B), str(T)],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+            raise BertkitError(f"memory run for {side} failed: {last}")
+        mib[side] = json.loads(out.stdout.strip().splitlines()[-1])["activation_mib"]
+    ref, ours, ckpt = mib["transformers"], mib["bertkit"], mib["bertkit+checkpointing"]
+    return [
+        Record(label, "fp32", ours, ref, "MiB activations", ref / ours, None,
+               note="each side in its own process; lower is better, ratio = transformers / ours"),
+        Record(label + ", activation checkpointing", "fp32", ckpt, ref, "MiB activations", ref / ckpt, None,
+               note=f"checkpointing cuts bertkit's activations {ours / ckpt:.1f}x"),
     ]
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    dtype: str
+    run: Callable[[], "Record | list[Record]"]
+
+
+def workloads(quick: bool, repeats: int) -> list[Workload]:
+    """The named workloads; --quick is the mini-bert subset (under 2 minutes on 2 cores)."""
+    short = uniform_lengths(32, 8, 64)
+    mixed = uniform_lengths(32, 16, 256)
+    W = Workload
+    name = "mini-bert inference, 32 seqs, lengths in [8, 64], padded"
+    quick_set = [W(name, dt, lambda dt=dt, n=name: inference("mini-bert", short, dt, repeats, n)) for dt in DTYPES]
+    name = "mini-bert MLM training step, B=64 T=64"
+    quick_set += [W(name, dt, lambda dt=dt, n=name: mlm_training_step("mini-bert", 64, 64, dt, repeats, n))
+                  for dt in DTYPES]
     if quick:
         return quick_set
-    mixed = uniform_lengths(32, 16, 256)
-    return quick_set + [
-        lambda: inference("bert-base", mixed, "fp32", repeats, "bert-base inference, 32 seqs, lengths in [16, 256]"),
-        lambda: inference("bert-base", mixed, "bf16", repeats, "bert-base inference, 32 seqs, lengths in [16, 256]"),
-        lambda: inference("bert-base", [256] * 16, "fp32", repeats, "bert-base inference, 16 x 256 full length"),
-        lambda: inference("bert-base", [256] * 16, "bf16", repeats, "bert-base inference, 16 x 256 full length"),
-        lambda: flop_utilization("bert-base", 16, 256, "fp32", repeats, "bert-base FLOP utilization, 16 x 256"),
-        lambda: flop_utilization("bert-base", 16, 256, "bf16", repeats, "bert-base FLOP utilization, 16 x 256"),
-        lambda: mlm_training_step("bert-base", 16, 128, "fp32", repeats, "bert-base MLM training step, B=16 T=128"),
-        lambda: inference("deberta-v3-base", uniform_lengths(16, 16, 256), "fp32", repeats,
-                          "deberta-v3-base inference, 16 seqs, lengths in [16, 256]"),
-    ]
+    full = []
+    for name, lengths in [("bert-base inference, 32 seqs, lengths in [16, 256]", mixed),
+                          ("bert-base inference, 16 x 256 full length", [256] * 16)]:
+        full += [W(name, dt, lambda dt=dt, n=name, l=lengths: inference("bert-base", l, dt, repeats, n))
+                 for dt in DTYPES]
+    for name, lengths in [("bert-base inference, 32 seqs, lengths in [16, 256], compiled", mixed),
+                          ("bert-base inference, 16 x 256 full length, compiled", [256] * 16)]:
+        full += [W(name, dt, lambda dt=dt, n=name, l=lengths: inference("bert-base", l, dt, repeats, n, compiled=True))
+                 for dt in DTYPES]
+    name = "bert-base FLOP utilization, 16 x 256"
+    full += [W(name, dt, lambda dt=dt, n=name: flop_utilization("bert-base", 16, 256, dt, repeats, n))
+             for dt in DTYPES]
+    for compiled in (False, True):
+        name = "bert-base MLM training step, B=16 T=128" + (", compiled" if compiled else "")
+        full.append(W(name, "fp32", lambda n=name, c=compiled: mlm_training_step(
+            "bert-base", 16, 128, "fp32", repeats, n, compiled=c)))
+    name = "deberta-v3-base inference, 16 seqs, lengths in [16, 256]"
+    full.append(W(name, "fp32", lambda n=name: inference("deberta-v3-base", uniform_lengths(16, 16, 256),
+                                                        "fp32", repeats, n)))
+    name = "bert-base MLM training step, B=8 T=512, activation memory"
+    full.append(W(name, "fp32", lambda n=name: activation_memory("bert-base", 8, 512, n)))
+    return quick_set + full
 
 
-def run(quick: bool, repeats: int, json_path: str | None, progress: Callable[[str], None] = print) -> list[Record]:
+def run(quick: bool, repeats: int, json_path: str | None, progress: Callable[[str], None] = print,
+        only: str | None = None) -> list[Record]:
+    """Run the workloads (those whose name contains `only`, when given) and return their records."""
     if repeats < 1:
         raise BertkitError(f"--repeats must be at least 1, got {repeats}")
+    chosen = [w for w in workloads(quick, repeats) if only is None or only.lower() in w.name.lower()]
+    if not chosen:
+        names = sorted({w.name for w in workloads(quick, repeats)})
+        raise BertkitError(f"--only {only!r} matches no workload{' of --quick' if quick else ''}; "
+                           "the workloads are: " + "; ".join(names))
     try:
         import transformers  # noqa: F401
     except ImportError:
@@ -227,12 +318,20 @@ def run(quick: bool, repeats: int, json_path: str | None, progress: Callable[[st
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     progress(machine())
     records = []
-    for workload in workloads(quick, repeats):
-        record = workload()
-        records.append(record)
-        progress(f"  {record.name} [{record.dtype}]: ours {record.ours:,.0f} {record.unit}, "
-                 f"transformers {record.reference:,.0f}, ratio {record.ratio:.2f}")
+    for workload in chosen:
+        result = workload.run()
+        for record in result if isinstance(result, list) else [result]:
+            records.append(record)
+            progress(f"  {record.name} [{record.dtype}]: ours {record.ours:,.0f} {record.unit}, "
+                     f"transformers {record.reference:,.0f}, ratio {record.ratio:.2f}")
     if json_path:
         with open(json_path, "w") as f:
             json.dump([asdict(r) for r in records], f, indent=2)
     return records
+
+
+if __name__ == "__main__":  # one side of `activation_memory`, in its own process
+    import sys
+
+    side, preset, B, T = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    print(json.dumps(_memory_side(side, preset, B, T)))

@@ -46,12 +46,21 @@ class Model(nn.Module):
             out.hidden_states = None
         return out
 
-    def compile(self, **options) -> "Model":
+    def compile(self, freeze: bool = False, **options) -> "Model":
         """torch.compile the transformer blocks in place (fused bias + activation, residual +
         LayerNorm), with the token count as a dynamic dimension: a batch of new lengths reuses
         the compiled code instead of recompiling. Attention over packed tokens stays eager (its
-        length-bucket loop depends on the data; see SelfAttention._unpadded). `options` go to
-        torch.compile, e.g. mode="max-autotune". Returns the model."""
+        length-bucket loop depends on the data; see SelfAttention._unpadded).
+
+        freeze=True (inference only, the model in eval mode): the weights become constants that
+        inductor folds into prepacked oneDNN layouts, with the activation fused into the matmul
+        (measured on the 2-core CPU in bf16: full-length bert-base 1.13x transformers against
+        ~1.0x eager). Weights changed afterwards are not seen: compile again. Other `options`
+        go to torch.compile, e.g. mode="max-autotune". Returns the model."""
+        if freeze:
+            if self.training:
+                raise BertkitError("compile(freeze=True) is for inference: call model.eval() first")
+            options["options"] = {**options.get("options", {}), "freezing": True}
         options.setdefault("dynamic", True)
         for block in self.backbone.encoder.layers:
             block.compile(**options)

@@ -83,3 +83,14 @@ def test_bench_records_say_ratio_above_one_means_better(tmp_path):
     step = bench.mlm_training_step("mini-bert", 4, 16, "fp32", 1, "tiny step")
     assert step.max_abs_diff <= 1e-4  # both sides compute the same loss
     assert main(["bench", "--repeats", "0"]) == 2
+    assert main(["bench", "--quick", "--only", "deberta"]) == 2  # not in the quick set: one line, exit 2
+
+
+def test_bench_memory_runs_each_side_in_its_own_process():
+    from bertkit import bench
+
+    plain, checkpointed = bench.activation_memory("mini-bert", 8, 64, "tiny memory")
+    for r in (plain, checkpointed):
+        assert r.unit == "MiB activations" and r.ours > 0 and r.reference > 0 and r.max_abs_diff is None
+        assert abs(r.ratio - r.reference / r.ours) <= 1e-9  # memory: theirs / ours, > 1 = we use less
+    assert plain.reference == checkpointed.reference

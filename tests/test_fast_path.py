@@ -227,18 +227,18 @@ def test_varlen_plumbing_matches_the_buckets(monkeypatch):
     assert (got[keep] - expected[keep]).abs().max().item() <= 1e-5
 
 
-def _compile_case(name, train):
+def _compile_case(name, train, freeze=False):
     import torch._dynamo
 
     torch._dynamo.reset()
     model = shrunk(name)
     eager = shrunk(name)
-    model.compile()
     for m in (model, eager):
         m.train(train)
         for d in m.modules():
             if isinstance(d, torch.nn.Dropout):
                 d.p = 0.0
+    model.compile(freeze=freeze)
     g = torch.Generator().manual_seed(0)
     graphs = []
     for i, (B, T) in enumerate([(4, 11), (2, 30), (3, 17), (5, 9), (3, 23)]):
@@ -248,7 +248,7 @@ def _compile_case(name, train):
         if i in (1, 4):
             mask[:] = 1  # full length: the padded path, its own graph
         keep = mask.bool()
-        with torch.set_grad_enabled(train):
+        with torch.set_grad_enabled(train), torch.inference_mode(freeze):
             got, expected = model(ids, mask).logits, eager(ids, mask).logits
         assert (got[keep] - expected[keep]).abs().max().item() <= 1e-5
         if train:
@@ -264,6 +264,12 @@ def _compile_case(name, train):
 
 def test_compiled_blocks_match_eager_without_recompiling_for_new_shapes():
     _compile_case("bert-base", train=False)
+
+
+def test_frozen_compile_matches_eager_and_refuses_training_mode():
+    _compile_case("bert-base", train=False, freeze=True)
+    with pytest.raises(bertkit.BertkitError, match="eval"):
+        shrunk("bert-base").train().compile(freeze=True)
 
 
 @pytest.mark.slow
