@@ -201,12 +201,17 @@ def flop_utilization(preset: str, B: int, T: int, dtype: str, repeats: int, labe
                   note=f"measured matmul peak {peak / 1e9:.0f} GFLOP/s")
 
 
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
 def _memory_side(side: str, preset: str, B: int, T: int) -> dict:
     """Run in a fresh process (see `activation_memory`): one MLM forward and backward of a BERT.
     Activation memory = the process's peak resident memory during the pass minus what it held
-    just before, minus the gradients' bytes (which both sides need alike)."""
-    import resource
-
+    just before, minus the gradients' bytes (which both sides need alike). The kernel's peak
+    counter (VmHWM) is reset just before the pass (/proc/self/clear_refs), so a higher peak
+    while building or loading the model cannot hide the pass's own."""
     from .model import build
 
     torch.manual_seed(0)
@@ -221,17 +226,17 @@ def _memory_side(side: str, preset: str, B: int, T: int) -> dict:
         model.backbone.encoder.checkpointing = True
     ids = torch.randint(1, model.config.vocab_size, (B, T), generator=torch.Generator().manual_seed(0))
     masked = torch.rand(B, T, generator=torch.Generator().manual_seed(1)) < 0.15
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
-    with open("/proc/self/statm") as f:
-        current = int(f.read().split()[1]) * resource.getpagesize() // 1024  # KiB resident now
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset the peak-RSS counter to the current RSS
+    before = _status_kib("VmRSS")
     if side == "transformers":
         loss = model(input_ids=ids, labels=ids.masked_fill(~masked, -100)).loss
     else:
         loss = torch.nn.functional.cross_entropy(model(ids, masked_positions=masked).logits, ids[masked])
     loss.backward()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = _status_kib("VmHWM")
     grads = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters() if p.grad is not None)
-    return {"activation_mib": (peak - max(before, current)) / 1024 - grads / 2**20, "peak_mib": peak / 1024}
+    return {"activation_mib": (peak - before) / 1024 - grads / 2**20, "peak_mib": peak / 1024}
 
 
 def activation_memory(preset: str, B: int, T: int, label: str) -> list[Record]:
@@ -249,6 +254,9 @@ def activation_memory(preset: str, B: int, T: int, label: str) -> list[Record]:
             last = (out.stderr.strip().splitlines() or ["no output"])[-1]
             raise BertkitError(f"memory run for {side} failed: {last}")
         mib[side] = json.loads(out.stdout.strip().splitlines()[-1])["activation_mib"]
+        if mib[side] <= 0:
+            raise BertkitError(f"memory run for {side} measured {mib[side]:.0f} MiB of activations; "
+                               "the measurement is broken on this system")
     ref, ours, ckpt = mib["transformers"], mib["bertkit"], mib["bertkit+checkpointing"]
     return [
         Record(label, "fp32", ours, ref, "MiB activations", ref / ours, None,

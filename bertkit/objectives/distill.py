@@ -1,0 +1,67 @@
+"""Knowledge distillation of a BERT teacher into a DistilBERT student (Sanh et al., 2019,
+sec. 3): a triple loss, with the defaults of the authors' training script (weights 5.0 / 2.0 /
+1.0, temperature 2.0):
+
+- soft-target cross-entropy: KL(softmax(t / tau) || softmax(s / tau)) * tau^2 over every real
+  token's vocabulary distribution (Hinton et al., 2015: the tau^2 keeps gradient sizes
+  comparable across temperatures);
+- the student's own MLM loss at the masked positions;
+- a cosine loss aligning the directions of student and teacher last hidden states.
+
+Shapes: B batch, T length, R real tokens, K masked positions, V vocabulary, H hidden.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import BertkitError
+from .base import Objective, Step
+from .mlm import masked_lm_terms
+
+
+class Distillation(Objective):
+    def __init__(self, student, teacher, temperature: float = 2.0, alpha_ce: float = 5.0,
+                 alpha_mlm: float = 2.0, alpha_cos: float = 1.0):
+        super().__init__()
+        for role, model in (("student", student), ("teacher", teacher)):
+            if model.head is None or not model.head.predicts_tokens:
+                raise BertkitError(f"distillation needs a masked-LM head on the {role}")
+        if student.config.vocab_size != teacher.config.vocab_size:
+            raise BertkitError(f"student vocabulary {student.config.vocab_size} != teacher's {teacher.config.vocab_size}")
+        if student.config.hidden_size != teacher.config.hidden_size:
+            raise BertkitError("the cosine loss compares hidden states: student hidden size "
+                               f"{student.config.hidden_size} != teacher's {teacher.config.hidden_size}")
+        if temperature <= 0:
+            raise BertkitError(f"temperature must be positive, got {temperature}")
+        self.student = student
+        self.teacher = teacher.eval().requires_grad_(False)
+        self.temperature = temperature
+        self.alpha_ce, self.alpha_mlm, self.alpha_cos = alpha_ce, alpha_mlm, alpha_cos
+
+    def models(self):
+        return {"": self.student}
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.teacher.eval()  # the teacher never drops out
+        return self
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> Step:
+        ids, labels, mask = batch["input_ids"], batch["labels"], batch.get("attention_mask")
+        real = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()  # (B, T)
+        masked = (labels != -100)[real]  # (R,): which real tokens carry an MLM label
+        # DistilBERT has no token types: neither side gets them, so both see the same input.
+        with torch.no_grad():
+            t = self.teacher(ids, mask, masked_positions=real)
+        s = self.student(ids, mask, masked_positions=real)  # logits (R, V): every real token
+        tau = self.temperature
+        ce = F.kl_div(F.log_softmax(s.logits.float() / tau, -1), F.softmax(t.logits.float() / tau, -1),
+                      reduction="batchmean") * tau ** 2
+        mlm, accuracy = masked_lm_terms(s.logits[masked], labels[real][masked])  # (K, V)
+        s_h, t_h = s.last_hidden_state[real], t.last_hidden_state[real]  # (R, H)
+        cos = (1.0 - F.cosine_similarity(s_h.float(), t_h.float(), dim=-1)).mean()
+        loss = self.alpha_ce * ce + self.alpha_mlm * mlm + self.alpha_cos * cos
+        return Step(loss, {"loss": loss.detach(), "distill_ce": ce.detach(), "mlm_loss": mlm.detach(),
+                           "mlm_accuracy": accuracy, "cosine_loss": cos.detach()})

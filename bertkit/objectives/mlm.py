@@ -1,0 +1,61 @@
+"""Masked language modelling (Devlin et al., 2019, sec. 3.1, task #1), optionally with a
+sentence-pair task: next-sentence prediction (BERT, task #2) or sentence-order prediction
+(Lan et al., 2020, sec. 4.1, ALBERT). The vocabulary projection runs only at the predicted
+positions (the model's `masked_positions`).
+
+Shapes: B batch, T length, K predicted positions in the batch, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import BertkitError
+from .base import Objective, Step
+
+
+def masked_lm_terms(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(K, V) logits and (K,) target ids -> (mean cross-entropy, accuracy). A batch without a
+    predicted position gives a zero loss that still reaches the graph, not NaN."""
+    if targets.numel() == 0:
+        return logits.sum() * 0.0, logits.new_zeros(())
+    loss = F.cross_entropy(logits.float(), targets)
+    accuracy = (logits.argmax(-1) == targets).float().mean()
+    return loss, accuracy.detach()
+
+
+class MaskedLM(Objective):
+    """`pair` = None (MLM alone: RoBERTa, DistilBERT without a teacher, DeBERTa), "nsp" or "sop";
+    a pair task needs a model built with head="pretraining" whose head has a pair classifier."""
+
+    def __init__(self, model, pair: str | None = None):
+        super().__init__()
+        if pair not in (None, "nsp", "sop"):
+            raise BertkitError(f"unknown pair task {pair!r}; choose nsp or sop")
+        head = model.head
+        if head is None or not head.predicts_tokens:
+            raise BertkitError(f"masked-LM training needs a masked-LM head; this model's head is {model.head_kind!r}")
+        if pair is not None and not hasattr(head, "pair"):
+            raise BertkitError(f"mlm+{pair} needs a sentence-pair head, which {model.config.family} "
+                               f"({model.head_kind!r} head) does not have; use the mlm objective")
+        self.model = model
+        self.pair = pair
+
+    def models(self):
+        return {"": self.model}
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> Step:
+        labels = batch["labels"]
+        masked = labels != -100  # (B, T)
+        out = self.model(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"),
+                         masked_positions=masked)
+        loss, accuracy = masked_lm_terms(out.logits, labels[masked])  # logits (K, V)
+        metrics = {"mlm_loss": loss.detach(), "mlm_accuracy": accuracy}
+        if self.pair is not None:
+            pair_loss = F.cross_entropy(out.pair_logits.float(), batch["pair_labels"])  # (B, 2) vs (B,)
+            metrics[f"{self.pair}_loss"] = pair_loss.detach()
+            metrics[f"{self.pair}_accuracy"] = (out.pair_logits.argmax(-1) == batch["pair_labels"]).float().mean()
+            loss = loss + pair_loss
+        metrics["loss"] = loss.detach()
+        return Step(loss, metrics)

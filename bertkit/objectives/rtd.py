@@ -1,0 +1,80 @@
+"""Replaced-token detection (Clark et al., 2020, ELECTRA, sec. 2).
+
+A small generator is trained with MLM; its samples replace the masked tokens, and the
+discriminator learns, at every real token, whether it was replaced. Loss (eq. 1):
+L = L_MLM(generator) + lambda * L_Disc, lambda = 50. Sampling is not differentiated: the
+discriminator's loss does not flow back into the generator (sec. 2). Where the generator
+samples the original token, the label is "original" (sec. 2: such tokens count as real).
+
+Shapes: B batch, T length, K masked positions, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import BertkitError
+from .base import Objective, Step
+from .mlm import masked_lm_terms
+
+
+def sample_tokens(logits: torch.Tensor) -> torch.Tensor:
+    """(K, V) logits -> (K,) ids drawn from softmax(logits) with the Gumbel-max trick (one
+    argmax over logits plus Gumbel noise; uses the global torch RNG, so a seed fixes it)."""
+    u = torch.rand_like(logits, dtype=torch.float32).clamp_(1e-9, 1.0)
+    return (logits.float() - torch.log(-torch.log(u))).argmax(-1)
+
+
+def corrupt(ids: torch.Tensor, labels: torch.Tensor, sampled: torch.Tensor,
+            real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The discriminator's input and labels. ids, labels, real: (B, T); sampled: (K,) generator
+    samples for the K masked positions (labels != -100), in row-major order. Returns the
+    original text with the samples put in, and (B, T) bool labels, True exactly where a real
+    token differs from the original."""
+    masked = labels != -100
+    original = torch.where(masked, labels, ids)  # (B, T): the text before masking
+    corrupted = original.clone()
+    corrupted[masked] = sampled
+    return corrupted, (corrupted != original) & real
+
+
+class ReplacedTokenDetection(Objective):
+    def __init__(self, generator, discriminator, weight: float = 50.0):
+        super().__init__()
+        if generator.head is None or not generator.head.predicts_tokens:
+            raise BertkitError("the RTD generator needs a masked-LM head (build it with head='mlm')")
+        if discriminator.config.family != "electra" or discriminator.head_kind != "pretraining":
+            raise BertkitError("the RTD discriminator is an ELECTRA model with head='pretraining' "
+                               f"(got {discriminator.config.family}, head {discriminator.head_kind!r})")
+        if generator.config.vocab_size != discriminator.config.vocab_size:
+            raise BertkitError(f"generator vocabulary {generator.config.vocab_size} != discriminator "
+                               f"vocabulary {discriminator.config.vocab_size}")
+        self.generator = generator
+        self.discriminator = discriminator
+        self.weight = weight
+
+    def models(self):
+        return {"": self.discriminator, "generator": self.generator}
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> Step:
+        ids, labels = batch["input_ids"], batch["labels"]
+        mask, types = batch.get("attention_mask"), batch.get("token_type_ids")
+        masked = labels != -100  # (B, T)
+        gen_logits = self.generator(ids, mask, types, masked_positions=masked).logits  # (K, V)
+        gen_loss, gen_accuracy = masked_lm_terms(gen_logits, labels[masked])
+
+        real = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()
+        corrupted, replaced = corrupt(ids, labels, sample_tokens(gen_logits.detach()), real)
+
+        disc_logits = self.discriminator(corrupted, mask, types).logits  # (B, T)
+        disc_loss = F.binary_cross_entropy_with_logits(disc_logits[real].float(), replaced[real].float())
+        predicted = disc_logits[real] > 0
+        loss = gen_loss + self.weight * disc_loss
+        return Step(loss, {
+            "loss": loss.detach(),
+            "mlm_loss": gen_loss.detach(), "mlm_accuracy": gen_accuracy,
+            "rtd_loss": disc_loss.detach(),
+            "rtd_accuracy": (predicted == replaced[real]).float().mean(),
+            "replaced_fraction": replaced[real].float().mean(),
+        })

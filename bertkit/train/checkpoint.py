@@ -1,0 +1,86 @@
+"""Resumable checkpoints: every model an objective saves, in Hugging Face format, plus
+trainer_state.pt (optimizer, step, elapsed seconds, RNG states). Each checkpoint is written to a
+temporary directory and renamed into place, so a crash or a full disk mid-save never damages
+the previous one; only the newest `keep` are kept.
+
+Layout: OUT/checkpoints/step-00000100/{config.json, model.safetensors, tokenizer files,
+generator/, trainer_state.pt}.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import BertkitError
+
+STATE = "trainer_state.pt"
+
+
+def save_models(models: dict, directory: Path) -> None:
+    for name, model in models.items():
+        model.save_pretrained(directory / name if name else directory)
+
+
+def rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save(root: Path, step: int, models: dict, trainer_state: dict, keep: int) -> Path:
+    """Write checkpoints/step-N atomically and drop all but the newest `keep`."""
+    folder = root / "checkpoints"
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / f"step-{step:08d}"
+    tmp = Path(tempfile.mkdtemp(dir=folder, prefix=".writing-"))
+    try:
+        save_models(models, tmp)
+        torch.save({**trainer_state, "rng": rng_state()}, tmp / STATE)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for old in sorted(folder.glob("step-*"))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest(root: Path) -> Path | None:
+    found = sorted((root / "checkpoints").glob("step-*"))
+    return found[-1] if found else None
+
+
+def load(checkpoint: Path, models: dict) -> dict:
+    """Load every model's weights from `checkpoint` into the live models (exact copies) and
+    return the trainer state; RNG states are restored by the caller once it has built its data."""
+    from ..interop.hf import load_state, read_weights
+
+    for name, model in models.items():
+        directory = checkpoint / name if name else checkpoint
+        if not (directory / "config.json").exists():
+            raise BertkitError(f"{directory}: checkpoint has no {name or 'root'} model (config.json missing)")
+        state, path = read_weights(directory)
+        with torch.no_grad():
+            load_state(model, state, path, head_from_file=True)
+    path = checkpoint / STATE
+    if not path.exists():
+        raise BertkitError(f"{path}: missing; the checkpoint was not written completely")
+    return torch.load(path, weights_only=False)

