@@ -11,18 +11,26 @@ Per optimizer step: `accumulation` micro-batches (losses scaled by 1 / accumulat
 clipping, AdamW, then the learning rate for the next step from the schedule. The schedule's
 progress is steps / total steps, or, with a time budget (Cramming, Geiping & Goldstein 2023),
 training seconds used / budget, which a resumed run continues from the checkpoint's count.
+
+Distributed: started under `torchrun --nproc_per_node=N` (or with a process group already set
+up), the objective is wrapped in DistributedDataParallel (gloo on CPU, nccl on CUDA); every
+process builds the same global micro-batch and keeps its own rows (rank, rank + N, ...), DDP
+averages the gradients, and only rank 0 writes logs, checkpoints and the final model.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
+import torch.distributed as dist
 
 from ..errors import BertkitError
 from . import checkpoint
@@ -71,18 +79,26 @@ class Trainer:
     def __init__(self, objective, batch_at: Callable[[int], dict], settings: TrainSettings,
                  out: str | Path, eval_batches: list[dict] | None = None, device: str | torch.device = "cpu"):
         self.objective = objective.to(device)
+        self.rank, self.world = _distributed(torch.device(device))
         self.batch_at = batch_at
         self.settings = settings
         self.out = Path(out)
         self.eval_batches = eval_batches or []
         self.device = torch.device(device)
-        torch.manual_seed(settings.seed)
+        # Dropout and sampling differ per process (DDP copies rank 0's weights when it wraps).
+        torch.manual_seed(settings.seed + self.rank)
         for model in objective.models().values():
             model.backbone.encoder.checkpointing = settings.activation_checkpointing
             if settings.compile:
                 model.compile()
         self.optimizer = torch.optim.AdamW(param_groups(objective, settings.weight_decay), lr=settings.lr,
                                            betas=settings.betas, eps=settings.eps)
+        # What runs the forward: the objective, or DDP around it (same parameters, synced gradients).
+        self.runner = objective
+        if self.world > 1:
+            from torch.nn.parallel import DistributedDataParallel
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.runner = DistributedDataParallel(objective, device_ids=ids)
         self.step = 0
         self.elapsed = 0.0   # training seconds so far (the time budget's clock)
         self.tokens = 0
@@ -106,7 +122,13 @@ class Trainer:
             group["lr"] = lr
         return lr
 
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
     def _log(self, record: dict) -> None:
+        if not self.is_main:
+            return
         with open(self.log_path, "a") as f:
             f.write(json.dumps(record) + "\n")
 
@@ -114,8 +136,13 @@ class Trainer:
         return {"step": self.step, "elapsed": self.elapsed, "tokens": self.tokens,
                 "optimizer": self.optimizer.state_dict(), "settings": asdict(self.settings)}
 
-    def save_checkpoint(self) -> Path:
-        return checkpoint.save(self.out, self.step, self.objective.models(), self._state(), self.settings.keep)
+    def save_checkpoint(self) -> Path | None:
+        path = None
+        if self.is_main:
+            path = checkpoint.save(self.out, self.step, self.objective.models(), self._state(), self.settings.keep)
+        if self.world > 1:
+            dist.barrier()  # nobody runs ahead of a checkpoint still being written
+        return path
 
     def resume(self, path: Path | None = None) -> bool:
         """Continue from `path` or the newest checkpoint under OUT/checkpoints; False if none."""
@@ -126,7 +153,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.step, self.elapsed, self.tokens = state["step"], state["elapsed"], state["tokens"]
         checkpoint.set_rng_state(state["rng"])
-        if self.log_path.exists():  # drop log lines written after this checkpoint
+        if self.is_main and self.log_path.exists():  # drop log lines written after this checkpoint
             kept = [line for line in self.log_path.read_text().splitlines()
                     if json.loads(line)["step"] <= self.step]
             self.log_path.write_text("".join(line + "\n" for line in kept))
@@ -135,6 +162,30 @@ class Trainer:
     # ---- the loop -------------------------------------------------------------------------
     def _to_device(self, batch: dict) -> dict:
         return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+
+    def _shard(self, batch: dict) -> dict:
+        """This process's rows of a global batch (every tensor's first dimension is the batch)."""
+        if self.world == 1:
+            return batch
+        rows = next(iter(batch.values())).shape[0]
+        if rows < self.world:
+            raise BertkitError(f"a batch of {rows} rows cannot be split over {self.world} processes")
+        return {k: v[self.rank::self.world] for k, v in batch.items()}
+
+    def _finite_everywhere(self, loss: torch.Tensor) -> bool:
+        """Whether the loss is finite in every process (all must skip or stop together)."""
+        finite = torch.isfinite(loss.detach()).to(torch.int32).reshape(1)
+        if self.world > 1:
+            dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+        return bool(finite)
+
+    def _mean_over_processes(self, metrics: dict[str, float]) -> dict[str, float]:
+        if self.world == 1 or not metrics:
+            return metrics
+        names = sorted(metrics)
+        values = torch.tensor([metrics[n] for n in names], dtype=torch.float64, device=self.device)
+        dist.all_reduce(values)
+        return {n: v / self.world for n, v in zip(names, values.tolist())}
 
     def evaluate(self) -> dict[str, float]:
         """Objective metrics averaged over the held-out batches (dropout off, no gradients),
@@ -145,10 +196,10 @@ class Trainer:
         totals: dict[str, float] = {}
         with torch.no_grad(), self._autocast():
             for batch in self.eval_batches:
-                for k, v in self.objective(self._to_device(batch)).metrics.items():
+                for k, v in self.objective(self._to_device(self._shard(batch))).metrics.items():
                     totals[k] = totals.get(k, 0.0) + float(v)
         self.objective.train()
-        metrics = {k: v / len(self.eval_batches) for k, v in totals.items()}
+        metrics = self._mean_over_processes({k: v / len(self.eval_batches) for k, v in totals.items()})
         if "mlm_loss" in metrics:
             metrics["perplexity"] = math.exp(min(metrics["mlm_loss"], 50.0))
         return metrics
@@ -163,17 +214,21 @@ class Trainer:
         totals: dict[str, float] = {}
         tokens = 0
         for micro in range(s.accumulation):
-            batch = self._to_device(self.batch_at(self.step * s.accumulation + micro))
-            with self._autocast():
-                result = self.objective(batch)
-            if not torch.isfinite(result.loss):
-                if s.skip_nonfinite:
-                    self.optimizer.zero_grad(set_to_none=True)
-                    return None
-                raise BertkitError(f"loss is {result.loss.item()} at step {self.step}; stopping (the last "
-                                   f"checkpoint in {self.out / 'checkpoints'} is intact; lower --lr, or "
-                                   "pass --skip-nonfinite to skip such steps)")
-            (result.loss / s.accumulation).backward()
+            batch = self._to_device(self._shard(self.batch_at(self.step * s.accumulation + micro)))
+            last = micro == s.accumulation - 1
+            # DDP syncs gradients on the last micro-batch only; the others accumulate locally.
+            sync = self.runner.no_sync() if self.world > 1 and not last else contextlib.nullcontext()
+            with sync:
+                with self._autocast():
+                    result = self.runner(batch)
+                if not self._finite_everywhere(result.loss):
+                    if s.skip_nonfinite:
+                        self.optimizer.zero_grad(set_to_none=True)
+                        return None
+                    raise BertkitError(f"loss is {result.loss.item()} at step {self.step}; stopping (the last "
+                                       f"checkpoint in {self.out / 'checkpoints'} is intact; lower --lr, or "
+                                       "pass --skip-nonfinite to skip such steps)")
+                (result.loss / s.accumulation).backward()
             for k, v in result.metrics.items():
                 totals[k] = totals.get(k, 0.0) + float(v) / s.accumulation
             mask = batch.get("attention_mask")
@@ -181,8 +236,10 @@ class Trainer:
         if s.clip_norm is not None:
             totals["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.objective.parameters(), s.clip_norm))
         self.optimizer.step()
+        if self.world > 1:
+            tokens = int(self._mean_over_processes({"t": float(tokens)})["t"] * self.world)
         self.tokens += tokens
-        return totals
+        return self._mean_over_processes(totals)
 
     def fit(self) -> dict[str, float]:
         """Train until the step count or time budget is reached; write the final models and
@@ -193,12 +250,16 @@ class Trainer:
         self.out.mkdir(parents=True, exist_ok=True)
         self.objective.train()
         total = s.steps if s.time_budget is None else None
-        bar = tqdm(total=total, initial=self.step, disable=not s.progress, unit="step", dynamic_ncols=True)
+        bar = tqdm(total=total, initial=self.step, disable=not (s.progress and self.is_main), unit="step", dynamic_ncols=True)
         while not self.done():
             lr = self._set_lr()
             start = time.perf_counter()
             metrics = self.train_step()
             seconds = time.perf_counter() - start
+            if self.world > 1:  # one clock for all, so every process stops at the same step
+                clock = torch.tensor([seconds], dtype=torch.float64, device=self.device)
+                dist.broadcast(clock, 0)
+                seconds = float(clock)
             self.elapsed += seconds
             self.step += 1
             if metrics is not None:
@@ -215,11 +276,26 @@ class Trainer:
         final = self.evaluate()
         self._log({"step": self.step, "split": "eval", "elapsed": round(self.elapsed, 3), **final})
         self.save_checkpoint()
-        checkpoint.save_models(self.objective.models(), self.out)
-        summary = {"step": self.step, "tokens": self.tokens, "train_seconds": round(self.elapsed, 1), **final}
-        (self.out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
-        plot_curves(self.log_path, self.out / "loss_curve.png")
+        if self.is_main:
+            checkpoint.save_models(self.objective.models(), self.out)
+            summary = {"step": self.step, "tokens": self.tokens, "train_seconds": round(self.elapsed, 1),
+                       "processes": self.world, **final}
+            (self.out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
+            plot_curves(self.log_path, self.out / "loss_curve.png")
+        if self.world > 1:
+            dist.barrier()
         return final
+
+
+def _distributed(device: torch.device) -> tuple[int, int]:
+    """(rank, world size); joins the process group torchrun describes in the environment."""
+    if not dist.is_available():
+        return 0, 1
+    if not dist.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
 
 def plot_curves(log: Path, png: Path) -> None:
