@@ -285,3 +285,18 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     log = [json.loads(line) for line in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
     assert len([r for r in log if r["split"] == "train"]) == 4  # one writer
     assert json.loads((tmp_path / "ddp" / "metrics.json").read_text())["processes"] == 2
+
+
+@pytest.mark.parametrize("case", ["deberta-emd", "roberta-bf16"])
+def test_more_families_learn(case, reviews, tokenizer, tmp_path):
+    torch.manual_seed(0)
+    if case == "deberta-emd":
+        from bertkit.models.deberta import DebertaConfig
+        config = DebertaConfig(vocab_size=tokenizer.vocab_size, position_buckets=16, enhanced_mask_decoder=True,
+                               **TINY)
+        model = bertkit.build(config, head="mlm")
+    else:
+        model = bertkit.build("roberta-base", head="mlm", vocab_size=tokenizer.vocab_size, **TINY)
+    batch_at, _ = batches_from(reviews, tokenizer)
+    losses, _ = train_curve(MaskedLM(model), batch_at, tmp_path, bf16=case.endswith("bf16"))
+    assert_learns(losses)
