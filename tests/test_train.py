@@ -300,3 +300,26 @@ def test_more_families_learn(case, reviews, tokenizer, tmp_path):
     batch_at, _ = batches_from(reviews, tokenizer)
     losses, _ = train_curve(MaskedLM(model), batch_at, tmp_path, bf16=case.endswith("bf16"))
     assert_learns(losses)
+
+
+def test_objectives_by_name_and_the_models_they_fit(tmp_path):
+    from bertkit.objectives import build_objective
+
+    small = dict(TINY, vocab_size=200)
+    assert build_objective("mlm+nsp", "bert-base", **small).pair == "nsp"
+    assert build_objective("mlm+sop", "albert-base", **small).pair == "sop"
+    rtd = build_objective("rtd", "electra-small", **small)
+    assert rtd.generator.backbone.embeddings is rtd.discriminator.backbone.embeddings
+    teacher = bertkit.build("bert-base", head="mlm", **{**small, "num_layers": 4})
+    teacher.save_pretrained(tmp_path / "teacher")
+    distill = build_objective("distill", "distilbert-base", teacher=str(tmp_path / "teacher"))
+    assert distill.student.config.num_layers == 2 and distill.student.config.family == "distilbert"
+    for name, preset, message in [("mlm+nsp", "roberta-base", "does not fit roberta-base"),
+                                  ("mlm+nsp", "deberta-v3-base", "does not fit"),
+                                  ("rtd", "bert-base", "ELECTRA pair"),
+                                  ("distill", "bert-base", "DistilBERT student"),
+                                  ("span", "bert-base", "unknown objective 'span'")]:
+        with pytest.raises(bertkit.BertkitError, match=message):
+            build_objective(name, preset, **small)
+    with pytest.raises(bertkit.BertkitError, match="unknown model .bert-tiny-nonexistent.; known presets"):
+        build_objective("mlm", "bert-tiny-nonexistent")

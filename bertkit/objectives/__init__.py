@@ -9,6 +9,8 @@ with the original id at predicted positions and -100 elsewhere; pair_labels (B,)
 from .base import Objective, Step
 from .distill import Distillation
 from .mlm import MaskedLM, masked_lm_terms
+from .registry import NAMES, build_objective
 from .rtd import ReplacedTokenDetection
 
-__all__ = ["Distillation", "MaskedLM", "Objective", "ReplacedTokenDetection", "Step", "masked_lm_terms"]
+__all__ = ["NAMES", "Distillation", "MaskedLM", "Objective", "ReplacedTokenDetection", "Step", "build_objective",
+           "masked_lm_terms"]

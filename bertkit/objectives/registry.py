@@ -1,0 +1,65 @@
+"""Objectives by their command-line names, built with the models they train.
+
+    objective = build_objective("mlm+nsp", "bert-base", vocab_size=tokenizer.vocab_size)
+
+Which model each name builds: mlm -> the preset with an MLM head; mlm+nsp / mlm+sop -> the
+preset with its pre-training head (a sentence-pair classifier: BERT's NSP, ALBERT's SOP);
+rtd -> an ELECTRA generator/discriminator pair sharing embeddings; distill -> a DistilBERT-style
+student initialized from chosen layers of a BERT teacher (`teacher`: a checkpoint directory,
+hub id or preset; default an untrained bert-base, for trying the objective out).
+"""
+
+from __future__ import annotations
+
+from ..errors import BertkitError
+from .base import Objective
+from .distill import Distillation
+from .mlm import MaskedLM
+from .rtd import ReplacedTokenDetection
+
+NAMES = ("mlm", "mlm+nsp", "mlm+sop", "rtd", "distill")
+
+
+def build_objective(name: str, preset: str, teacher: str | None = None, **overrides) -> Objective:
+    """`overrides` change the model config (e.g. vocab_size to fit a tokenizer)."""
+    from ..model import build, build_electra_pair, student_from_teacher
+    from ..interop.hf import from_pretrained
+
+    if name not in NAMES:
+        raise BertkitError(f"unknown objective {name!r}; choose one of {', '.join(NAMES)}")
+    if name == "mlm":
+        return MaskedLM(build(preset, head="mlm", **overrides))
+    if name in ("mlm+nsp", "mlm+sop"):
+        try:
+            model = build(preset, head="pretraining", **overrides)
+        except BertkitError as e:
+            raise BertkitError(f"objective {name} does not fit {preset}: {e}") from None
+        if not hasattr(model.head, "pair"):
+            raise BertkitError(f"objective {name} does not fit {preset}: it has no sentence-pair head; use mlm")
+        return MaskedLM(model, name.split("+")[1])
+    if name == "rtd":
+        from ..models.electra import GENERATOR_FOR
+
+        if preset not in GENERATOR_FOR:
+            raise BertkitError(f"objective rtd trains an ELECTRA pair; choose one of {', '.join(sorted(GENERATOR_FOR))}")
+        from ..config import get_preset
+
+        disc = get_preset(preset).config.replace(**overrides)
+        gen = get_preset(GENERATOR_FOR[preset]).config.replace(**overrides)
+        return ReplacedTokenDetection(*build_electra_pair(disc, gen))
+    # distill: the student's shape comes from the teacher (every other layer, sec. 3)
+    from pathlib import Path
+
+    from ..config import PRESETS, get_preset
+
+    if get_preset(preset).config.family != "distilbert":
+        raise BertkitError(f"objective distill trains a DistilBERT student; use a distilbert preset, not {preset}")
+    source = teacher or "bert-base"
+    if source in PRESETS and not Path(source).is_dir():
+        teacher_model = build(source, head="mlm", **overrides)  # an untrained teacher: for trying it out
+    else:
+        teacher_model = from_pretrained(source, head="mlm")
+    depth = teacher_model.config.num_layers
+    # 12 layers: the released DistilBERT's choice; otherwise one layer out of two (sec. 3)
+    layers = None if depth == 12 else tuple(range(0, depth, 2))
+    return Distillation(student_from_teacher(teacher_model, layers=layers), teacher_model)
