@@ -186,7 +186,10 @@ def test_resumed_run_equals_an_uninterrupted_one_bit_for_bit(reviews, tokenizer,
         trainer.fit()
         return model
 
-    full = run(tmp_path / "full", batch_at)
+    run(tmp_path / "full", batch_at)
+    full = run(tmp_path / "full", batch_at)  # a fresh run over an old one's directory starts its own log
+    log = [json.loads(line) for line in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if r["split"] == "train"] == list(range(1, 11))
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path / "cut", crash_at_step_7)  # dies in step 8; its newest checkpoint is step 6
     resumed = run(tmp_path / "cut", batch_at, resume=True)

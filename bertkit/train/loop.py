@@ -40,7 +40,8 @@ from .optim import SCHEDULES, lr_factor, param_groups
 @dataclass(frozen=True)
 class TrainSettings:
     steps: int | None = 1000            # optimizer steps; None with a time budget
-    time_budget: float | None = None    # seconds of training (evaluation and saving excluded)
+    time_budget: float | None = None    # seconds of training (evaluation and saving excluded);
+                                        # with both, whichever ends first, scheduled by the budget
     lr: float = 1e-3
     weight_decay: float = 0.01
     betas: tuple[float, float] = (0.9, 0.98)
@@ -248,6 +249,8 @@ class Trainer:
 
         s = self.settings
         self.out.mkdir(parents=True, exist_ok=True)
+        if self.step == 0 and self.is_main:
+            self.log_path.unlink(missing_ok=True)  # a fresh run does not append to an old run's log
         self.objective.train()
         total = s.steps if s.time_budget is None else None
         bar = tqdm(total=total, initial=self.step, disable=not (s.progress and self.is_main), unit="step", dynamic_ncols=True)
