@@ -1,0 +1,144 @@
+"""Masked-LM training of the NumPy model: gradient accumulation, clipping, AdamW, a schedule.
+
+    trainer = Trainer(model, batch_at, TrainSettings(steps=300, lr=1e-3), out="runs/numpy")
+    history = trainer.fit()          # one metrics dict per optimizer step
+
+    history = train(model, batches, steps=300, lr=1e-3)     # the same, from a list of batches
+
+A batch is a dict of NumPy arrays: `input_ids` (B, T) int, `labels` (B, T) with the original id
+at predicted positions and -100 elsewhere, optional `attention_mask` (B, T) and
+`token_type_ids` (B, T). `batch_at(i)` returns the i-th micro-batch; step s uses micro-batches
+s * accumulation ... s * accumulation + accumulation - 1, exactly as the torch trainer does, so
+the two see the same data in the same order.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..errors import BertkitError
+from .model import BertForMaskedLM
+from .optim import SCHEDULES, AdamW, clip_grad_norm, lr_factor
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """The torch trainer's defaults (bertkit.train.TrainSettings), for the knobs both have."""
+    steps: int | None = 1000            # optimizer steps; None with a time budget
+    time_budget: float | None = None    # seconds of training; with both, whichever ends first
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-6
+    warmup: float = 0.06                # fraction of training
+    schedule: str = "linear"
+    clip_norm: float | None = 1.0
+    accumulation: int = 1
+    recompute: bool = False             # activation recomputation (model.py)
+    dropout: bool = True                # train with the config's dropout rates
+    seed: int = 0                       # dropout masks
+
+    def __post_init__(self) -> None:
+        if self.steps is None and self.time_budget is None:
+            raise BertkitError("give a number of steps or a time budget")
+        if self.steps is not None and self.steps < 1:
+            raise BertkitError(f"steps must be at least 1, got {self.steps}")
+        if self.time_budget is not None and self.time_budget <= 0:
+            raise BertkitError(f"time budget must be positive, got {self.time_budget}")
+        if self.schedule not in SCHEDULES:
+            raise BertkitError(f"unknown schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}")
+        if self.accumulation < 1:
+            raise BertkitError(f"accumulation must be at least 1, got {self.accumulation}")
+        if not 0 <= self.warmup < 1:
+            raise BertkitError(f"warmup is a fraction of training in [0, 1), got {self.warmup}")
+
+
+class Trainer:
+    def __init__(self, model: BertForMaskedLM, batch_at: Callable[[int], dict], settings: TrainSettings,
+                 out: str | Path | None = None):
+        self.model, self.batch_at, self.settings = model, batch_at, settings
+        self.out = None if out is None else Path(out)
+        self.optimizer = AdamW(model.params, settings.lr, settings.betas, settings.eps, settings.weight_decay)
+        model.rng = np.random.default_rng(settings.seed)
+        model.recompute = settings.recompute
+        model.training = settings.dropout
+        self.step = 0
+        self.elapsed = 0.0
+        self.tokens = 0
+
+    def progress(self) -> float:
+        s = self.settings
+        return self.elapsed / s.time_budget if s.time_budget is not None else self.step / s.steps
+
+    def done(self) -> bool:
+        s = self.settings
+        return (s.steps is not None and self.step >= s.steps) or (
+            s.time_budget is not None and self.elapsed >= s.time_budget)
+
+    def train_step(self) -> dict[str, float]:
+        """One optimizer step over `accumulation` micro-batches, each loss scaled by
+        1 / accumulation so the summed gradient is the gradient of the mean."""
+        s = self.settings
+        lr = s.lr * lr_factor(self.progress(), s.warmup, s.schedule)
+        self.optimizer.lr = lr
+        start = time.perf_counter()
+        self.model.zero_grad()
+        loss = accuracy = 0.0
+        for micro in range(s.accumulation):
+            batch = self.batch_at(self.step * s.accumulation + micro)
+            result = self.model.forward_backward(batch["input_ids"], batch.get("attention_mask"), batch["labels"],
+                                                 batch.get("token_type_ids"), scale=1.0 / s.accumulation)
+            if not np.isfinite(result.loss):
+                raise BertkitError(f"loss is {result.loss} at step {self.step}; stopping (lower the learning rate)")
+            loss += result.loss / s.accumulation
+            accuracy += result.accuracy / s.accumulation
+            mask = batch.get("attention_mask")
+            self.tokens += int(np.sum(mask)) if mask is not None else int(np.size(batch["input_ids"]))
+        metrics = {"step": self.step + 1, "lr": lr, "loss": loss, "mlm_loss": loss, "mlm_accuracy": accuracy}
+        if s.clip_norm is not None:
+            metrics["grad_norm"] = clip_grad_norm(self.model.grads, s.clip_norm)
+        self.optimizer.step(self.model.grads)
+        self.elapsed += time.perf_counter() - start
+        self.step += 1
+        metrics.update(tokens=self.tokens, elapsed=round(self.elapsed, 3))
+        return metrics
+
+    def fit(self) -> list[dict[str, float]]:
+        """Train to the step count or time budget. With `out`: metrics.jsonl (one line per step),
+        the final model in Hugging Face format and metrics.json, all at the root of `out`."""
+        history = []
+        log = None
+        if self.out is not None:
+            self.out.mkdir(parents=True, exist_ok=True)
+            log = open(self.out / "metrics.jsonl", "w")
+        try:
+            while not self.done():
+                metrics = self.train_step()
+                history.append(metrics)
+                if log is not None:
+                    log.write(json.dumps({"split": "train", "backend": "numpy", **metrics}) + "\n")
+        finally:
+            if log is not None:
+                log.close()
+        if self.out is not None:
+            self.model.save_pretrained(self.out)
+            last = history[-1] if history else {}
+            summary = {"step": self.step, "tokens": self.tokens, "train_seconds": round(self.elapsed, 1),
+                       "backend": "numpy", "loss": last.get("loss"), "settings": asdict(self.settings)}
+            (self.out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return history
+
+
+def train(model: BertForMaskedLM, batches: Sequence[dict] | Callable[[int], dict], steps: int,
+          lr: float = 1e-3, out: str | Path | None = None, **settings) -> list[dict[str, float]]:
+    """Train `model` in place for `steps` optimizer steps on `batches` (a list, cycled, or a
+    function of the micro-batch index); `settings` are TrainSettings fields. Returns the
+    per-step metrics."""
+    batch_at = batches if callable(batches) else (lambda i: batches[i % len(batches)])
+    return Trainer(model, batch_at, TrainSettings(steps=steps, lr=lr, **settings), out).fit()
