@@ -184,6 +184,9 @@ def save_pretrained(model: BertForMaskedLM, path: str | os.PathLike, dtype: str 
     `bertkit.from_pretrained` and `transformers.BertForMaskedLM.from_pretrained` load. A tied
     decoder is written once, as the word embeddings; the output bias is written under both of
     transformers' names. Files go to a temporary directory first and are moved into place."""
+    if model.config.type_vocab_size == 0:
+        raise BertkitError("this model cannot be saved in Hugging Face format: transformers' BERT always "
+                           "has token types (type_vocab_size >= 1)")
     target = Path(path)
     target.mkdir(parents=True, exist_ok=True)
     state = {to_hf(name): value for name, value in model.params.items()}
