@@ -107,6 +107,15 @@ def test_recomputation_trains_identically():
         np.testing.assert_array_equal(runs[0][name], runs[1][name], err_msg=name)
 
 
+def test_time_budget_ends_training_and_schedules_by_seconds():
+    batches = [as_numpy(b) for b in tiny_batches(2)]
+    trainer = numpy_ref.Trainer(numpy_ref.build(TINY), lambda i: batches[i % 2],
+                                numpy_ref.TrainSettings(steps=None, time_budget=0.3, warmup=0.0))
+    history = trainer.fit()
+    assert trainer.elapsed >= 0.3 and len(history) >= 2
+    assert history[0]["lr"] == 1e-3 and history[-1]["lr"] < history[0]["lr"]  # linear decay over the budget
+
+
 # ---- slow: a few hundred mini-bert steps on real text ---------------------------------------
 
 def review_batches(tokenizer, n_batches, B=16, T=64):
