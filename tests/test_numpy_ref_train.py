@@ -77,12 +77,14 @@ def test_trainer_follows_the_torch_trainer(tmp_path):
     ref = numpy_ref.BertForMaskedLM(TINY, params={n: p.detach().numpy() for n, p in model.named_parameters()})
     batches = tiny_batches(6)
     common = dict(steps=3, lr=3e-2, warmup=0.4, clip_norm=0.5, accumulation=2, weight_decay=0.1)
+    held_out = tiny_batches(2, seed=50)
     trainer = Trainer(MaskedLM(model), lambda i: batches[i % 6], TrainSettings(
-        **common, eval_every=1000, save_every=1000, progress=False), tmp_path / "torch")
+        **common, eval_every=1000, save_every=1000, progress=False), tmp_path / "torch", eval_batches=held_out)
     trainer.fit()
     torch_log = [json.loads(line) for line in (tmp_path / "torch" / "metrics.jsonl").read_text().splitlines()]
     torch_log = [r for r in torch_log if r["split"] == "train"]
-    history = numpy_ref.train(ref, lambda i: as_numpy(batches[i % 6]), out=tmp_path / "numpy", **common)
+    history = numpy_ref.train(ref, lambda i: as_numpy(batches[i % 6]), out=tmp_path / "numpy",
+                              eval_batches=[as_numpy(b) for b in held_out], **common)
     assert [h["lr"] for h in history] == pytest.approx([r["lr"] for r in torch_log])
     assert [h["loss"] for h in history] == pytest.approx([r["loss"] for r in torch_log], abs=1e-5)
     assert [h["grad_norm"] for h in history] == pytest.approx([r["grad_norm"] for r in torch_log], rel=1e-4)
@@ -93,7 +95,11 @@ def test_trainer_follows_the_torch_trainer(tmp_path):
     loaded = bertkit.from_pretrained(tmp_path / "numpy")
     for name, p in loaded.named_parameters():
         np.testing.assert_array_equal(p.detach().numpy(), ref.params[name], err_msg=name)
-    assert json.loads((tmp_path / "numpy" / "metrics.json").read_text())["step"] == 3
+    summary = json.loads((tmp_path / "numpy" / "metrics.json").read_text())
+    torch_summary = json.loads((tmp_path / "torch" / "metrics.json").read_text())
+    assert summary["step"] == torch_summary["step"] == 3 and summary["tokens"] == torch_summary["tokens"]
+    for key in ("mlm_loss", "mlm_accuracy", "perplexity"):
+        assert summary[key] == pytest.approx(torch_summary[key], rel=1e-5), key
 
 
 def test_recomputation_trains_identically():

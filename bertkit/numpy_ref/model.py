@@ -275,6 +275,18 @@ class BertForMaskedLM:
 
     __call__ = forward
 
+    def mlm_loss(self, input_ids, attention_mask, labels, token_type_ids=None) -> StepResult:
+        """The masked-LM loss and accuracy without gradients (evaluation; dropout off)."""
+        h = self.hidden_states(input_ids, attention_mask, token_type_ids)    # (B, T, H)
+        flat = np.asarray(labels).reshape(-1)
+        where = np.flatnonzero(flat != IGNORE_INDEX)                         # (K,)
+        if where.size == 0:
+            return StepResult(0.0, 0.0, 0)
+        logits = self.head.forward(h.reshape(-1, h.shape[-1])[where])        # (K, V)
+        self.head.release()
+        loss, _ = cross_entropy(logits, flat[where])
+        return StepResult(loss, float(np.mean(logits.argmax(axis=-1) == flat[where])), int(where.size))
+
     # ---- training ---------------------------------------------------------------------------
     def forward_backward(self, input_ids, attention_mask, labels, token_type_ids=None,
                          scale: float = 1.0) -> StepResult:

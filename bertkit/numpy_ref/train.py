@@ -15,8 +15,9 @@ the two see the same data in the same order.
 from __future__ import annotations
 
 import json
+import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -61,8 +62,9 @@ class TrainSettings:
 
 class Trainer:
     def __init__(self, model: BertForMaskedLM, batch_at: Callable[[int], dict], settings: TrainSettings,
-                 out: str | Path | None = None):
+                 out: str | Path | None = None, eval_batches: Sequence[dict] = ()):
         self.model, self.batch_at, self.settings = model, batch_at, settings
+        self.eval_batches = list(eval_batches)
         self.out = None if out is None else Path(out)
         self.optimizer = AdamW(model.params, settings.lr, settings.betas, settings.eps, settings.weight_decay)
         model.rng = np.random.default_rng(settings.seed)
@@ -109,9 +111,20 @@ class Trainer:
         metrics.update(tokens=self.tokens, elapsed=round(self.elapsed, 3))
         return metrics
 
+    def evaluate(self) -> dict[str, float]:
+        """MLM loss and accuracy averaged over the held-out batches, and perplexity exp(loss)."""
+        if not self.eval_batches:
+            return {}
+        results = [self.model.mlm_loss(b["input_ids"], b.get("attention_mask"), b["labels"], b.get("token_type_ids"))
+                   for b in self.eval_batches]
+        loss = float(np.mean([r.loss for r in results]))
+        return {"mlm_loss": loss, "loss": loss, "mlm_accuracy": float(np.mean([r.accuracy for r in results])),
+                "perplexity": math.exp(min(loss, 50.0))}
+
     def fit(self) -> list[dict[str, float]]:
-        """Train to the step count or time budget. With `out`: metrics.jsonl (one line per step),
-        the final model in Hugging Face format and metrics.json, all at the root of `out`."""
+        """Train to the step count or time budget. With `out`: metrics.jsonl (one line per step,
+        then the held-out evaluation), the final model in Hugging Face format and metrics.json
+        (the torch trainer's keys where both have them), all at the root of `out`."""
         history = []
         log = None
         if self.out is not None:
@@ -123,22 +136,25 @@ class Trainer:
                 history.append(metrics)
                 if log is not None:
                     log.write(json.dumps({"split": "train", "backend": "numpy", **metrics}) + "\n")
+            final = self.evaluate()
+            if log is not None and final:
+                log.write(json.dumps({"split": "eval", "backend": "numpy", "step": self.step, **final}) + "\n")
         finally:
             if log is not None:
                 log.close()
         if self.out is not None:
             self.model.save_pretrained(self.out)
-            last = history[-1] if history else {}
             summary = {"step": self.step, "tokens": self.tokens, "train_seconds": round(self.elapsed, 1),
-                       "backend": "numpy", "loss": last.get("loss"), "settings": asdict(self.settings)}
+                       "backend": "numpy", **final}
             (self.out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
         return history
 
 
-def train(model: BertForMaskedLM, batches: Sequence[dict] | Callable[[int], dict], steps: int,
-          lr: float = 1e-3, out: str | Path | None = None, **settings) -> list[dict[str, float]]:
+def train(model: BertForMaskedLM, batches: Sequence[dict] | Callable[[int], dict], steps: int | None,
+          lr: float = 1e-3, out: str | Path | None = None, eval_batches: Sequence[dict] = (),
+          **settings) -> list[dict[str, float]]:
     """Train `model` in place for `steps` optimizer steps on `batches` (a list, cycled, or a
     function of the micro-batch index); `settings` are TrainSettings fields. Returns the
-    per-step metrics."""
+    per-step metrics; `eval_batches` are scored once at the end (metrics.json)."""
     batch_at = batches if callable(batches) else (lambda i: batches[i % len(batches)])
-    return Trainer(model, batch_at, TrainSettings(steps=steps, lr=lr, **settings), out).fit()
+    return Trainer(model, batch_at, TrainSettings(steps=steps, lr=lr, **settings), out, eval_batches).fit()
