@@ -170,8 +170,8 @@ def test_mini_bert_follows_the_torch_loss_curve(minilm_dir, tmp_path):
     common = dict(steps=steps, lr=1e-3, warmup=0.06)
     Trainer(MaskedLM(model), lambda i: {k: torch.from_numpy(v) for k, v in batches[i % 100].items()},
             TrainSettings(**common, eval_every=10_000, save_every=10_000, progress=False), tmp_path / "torch").fit()
-    theirs = np.array([r["loss"] for r in map(json.loads, (tmp_path / "torch" / "metrics.jsonl").read_text().splitlines())
-                       if r["split"] == "train"])
+    log = (tmp_path / "torch" / "metrics.jsonl").read_text().splitlines()
+    theirs = np.array([r["loss"] for r in map(json.loads, log) if r["split"] == "train"])
     ours = np.array([h["loss"] for h in numpy_ref.train(ref, batches, **common)])
     gap = np.abs(ours - theirs)
     window = np.abs(np.convolve(ours - theirs, np.ones(20) / 20, mode="valid"))

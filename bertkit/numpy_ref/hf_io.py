@@ -175,7 +175,8 @@ def from_pretrained(path: str | os.PathLike, dtype=np.float32) -> BertForMaskedL
     missing = [to_hf(n) for n in shapes if n not in params]
     if missing:
         raise BertkitError(f"{directory}: missing {len(missing)} tensor(s): {', '.join(missing[:5])}"
-                           + (" ..." if len(missing) > 5 else "") + " (the NumPy reference needs a BERT masked-LM checkpoint)")
+                           + (" ..." if len(missing) > 5 else "")
+                           + " (the NumPy reference needs a BERT masked-LM checkpoint)")
     return BertForMaskedLM(config, dtype, params=params)
 
 

@@ -182,7 +182,8 @@ class BertForMaskedLM:
         shapes = parameter_shapes(self.config)
         missing, unexpected = sorted(set(shapes) - set(params)), sorted(set(params) - set(shapes))
         if missing or unexpected:
-            raise BertkitError(f"parameters do not match the config: missing {missing[:5]}, unexpected {unexpected[:5]}")
+            raise BertkitError(f"parameters do not match the config: missing {missing[:5]}, "
+                               f"unexpected {unexpected[:5]}")
         out = {}
         for name, shape in shapes.items():
             value = np.asarray(params[name])

@@ -26,12 +26,13 @@ Arrays = dict[str, np.ndarray]
 
 
 class Op:
-    """Base: an op with a cache. `release` empties it (the op can run forward again)."""
+    """Base: an op with a cache, the attributes named in `_cache`. `release` empties it (the op
+    can run forward again)."""
+
+    _cache: tuple[str, ...] = ()
 
     def release(self) -> None:
         self.__dict__.update({k: None for k in self._cache})
-
-    _cache: tuple[str, ...] = ()
 
 
 class Linear(Op):
