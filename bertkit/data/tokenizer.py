@@ -1,15 +1,26 @@
 """Tokenizers, backed by Hugging Face's `tokenizers` library (Rust, fast, the same files).
 
 A `Tokenizer` wraps a `tokenizers.Tokenizer` whose post-processor already adds the family's
-special tokens, plus the metadata `transformers` keeps in tokenizer_config.json.
+special tokens, plus the metadata `transformers` keeps in tokenizer_config.json. Files it loads:
+a checkpoint directory, tokenizer.json, BERT's vocab.txt (casing from tokenizer_config.json),
+RoBERTa's vocab.json + merges.txt (byte-level BPE) and DeBERTa-v3's spm.model (a SentencePiece
+Unigram model, read by the small protobuf reader in `spm.py`, so bertkit needs no sentencepiece).
+Each pipeline is assembled the way `transformers` assembles it from the same files, so the ids
+agree (tests/test_tokenizer.py compares them).
+
+The data pipeline tokenizes without special tokens (`encode_plain`) and adds them when examples
+are framed (`Frame`), so one token cache serves every example layout of a family.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
+from tokenizers import Regex
 from tokenizers import Tokenizer as _Backend
 from tokenizers import models, normalizers, pre_tokenizers, processors, decoders
 
@@ -18,7 +29,37 @@ from ..files import read_json
 
 BERT_SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
                  "mask_token": "[MASK]"}
+ROBERTA_SPECIALS = {"bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>", "cls_token": "<s>",
+                    "unk_token": "<unk>", "pad_token": "<pad>", "mask_token": "<mask>"}
+DEBERTA_V3_SPECIALS = {"bos_token": "[CLS]", "eos_token": "[SEP]", "unk_token": "[UNK]", "sep_token": "[SEP]",
+                       "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]"}
 SPECIAL_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token", "bos_token", "eos_token")
+METASPACE = "\u2581"  # SentencePiece's word-boundary mark
+BYTE_LEVEL_SPACE = "\u0120"  # "Ġ": GPT-2's byte-level picture of a space
+
+
+@dataclass(frozen=True)
+class Frame:
+    """Where a family's special tokens go around one or two token sequences, read from the
+    tokenizer's post-processor: BERT [CLS] A [SEP] B [SEP] (types 0..0 1..1), RoBERTa
+    <s> A </s></s> B </s> (all type 0). Each part is a tuple of (special id or "A"/"B", type id)."""
+
+    single: tuple[tuple[int | str, int], ...]
+    pair: tuple[tuple[int | str, int], ...]
+
+    def specials(self, pair: bool) -> int:
+        """How many special tokens a framed example carries: the length budget of its text is
+        max_length minus this."""
+        return sum(1 for p, _ in (self.pair if pair else self.single) if not isinstance(p, str))
+
+    def apply(self, a: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, type ids) of the framed example, as int64 arrays."""
+        parts, types = [], []
+        for piece, type_id in (self.single if b is None else self.pair):
+            seq = a if piece == "A" else b if piece == "B" else np.array([piece], dtype=np.int64)
+            parts.append(np.asarray(seq, dtype=np.int64))
+            types.append(np.full(len(seq), type_id, dtype=np.int64))
+        return np.concatenate(parts), np.concatenate(types)
 
 
 class Tokenizer:
@@ -28,6 +69,8 @@ class Tokenizer:
         self.backend.no_truncation()
         self.special_tokens = dict(special_tokens)
         self.config = dict(config or {})  # extra tokenizer_config.json fields (e.g. do_lower_case)
+        self._frame: Frame | None = None
+        self._continues: np.ndarray | None = None
 
     # ---- special tokens -------------------------------------------------------------------
     def _special_id(self, key: str) -> int | None:
@@ -51,10 +94,23 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self.backend.get_vocab_size(with_added_tokens=True)
 
+    @property
+    def special_ids(self) -> list[int]:
+        """Every special token's id (the named ones and any other added special token): the
+        positions a masking collator must never choose or sample as a replacement."""
+        ids = {self._special_id(k) for k in self.special_tokens}
+        ids |= {i for i, t in self.backend.get_added_tokens_decoder().items() if t.special}
+        return sorted(i for i in ids if i is not None)
+
     # ---- encoding -------------------------------------------------------------------------
     def encode(self, text: str, text_pair: str | None = None) -> list[int]:
         """Ids with the family's special tokens, like `transformers`' `encode`."""
         return self.backend.encode(text, text_pair).ids
+
+    def encode_plain(self, texts: list[str]) -> list[list[int]]:
+        """Ids without special tokens, one list per text; `tokenizers` spreads the batch over
+        all cores (unless TOKENIZERS_PARALLELISM=false)."""
+        return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=False)]
 
     def __call__(self, texts: list[str] | str, text_pairs: list[str] | None = None,
                  max_length: int | None = None) -> dict[str, torch.Tensor]:
@@ -88,6 +144,41 @@ class Tokenizer:
     def id_to_token(self, i: int) -> str | None:
         return self.backend.id_to_token(i)
 
+    # ---- what the data pipeline needs ------------------------------------------------------
+    @property
+    def frame(self) -> Frame:
+        """The family's special-token layout, read once from the post-processor."""
+        if self._frame is None:
+            self._frame = _frame_of(self.backend)
+        return self._frame
+
+    def continues_word(self) -> np.ndarray:
+        """(V,) bool: True where a token continues the word of the token before it, so whole-word
+        masking can find words from ids alone (a cached corpus keeps no text). WordPiece marks
+        continuations with "##"; byte-level BPE and SentencePiece mark word *starts* (with "Ġ" /
+        "▁"), so there a token without the mark continues a word. Special tokens never do."""
+        if self._continues is None:
+            model = self.backend.model
+            vocab = self.backend.get_vocab(with_added_tokens=True)
+            table = np.zeros(max(vocab.values(), default=-1) + 1, dtype=bool)
+            if isinstance(model, models.WordPiece):
+                prefix = model.continuing_subword_prefix
+                marked = [i for t, i in vocab.items() if t.startswith(prefix)]
+                table[marked] = True
+            else:
+                start = METASPACE if isinstance(model, models.Unigram) else BYTE_LEVEL_SPACE
+                table[:] = True
+                table[[i for t, i in vocab.items() if t.startswith(start)]] = False
+            table[[i for i in self.special_ids if i < len(table)]] = False
+            added = [i for i in self.backend.get_added_tokens_decoder()]
+            table[[i for i in added if i < len(table)]] = False
+            self._continues = table
+        return self._continues
+
+    def to_str(self) -> str:
+        """The whole pipeline as JSON text: part of a token cache's key."""
+        return self.backend.to_str()
+
     # ---- files ----------------------------------------------------------------------------
     def save(self, directory: str | Path, tokenizer_class: str, model_max_length: int) -> list[Path]:
         """Write tokenizer.json, tokenizer_config.json and special_tokens_map.json (plus vocab.txt
@@ -108,21 +199,46 @@ class Tokenizer:
         return written
 
 
-def _wordpiece_from_vocab(vocab_file: Path, config: dict) -> _Backend:
-    """BERT's WordPiece pipeline around a vocab.txt, cased or not as tokenizer_config.json says
-    (no config means uncased, the default of BERT's released tokenizer)."""
-    vocab: dict[str, int] = {}
-    with open(vocab_file, encoding="utf-8") as f:
-        for line in f:
-            token = line.rstrip("\n")
-            if token in vocab:
-                continue  # a repeated line keeps its first id, as transformers does
-            vocab[token] = len(vocab)
+def _frame_of(backend: _Backend) -> Frame:
+    """Read the special-token layout out of the post-processor's JSON (the Python objects do not
+    expose their templates). Handles the three kinds the families use."""
+    post = json.loads(backend.to_str()).get("post_processor")
+    if post is None:
+        return Frame(single=(("A", 0),), pair=(("A", 0), ("B", 1)))
+    kind = post["type"]
+    if kind == "TemplateProcessing":
+        def parts(template):
+            out = []
+            for item in template:
+                if "Sequence" in item:
+                    out.append((item["Sequence"]["id"], item["Sequence"]["type_id"]))
+                else:
+                    name, type_id = item["SpecialToken"]["id"], item["SpecialToken"]["type_id"]
+                    out.extend((i, type_id) for i in post["special_tokens"][name]["ids"])
+            return tuple(out)
+        return Frame(single=parts(post["single"]), pair=parts(post["pair"]))
+    if kind == "RobertaProcessing":  # <s> A </s> and <s> A </s></s> B </s>, all type 0
+        cls, sep = post["cls"][1], post["sep"][1]
+        return Frame(single=((cls, 0), ("A", 0), (sep, 0)),
+                     pair=((cls, 0), ("A", 0), (sep, 0), (sep, 0), ("B", 0), (sep, 0)))
+    if kind == "BertProcessing":
+        cls, sep = post["cls"][1], post["sep"][1]
+        return Frame(single=((cls, 0), ("A", 0), (sep, 0)),
+                     pair=((cls, 0), ("A", 0), (sep, 0), ("B", 1), (sep, 1)))
+    raise BertkitError(f"post-processor {kind!r} is not supported by the data pipeline "
+                       "(TemplateProcessing, RobertaProcessing and BertProcessing are)")
+
+
+# ---- pipelines, one per family of files -------------------------------------------------------
+def wordpiece_pipeline(vocab: dict[str, int], config: dict) -> _Backend:
+    """BERT's WordPiece pipeline around a vocabulary, cased or not as `do_lower_case` says (absent
+    means uncased, the default of BERT's released tokenizer); accents follow `strip_accents`,
+    which when absent follows the casing, as in BERT's BasicTokenizer."""
     special = {k: config.get(k, default) for k, default in
                (("unk_token", "[UNK]"), ("cls_token", "[CLS]"), ("sep_token", "[SEP]"))}
     for key, token in special.items():
         if token not in vocab:
-            raise BertkitError(f"{vocab_file}: the {key} {token!r} is not in the vocabulary")
+            raise BertkitError(f"the {key} {token!r} is not in the vocabulary")
     lower = bool(config.get("do_lower_case", True))
     backend = _Backend(models.WordPiece(vocab, unk_token=special["unk_token"]))
     backend.normalizer = normalizers.BertNormalizer(
@@ -134,13 +250,103 @@ def _wordpiece_from_vocab(vocab_file: Path, config: dict) -> _Backend:
         single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
         special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])])
     backend.decoder = decoders.WordPiece(prefix="##")
-    specials = [t for t in (config.get(k) for k in SPECIAL_KEYS) if t and t in vocab]
-    backend.add_special_tokens(specials or [special["unk_token"], cls, sep])
+    specials = [t for t in (config.get(k, BERT_SPECIALS.get(k)) for k in SPECIAL_KEYS) if t and t in vocab]
+    backend.add_special_tokens(specials)
     return backend
 
 
+def _wordpiece_from_vocab(vocab_file: Path, config: dict) -> _Backend:
+    vocab: dict[str, int] = {}
+    with open(vocab_file, encoding="utf-8") as f:
+        for line in f:
+            token = line.rstrip("\n")
+            if token in vocab:
+                continue  # a repeated line keeps its first id, as transformers does
+            vocab[token] = len(vocab)
+    try:
+        return wordpiece_pipeline(vocab, config)
+    except BertkitError as e:
+        raise BertkitError(f"{vocab_file}: {e}") from None
+
+
+def byte_level_bpe_pipeline(vocab: dict[str, int], merges: list[tuple[str, str]], specials: dict[str, str],
+                            add_prefix_space: bool = False) -> _Backend:
+    """RoBERTa's (GPT-2's) byte-level BPE: every byte has a printable stand-in, so no text is
+    ever unknown; <s> A </s></s> B </s> around the ids."""
+    backend = _Backend(models.BPE(vocab, merges, continuing_subword_prefix="", end_of_word_suffix="",
+                                  fuse_unk=False))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens([specials[k] for k in ROBERTA_SPECIALS if k in specials])
+    sep, cls = specials["sep_token"], specials["cls_token"]
+    backend.post_processor = processors.RobertaProcessing(
+        (sep, backend.token_to_id(sep)), (cls, backend.token_to_id(cls)), trim_offsets=True,
+        add_prefix_space=add_prefix_space)
+    return backend
+
+
+def _bpe_from_files(vocab_file: Path, merges_file: Path, config: dict, specials: dict) -> _Backend:
+    if not merges_file.exists():
+        raise BertkitError(f"{vocab_file}: a byte-level BPE vocab.json needs merges.txt next to it ({merges_file} is missing)")
+    vocab = read_json(vocab_file)
+    merges = []
+    with open(merges_file, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            line = line.rstrip("\n")
+            if not line or (n == 1 and line.startswith("#version")):
+                continue
+            parts = line.split(" ")
+            if len(parts) != 2:
+                raise BertkitError(f"{merges_file}, line {n}: expected two tokens separated by one space")
+            merges.append((parts[0], parts[1]))
+    return byte_level_bpe_pipeline(vocab, merges, {**ROBERTA_SPECIALS, **specials},
+                                   add_prefix_space=bool(config.get("add_prefix_space", False)))
+
+
+def unigram_pipeline(pieces: list[tuple[str, float]], unk_id: int, specials: dict[str, str],
+                     lowercase: bool = False, split_by_punct: bool = False) -> _Backend:
+    """DeBERTa-v3's SentencePiece Unigram as `transformers` (v5) builds it: whitespace runs
+    and tabs/newlines become one space, NFC, "▁" marks every word start (including the first),
+    [CLS] A [SEP] B [SEP] with segment ids 0/1."""
+    backend = _Backend(models.Unigram(pieces, unk_id=unk_id, byte_fallback=False))
+    steps = [normalizers.Lowercase()] if lowercase else []
+    steps += [normalizers.Replace(Regex(r"\s{2,}|[\n\r\t]"), " "), normalizers.NFC(),
+              normalizers.Strip(left=False, right=True)]
+    backend.normalizer = normalizers.Sequence(steps)
+    pre = [pre_tokenizers.Punctuation(behavior="isolated")] if split_by_punct else []
+    pre.append(pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always"))
+    backend.pre_tokenizer = pre_tokenizers.Sequence(pre)
+    backend.decoder = decoders.Metaspace(replacement=METASPACE, prepend_scheme="always")
+    backend.add_special_tokens([specials[k] for k in DEBERTA_V3_SPECIALS if k in specials])
+    cls, sep = specials["cls_token"], specials["sep_token"]
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+        special_tokens=[(cls, backend.token_to_id(cls)), (sep, backend.token_to_id(sep))])
+    return backend
+
+
+def _unigram_from_spm(model_file: Path, config: dict, specials: dict) -> _Backend:
+    from .spm import read_spm_model
+
+    spm = read_spm_model(model_file)
+    if spm.model_type != "unigram":
+        raise BertkitError(f"{model_file}: a SentencePiece {spm.model_type} model; only Unigram models "
+                           "(DeBERTa-v3, ALBERT) are supported")
+    backend = unigram_pipeline(spm.pieces, spm.unk_id, {**DEBERTA_V3_SPECIALS, **specials},
+                               lowercase=bool(config.get("do_lower_case", False)),
+                               split_by_punct=bool(config.get("split_by_punct", False)))
+    # control and user-defined pieces are matched whole, before the model, as transformers does
+    backend.add_tokens([p for p, kind in zip(spm.piece_strings, spm.kinds) if kind in ("control", "user")])
+    return backend
+
+
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spm.model")
+
+
 def load_tokenizer(path: str | Path) -> Tokenizer:
-    """A tokenizer from a checkpoint directory, a tokenizer.json or a vocab.txt (WordPiece)."""
+    """A tokenizer from a checkpoint directory or one of its files: tokenizer.json, vocab.txt
+    (WordPiece, casing from the tokenizer_config.json beside it), vocab.json (byte-level BPE, with
+    merges.txt beside it) or spm.model (SentencePiece Unigram)."""
     path = Path(path)
     directory = path if path.is_dir() else path.parent
     if not path.exists():
@@ -154,24 +360,39 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
             token = v.get("content") if isinstance(v, dict) else v
             if k in SPECIAL_KEYS and isinstance(token, str):
                 special.setdefault(k, token)
-    kept = {k: v for k, v in config.items() if k in ("do_lower_case", "strip_accents", "tokenize_chinese_chars")}
+    kept = {k: v for k, v in config.items()
+            if k in ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "add_prefix_space", "split_by_punct")}
     if path.is_dir():
-        candidates = [directory / "tokenizer.json", directory / "vocab.txt"]
-        found = next((c for c in candidates if c.exists()), None)
+        found = next((directory / n for n in TOKENIZER_FILES if (directory / n).exists()), None)
         if found is None:
-            raise BertkitError(f"{path}: no tokenizer.json or vocab.txt in this directory")
+            raise BertkitError(f"{path}: no {', '.join(TOKENIZER_FILES)} in this directory")
         path = found
-    if path.name.endswith(".json"):
+    if path.name.endswith(".json") and path.name != "vocab.json":
         try:
             backend = _Backend.from_file(str(path))
         except Exception as e:  # tokenizers raises a bare Exception with serde's message
             raise BertkitError(f"{path}: not a readable tokenizer.json ({str(e).splitlines()[0]})") from None
+    elif path.name == "vocab.json":
+        backend = _bpe_from_files(path, directory / "merges.txt", config, special)
+        special = {**ROBERTA_SPECIALS, **special}
+    elif path.suffix == ".model":
+        backend = _unigram_from_spm(path, config, special)
+        special = {**DEBERTA_V3_SPECIALS, **special}
     elif path.suffix == ".txt":
         backend = _wordpiece_from_vocab(path, config)
     else:
-        raise BertkitError(f"{path}: unknown tokenizer file (expected tokenizer.json or vocab.txt)")
+        raise BertkitError(f"{path}: unknown tokenizer file (expected one of {', '.join(TOKENIZER_FILES)})")
     # Files without a tokenizer_config.json still name BERT's special tokens in their vocabulary.
     for key, token in BERT_SPECIALS.items():
         if key not in special and backend.token_to_id(token) is not None:
             special[key] = token
     return Tokenizer(backend, special, kept)
+
+
+def check_vocab_fits(tokenizer: Tokenizer, model_vocab_size: int) -> None:
+    """Raise if the tokenizer can produce an id the model has no embedding row for (an index error
+    deep inside the first forward pass otherwise, or silent garbage on some devices)."""
+    if tokenizer.vocab_size > model_vocab_size:
+        raise BertkitError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary has "
+                           f"{model_vocab_size}; build the model with vocab_size >= {tokenizer.vocab_size} "
+                           "or use the tokenizer it was trained with")
