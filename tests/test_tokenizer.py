@@ -58,7 +58,7 @@ def test_saved_model_carries_a_tokenizer_transformers_loads(minilm_dir, referenc
 def test_bad_tokenizer_files_are_named(tmp_path):
     with pytest.raises(bertkit.BertkitError, match="no such file"):
         bertkit.load_tokenizer(tmp_path / "nope.json")
-    with pytest.raises(bertkit.BertkitError, match="no tokenizer.json or vocab.txt"):
+    with pytest.raises(bertkit.BertkitError, match="no tokenizer.json, vocab.txt, vocab.json, spm.model in this directory"):
         bertkit.load_tokenizer(tmp_path)
     broken = tmp_path / "tokenizer.json"
     broken.write_text("{not json")
