@@ -1,0 +1,299 @@
+"""Example builders: cached tokens -> framed pre-training examples (before masking).
+
+- "packed" (ELECTRA, DeBERTa, DistilBERT, BERT without NSP): the corpus as one stream, a separator
+  between documents, cut into rows of exactly the content budget, so no position is padding
+  (the stream's tail that does not fill a row is dropped and counted).
+- "full-sentences" (RoBERTa, Liu et al., 2019, sec. 4.2 FULL-SENTENCES): whole sentences packed
+  greedily up to the budget, crossing document boundaries with an extra separator; a sentence
+  longer than a row is cut (counted).
+- "nsp" (BERT, Devlin et al., 2019, sec. 3.1 task #2 and A.2): segment A = the first sentences of
+  a chunk, B = the rest of the chunk (label 0, IsNext) or, half the time, sentences from a random
+  other document (label 1, NotNext; the unused rest of the chunk is put back, as
+  create_pretraining_data.py does). 10% of chunks aim for a shorter random length.
+- "sop" (ALBERT, Lan et al., 2020, sec. 4.1): A and B are consecutive segments of one document,
+  swapped half the time (label 1 = swapped).
+
+The family's special tokens and segment ids come from the tokenizer's `Frame`, so the same
+builders serve [CLS] A [SEP] B [SEP] and <s> A </s></s> B </s>. Every example table is a pure
+function of the cached corpus, the settings and the seed. Shapes: B batch, T max_length,
+C content tokens per row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import BertkitError
+from .cache import TokenizedCorpus
+from .tokenizer import Frame
+
+LAYOUTS = ("packed", "full-sentences", "nsp", "sop")
+
+
+@dataclass(frozen=True)
+class ExampleSettings:
+    layout: str = "packed"
+    max_length: int = 128
+    short_seq_prob: float = 0.1   # nsp/sop: chance a chunk aims for a random shorter length (A.2)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise BertkitError(f"unknown example layout {self.layout!r}; choose one of {', '.join(LAYOUTS)}")
+        if self.max_length < 8:
+            raise BertkitError(f"max_length must be at least 8, got {self.max_length}")
+        if not 0 <= self.short_seq_prob <= 1:
+            raise BertkitError(f"short_seq_prob is a probability, got {self.short_seq_prob}")
+
+
+@dataclass(frozen=True)
+class BuildStats:
+    examples: int
+    long_documents: int      # documents longer than one example: split across examples
+    split_sentences: int     # sentences longer than a row (or half a pair budget): cut into pieces
+    truncated_tokens: int    # pair layouts: tokens trimmed to fit max_length
+    dropped_tokens: int      # packed layout: the stream's tail that fills no whole row
+
+
+@dataclass
+class Batch:
+    """Framed, right-padded examples: ids and types (B, T) int64, lengths (B,), and for pair
+    layouts the pair labels (B,)."""
+    input_ids: np.ndarray
+    token_type_ids: np.ndarray
+    lengths: np.ndarray
+    pair_labels: np.ndarray | None = None
+
+
+class Examples:
+    settings: ExampleSettings
+    stats: BuildStats
+
+    def __len__(self) -> int:
+        return self.stats.examples
+
+    def batch(self, indices: np.ndarray, pad_id: int) -> Batch:
+        raise NotImplementedError
+
+
+def build_examples(corpus: TokenizedCorpus, frame: Frame, separator_id: int,
+                   settings: ExampleSettings = ExampleSettings()) -> Examples:
+    if settings.layout in ("packed", "full-sentences"):
+        return PackedExamples(corpus, frame, separator_id, settings)
+    return PairExamples(corpus, frame, settings)
+
+
+def _cut(starts: np.ndarray, ends: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Cut every span longer than `limit` into pieces of at most `limit`; returns the new spans
+    and how many spans were cut."""
+    lengths = ends - starts
+    pieces = np.maximum(1, -(-lengths // limit))  # ceil, at least one piece per span
+    first = np.repeat(starts, pieces)
+    index = np.arange(len(first)) - np.repeat(np.cumsum(pieces) - pieces, pieces)  # piece number in its span
+    new_starts = first + index * limit
+    new_ends = np.minimum(new_starts + limit, np.repeat(ends, pieces))
+    return new_starts, new_ends, int((pieces > 1).sum())
+
+
+class PackedExamples(Examples):
+    """Rows are ranges of a virtual stream: the tokens with one separator after every document
+    but the last. Virtual position v of a token at real index r in document d is r + d."""
+
+    def __init__(self, corpus: TokenizedCorpus, frame: Frame, separator_id: int, settings: ExampleSettings):
+        self.corpus, self.frame, self.separator_id, self.settings = corpus, frame, separator_id, settings
+        self.budget = C = settings.max_length - frame.specials(pair=False)
+        doc_tokens = corpus.document_token_offsets()  # (D + 1,)
+        D = corpus.num_documents
+        self.separators = doc_tokens[1:-1] + np.arange(D - 1)  # (D - 1,) virtual positions
+        virtual_length = corpus.num_tokens + D - 1
+        long_documents = int((np.diff(doc_tokens) > C).sum())
+        split = dropped = 0
+        if settings.layout == "packed":
+            rows = max(1, virtual_length // C)
+            self.starts = np.arange(rows, dtype=np.int64) * C
+            self.lengths = np.minimum(C, virtual_length - self.starts)
+            dropped = virtual_length - int(self.lengths.sum())
+        else:
+            sent = np.asarray(corpus.sentence_offsets)
+            doc_of_sentence = np.repeat(np.arange(D), np.diff(np.asarray(corpus.document_offsets)))
+            starts, ends, split = _cut(sent[:-1] + doc_of_sentence, sent[1:] + doc_of_sentence, C)
+            self.starts, self.lengths = _greedy_rows(starts, ends, C)
+        self.stats = BuildStats(len(self.starts), long_documents, split, 0, dropped)
+
+    def batch(self, indices: np.ndarray, pad_id: int) -> Batch:
+        T, C = self.settings.max_length, self.budget
+        starts, lengths = self.starts[indices], self.lengths[indices]
+        v = starts[:, None] + np.arange(C)  # (B, C) virtual positions
+        before = np.searchsorted(self.separators, v, side="left")  # separators before (or at) v
+        is_sep = np.zeros(v.shape, dtype=bool)
+        if len(self.separators):
+            is_sep = self.separators[np.minimum(before, len(self.separators) - 1)] == v
+        real = np.minimum(v - before, self.corpus.num_tokens - 1)
+        valid = np.arange(C) < lengths[:, None]  # (B, C)
+        content = np.where(is_sep, self.separator_id, np.asarray(self.corpus.tokens[real.ravel()]).reshape(v.shape))
+        content = np.where(valid, content, pad_id).astype(np.int64)
+        return _frame_single(self.frame, content, lengths, T, pad_id)
+
+
+def _greedy_rows(starts: np.ndarray, ends: np.ndarray, C: int) -> tuple[np.ndarray, np.ndarray]:
+    """FULL-SENTENCES: add sentences (virtual spans, each <= C) to the row while the row, from its
+    first sentence's start to this one's end (separators included), fits in C."""
+    row_starts, row_lengths = [], []
+    row_start = None
+    row_end = 0
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        if row_start is not None and e - row_start <= C:
+            row_end = e
+            continue
+        if row_start is not None:
+            row_starts.append(row_start)
+            row_lengths.append(row_end - row_start)
+        row_start, row_end = s, e
+    if row_start is not None:
+        row_starts.append(row_start)
+        row_lengths.append(row_end - row_start)
+    return np.array(row_starts, dtype=np.int64), np.array(row_lengths, dtype=np.int64)
+
+
+def _frame_single(frame: Frame, content: np.ndarray, lengths: np.ndarray, T: int, pad_id: int) -> Batch:
+    """Put each row's content (B, C) between the single-sequence frame's specials, vectorized."""
+    B, C = content.shape
+    a = [i for i, (p, _) in enumerate(frame.single) if p == "A"][0]
+    prefix, suffix = frame.single[:a], frame.single[a + 1:]
+    ids = np.full((B, T), pad_id, dtype=np.int64)
+    types = np.zeros((B, T), dtype=np.int64)
+    for j, (p, t) in enumerate(prefix):
+        ids[:, j] = p
+        types[:, j] = t
+    start = len(prefix)
+    ids[:, start:start + C] = content
+    types[:, start:start + C] = frame.single[a][1]
+    rows = np.arange(B)
+    for j, (p, t) in enumerate(suffix):
+        ids[rows, start + lengths + j] = p
+        types[rows, start + lengths + j] = t
+    total = lengths + len(prefix) + len(suffix)
+    types[np.arange(T) >= total[:, None]] = 0
+    return Batch(ids, types, total)
+
+
+class PairExamples(Examples):
+    """A table of (A span, B span, label) in token indices, built once from the corpus and seed."""
+
+    def __init__(self, corpus: TokenizedCorpus, frame: Frame, settings: ExampleSettings):
+        self.corpus, self.frame, self.settings = corpus, frame, settings
+        budget = settings.max_length - frame.specials(pair=True)
+        D = corpus.num_documents
+        if settings.layout == "nsp" and D < 2:
+            raise BertkitError("next-sentence prediction needs a corpus of at least two documents "
+                               "(the random next segment comes from another one)")
+        sent = np.asarray(corpus.sentence_offsets)
+        docs = np.asarray(corpus.document_offsets)
+        long_documents = int((np.diff(sent[docs]) > budget).sum())
+        # pieces of at most half the budget, so an A + B pair rarely needs trimming
+        seg_start, seg_end, split = _cut(sent[:-1], sent[1:], max(1, budget // 2))
+        doc_seg = np.searchsorted(seg_start, sent[docs], side="left")  # (D + 1,): first piece of each document
+        table, truncated = _pair_table(seg_start.tolist(), seg_end.tolist(), doc_seg.astype(np.int64).tolist(),
+                                       budget, settings, np.random.default_rng([settings.seed, 7]))
+        self.table = np.array(table, dtype=np.int64).reshape(-1, 5)  # (N, 5): a0 a1 b0 b1 label
+        if len(self.table) == 0:
+            raise BertkitError(f"the corpus gives no {settings.layout} examples (every document is a single token?)")
+        self.stats = BuildStats(len(self.table), long_documents, split, truncated, 0)
+
+    def batch(self, indices: np.ndarray, pad_id: int) -> Batch:
+        T = self.settings.max_length
+        rows = self.table[indices]
+        ids = np.full((len(rows), T), pad_id, dtype=np.int64)
+        types = np.zeros((len(rows), T), dtype=np.int64)
+        lengths = np.zeros(len(rows), dtype=np.int64)
+        tokens = self.corpus.tokens
+        for i, (a0, a1, b0, b1, _) in enumerate(rows):
+            x, t = self.frame.apply(tokens[a0:a1], tokens[b0:b1])
+            ids[i, :len(x)], types[i, :len(x)], lengths[i] = x, t, len(x)
+        return Batch(ids, types, lengths, rows[:, 4].copy())
+
+
+def _pair_table(seg_start: list[int], seg_end: list[int], doc_seg: list[int], budget: int,
+                settings: ExampleSettings, rng: np.random.Generator) -> tuple[list[int], int]:
+    """The loop of create_instances_from_document, over all documents; returns a flat list of
+    (a0, a1, b0, b1, label) and the number of tokens trimmed. Two changes keep labels balanced and
+    trimming rare at short lengths: a chunk that overshoots the budget gives its last segment back
+    to the next chunk, and a one-segment chunk is split inside the segment (so it can still be a
+    real next / ordered pair instead of always a random one)."""
+    nsp = settings.layout == "nsp"
+    D = len(doc_seg) - 1
+    out: list[int] = []
+    truncated = 0
+
+    def new_target() -> int:
+        return budget if rng.random() >= settings.short_seq_prob else int(rng.integers(2, budget + 1))
+
+    for d in range(D):
+        first, end = doc_seg[d], doc_seg[d + 1]
+        target = new_target()
+        chunk, length, i = first, 0, first
+        while i < end:
+            length += seg_end[i] - seg_start[i]
+            if length > budget and i > chunk:  # overshoot: this segment starts the next chunk
+                i -= 1
+                length = budget
+            if i == end - 1 or length >= target:
+                n = i - chunk + 1
+                if n >= 2:
+                    a_count = int(rng.integers(1, n))
+                    a0, a1 = seg_start[chunk], seg_end[chunk + a_count - 1]
+                    b0, b1 = a1, seg_end[i]
+                else:  # one segment: its two halves
+                    a0, b1 = seg_start[i], seg_end[i]
+                    a1 = b0 = a0 + (b1 - a0) // 2
+                    a_count = 1
+                label = 0
+                if nsp and (rng.random() < 0.5 or a1 == a0 or b1 == b0):
+                    label = 1
+                    if n == 1:
+                        a1 = b1
+                    other = int(rng.integers(0, D - 1))
+                    other += other >= d
+                    s = int(rng.integers(doc_seg[other], doc_seg[other + 1]))
+                    b0, b1 = seg_start[s], seg_end[s]
+                    room = target - (a1 - a0)
+                    while s + 1 < doc_seg[other + 1] and b1 - b0 + seg_end[s + 1] - seg_start[s + 1] <= room:
+                        s += 1
+                        b1 = seg_end[s]
+                    i -= n - a_count if n >= 2 else 0  # put the unused segments back (A.2)
+                elif not nsp:
+                    if a1 == a0 or b1 == b0:  # a one-token document has no order to predict
+                        chunk, length, i = i + 1, 0, i + 1
+                        continue
+                    label = int(rng.random() < 0.5)
+                a0, a1, b0, b1, cut = _trim(a0, a1, b0, b1, budget, rng)
+                truncated += cut
+                if nsp or label == 0:
+                    out += [a0, a1, b0, b1, label]
+                else:
+                    out += [b0, b1, a0, a1, label]  # SOP: the two segments in swapped order
+                chunk, length = i + 1, 0
+                target = new_target()
+            i += 1
+    return out, truncated
+
+
+def _trim(a0: int, a1: int, b0: int, b1: int, budget: int, rng: np.random.Generator):
+    """Trim the longer segment until the pair fits (A.2: truncate_seq_pair), from its front or
+    back (chosen once per segment, not per token as the original does)."""
+    la, lb = a1 - a0, b1 - b0
+    excess = la + lb - budget
+    if excess <= 0:
+        return a0, a1, b0, b1, 0
+    # remove from the longer one down to the shorter's length, then alternately
+    cut_a = min(excess, max(0, la - lb)) if la > lb else 0
+    cut_b = min(excess, max(0, lb - la)) if lb > la else 0
+    rest = excess - cut_a - cut_b
+    cut_a += (rest + 1) // 2 if la >= lb else rest // 2
+    cut_b += rest // 2 if la >= lb else (rest + 1) // 2
+    front_a, front_b = rng.random() < 0.5, rng.random() < 0.5
+    a0, a1 = (a0 + cut_a, a1) if front_a else (a0, a1 - cut_a)
+    b0, b1 = (b0 + cut_b, b1) if front_b else (b0, b1 - cut_b)
+    return a0, a1, b0, b1, excess

