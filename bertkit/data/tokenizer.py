@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tokenizers import Regex
+from tokenizers import AddedToken, Regex
 from tokenizers import Tokenizer as _Backend
 from tokenizers import models, normalizers, pre_tokenizers, processors, decoders
 
@@ -104,8 +104,9 @@ class Tokenizer:
 
     # ---- encoding -------------------------------------------------------------------------
     def encode(self, text: str, text_pair: str | None = None) -> list[int]:
-        """Ids with the family's special tokens, like `transformers`' `encode`."""
-        return self.backend.encode(text, text_pair).ids
+        """Ids with the family's special tokens, like `transformers`' `encode` (which, like this,
+        treats an empty `text_pair` as no pair)."""
+        return self.backend.encode(text, text_pair or None).ids
 
     def encode_plain(self, texts: list[str]) -> list[list[int]]:
         """Ids without special tokens, one list per text; `tokenizers` spreads the batch over
@@ -335,8 +336,11 @@ def _unigram_from_spm(model_file: Path, config: dict, specials: dict) -> _Backen
     backend = unigram_pipeline(spm.pieces, spm.unk_id, {**DEBERTA_V3_SPECIALS, **specials},
                                lowercase=bool(config.get("do_lower_case", False)),
                                split_by_punct=bool(config.get("split_by_punct", False)))
-    # control and user-defined pieces are matched whole, before the model, as transformers does
-    backend.add_tokens([p for p, kind in zip(spm.piece_strings, spm.kinds) if kind in ("control", "user")])
+    # control and user-defined pieces are matched whole in the raw text, as transformers does
+    named = set(backend.get_vocab(with_added_tokens=True)) & {specials.get(k) for k in DEBERTA_V3_SPECIALS}
+    backend.add_tokens([AddedToken(p, normalized=False, special=kind == "control")
+                        for p, kind in zip(spm.piece_strings, spm.kinds)
+                        if kind in ("control", "user") and p not in named])
     return backend
 
 
