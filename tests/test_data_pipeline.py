@@ -1,0 +1,313 @@
+"""Token cache, example builders and masking collators on real text (imdb train reviews with the
+real MiniLM vocabulary): reuse and invalidation, layouts, label balance, masking statistics with
+tolerances, whole words, determinism, and properties on random text (hypothesis)."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+import bertkit
+from bertkit.data import (ELECTRA_MASKING, MaskingCollator, MaskingSettings, PipelineSettings, builtin,
+                          open_corpus, pretraining_data, tokenize_corpus)
+from bertkit.data.builders import Batch, ExampleSettings, build_examples
+from bertkit.data.cache import CacheSettings, cache_key, cache_root
+from bertkit.data.corpora import TextFiles, sentences
+from bertkit.data.tokenizer import Tokenizer, wordpiece_pipeline
+
+
+@pytest.fixture(scope="module")
+def tokenizer(minilm_dir):
+    return bertkit.load_tokenizer(minilm_dir)
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("corpus") / "reviews.jsonl"
+    with open(path, "w") as f:
+        for r in builtin("imdb").train[:600]:
+            f.write(json.dumps({"text": r.text}) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def cached(corpus_file, tokenizer, cache_dir):
+    return tokenize_corpus(open_corpus(corpus_file), tokenizer, cache_dir)
+
+
+def data(corpus_file, tokenizer, cache_dir, **kw):
+    base = dict(batch_size=64, max_length=64)
+    return pretraining_data(corpus_file, tokenizer, PipelineSettings(**{**base, **kw}), cache_dir=cache_dir)
+
+
+# ---- cache ---------------------------------------------------------------------------------------
+def test_cache_holds_every_sentence_tokenized(cached, corpus_file, tokenizer):
+    docs = [json.loads(line)["text"] for line in corpus_file.read_text().splitlines()]
+    assert cached.num_documents == len(docs) and cached.tokens.dtype == np.uint16
+    for d in (0, 17, len(docs) - 1):
+        expected = [t for s in sentences(docs[d]) for t in tokenizer.encode_plain([s])[0]]
+        assert cached.document(d).tolist() == expected
+    assert cached.meta["tokens"] == cached.num_tokens == len(cached.tokens)
+
+
+class Counting(TextFiles):
+    reads = 0
+
+    def documents(self, stats):
+        type(self).reads += 1
+        return super().documents(stats)
+
+
+def test_cache_is_reused_and_invalidated_by_content_tokenizer_and_settings(tmp_path, tokenizer, monkeypatch):
+    text = tmp_path / "a.txt"
+    text.write_text("A first document. It has two sentences.\n\nA second one.\n")
+    corpus = Counting((text,))
+    first = tokenize_corpus(corpus, tokenizer, tmp_path / "c")
+    again = tokenize_corpus(corpus, tokenizer, tmp_path / "c")
+    assert Counting.reads == 1 and again.directory == first.directory
+    assert not [p for p in (tmp_path / "c" / "tokens").iterdir() if ".tmp-" in p.name]
+    text.write_text("A first document. It has two sentences.\n\nA changed one.\n")
+    changed = tokenize_corpus(corpus, tokenizer, tmp_path / "c")
+    assert Counting.reads == 2 and changed.directory != first.directory
+    other = Tokenizer(wordpiece_pipeline(tokenizer.backend.get_vocab(), {"do_lower_case": False}), tokenizer.special_tokens)
+    assert cache_key(corpus, other, CacheSettings()) != cache_key(corpus, tokenizer, CacheSettings())
+    assert cache_key(corpus, tokenizer, CacheSettings(split_sentences=False)) != cache_key(corpus, tokenizer, CacheSettings())
+    # chunking changes nothing in the result
+    small = tokenize_corpus(TextFiles((text,)), tokenizer, tmp_path / "d", CacheSettings(chunk_documents=1))
+    assert np.array_equal(small.tokens, changed.tokens)
+    assert np.array_equal(small.sentence_offsets, changed.sentence_offsets)
+    monkeypatch.setenv("BERTKIT_CACHE", str(tmp_path / "env"))
+    assert cache_root() == tmp_path / "env" and cache_root(tmp_path / "arg") == tmp_path / "arg"
+    monkeypatch.delenv("BERTKIT_CACHE")
+    assert cache_root() == cache_root(os.path.expanduser("~/.cache/bertkit"))
+
+
+def test_an_interrupted_build_leaves_nothing_behind(tmp_path, tokenizer):
+    class Failing(TextFiles):
+        def documents(self, stats):
+            yield "one document"
+            raise KeyboardInterrupt
+
+    path = tmp_path / "x.txt"
+    path.write_text("x")
+    with pytest.raises(KeyboardInterrupt):
+        tokenize_corpus(Failing((path,)), tokenizer, tmp_path / "c", CacheSettings(chunk_documents=1))
+    assert list((tmp_path / "c" / "tokens").iterdir()) == []
+
+
+def test_large_vocabularies_use_32_bit_tokens(tmp_path, tokenizer):
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(70_000)])}
+    big = Tokenizer(wordpiece_pipeline(vocab, {}), {"unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
+                                                   "pad_token": "[PAD]", "mask_token": "[MASK]"})
+    path = tmp_path / "a.txt"
+    path.write_text("w69999 w3 w70000\n")
+    cached = tokenize_corpus(open_corpus(path), big, tmp_path / "c")
+    assert cached.tokens.dtype == np.uint32 and cached.tokens.tolist() == [vocab["w69999"], vocab["w3"], 1]
+
+
+# ---- builders ------------------------------------------------------------------------------------
+def test_packed_rows_are_full_and_follow_the_stream(cached, tokenizer):
+    ex = build_examples(cached, tokenizer.frame, 102, ExampleSettings("packed", 64))
+    batch = ex.batch(np.arange(len(ex)), tokenizer.pad_token_id)
+    assert (batch.lengths == 64).all() and (batch.input_ids[:, 0] == 101).all() and (batch.input_ids[:, -1] == 102).all()
+    content = batch.input_ids[:, 1:-1].ravel()
+    stream = np.concatenate([np.append(cached.document(d), 102) for d in range(cached.num_documents)])[:-1]
+    assert np.array_equal(content, stream[:len(content)]) and len(stream) - len(content) == ex.stats.dropped_tokens < 62
+    assert ex.stats.long_documents == int((np.diff(cached.document_token_offsets()) > 62).sum())
+
+
+def test_full_sentences_rows_hold_whole_sentences_across_documents(cached, tokenizer):
+    ex = build_examples(cached, tokenizer.frame, 102, ExampleSettings("full-sentences", 64))
+    sent = np.asarray(cached.sentence_offsets)
+    doc_of = np.repeat(np.arange(cached.num_documents), np.diff(np.asarray(cached.document_offsets)))
+    virtual_starts = set((sent[:-1] + doc_of).tolist())
+    virtual_ends = set((sent[1:] + doc_of).tolist())
+    long = {s for s, e in zip(sent[:-1] + doc_of, sent[1:] + doc_of) if e - s > 62}
+    for start, length in zip(ex.starts, ex.lengths):
+        assert 0 < length <= 62
+        cut = any(s <= start < s + 10_000 for s in long)
+        assert cut or (start in virtual_starts and start + length in virtual_ends)
+    batch = ex.batch(np.arange(50), tokenizer.pad_token_id)
+    rows_crossing = (batch.input_ids[:, 1:-1] == 102).any(1)
+    assert rows_crossing.any()  # some rows pack the end of one review with the next
+    # nothing dropped: all rows' content, separators aside, is the token stream
+    everything = ex.batch(np.arange(len(ex)), tokenizer.pad_token_id)
+    content = everything.input_ids[:, 1:-1][np.arange(62) < everything.lengths[:, None] - 2]
+    assert np.array_equal(content[content != 102], np.asarray(cached.tokens)[np.asarray(cached.tokens) != 102])
+
+
+@pytest.mark.parametrize("layout", ["nsp", "sop"])
+def test_pair_examples_are_balanced_and_real_pairs_are_consecutive(cached, tokenizer, layout):
+    ex = build_examples(cached, tokenizer.frame, 102, ExampleSettings(layout, 64, seed=3))
+    table = ex.table
+    labels = table[:, 4]
+    assert abs(labels.mean() - 0.5) < 0.03, labels.mean()
+    doc_tokens = cached.document_token_offsets()
+    doc = lambda t: np.searchsorted(doc_tokens, t, side="right") - 1  # noqa: E731
+    a0, a1, b0, b1 = table[:, 0], table[:, 1], table[:, 2], table[:, 3]
+    assert ((a1 > a0) & (b1 > b0) & ((a1 - a0) + (b1 - b0) <= 61)).all()
+    real = labels == 0
+    assert (a1[real] <= b0[real]).all() and (doc(a0[real]) == doc(b1[real] - 1)).all()
+    if layout == "nsp":
+        assert (doc(a0[~real]) != doc(b0[~real])).all()  # NotNext: from another review
+    else:
+        assert (b1[~real] <= a0[~real]).all() and (doc(a0[~real]) == doc(b0[~real])).all()  # swapped
+    batch = ex.batch(np.arange(40), tokenizer.pad_token_id)
+    for i in range(40):
+        n = batch.lengths[i]
+        ids, types = batch.input_ids[i, :n], batch.token_type_ids[i, :n]
+        la = a1[i] - a0[i]
+        assert ids[0] == 101 and ids[la + 1] == 102 and ids[n - 1] == 102
+        assert (types[:la + 2] == 0).all() and (types[la + 2:] == 1).all()
+        assert (batch.input_ids[i, n:] == tokenizer.pad_token_id).all()
+    assert np.array_equal(ex.table, build_examples(cached, tokenizer.frame, 102, ExampleSettings(layout, 64, seed=3)).table)
+
+
+# ---- collators -----------------------------------------------------------------------------------
+def _stats(batches, tokenizer):
+    chosen = original = masked = real = 0
+    counts = {"mask": 0, "random": 0, "same": 0}
+    specials = torch.tensor(tokenizer.special_ids)
+    for b, source in batches:
+        sel = b["labels"] != -100
+        assert not torch.isin(source[sel], specials).any(), "a special token was chosen"
+        assert not sel[b["attention_mask"] == 0].any(), "padding was chosen"
+        assert torch.equal(b["labels"][sel], source[sel])
+        assert torch.equal(b["input_ids"][~sel], source[~sel])
+        new = b["input_ids"][sel]
+        counts["mask"] += int((new == tokenizer.mask_token_id).sum())
+        counts["same"] += int((new == source[sel]).sum())
+        counts["random"] += int(((new != tokenizer.mask_token_id) & (new != source[sel])).sum())
+        assert not torch.isin(new[new != source[sel]], specials[specials != tokenizer.mask_token_id]).any()
+        chosen += int(sel.sum())
+        real += int((b["attention_mask"].bool() & ~torch.isin(source, specials)).sum())
+    return chosen / real, {k: v / chosen for k, v in counts.items()}
+
+
+def _unmasked(d, i):
+    """Batch i before masking (the builder's output for the same rows)."""
+    rows, _ = d.indices(i)
+    return torch.from_numpy(d.examples.batch(rows, d.tokenizer.pad_token_id).input_ids)
+
+
+@pytest.mark.filterwarnings("ignore::bertkit.data.DataWarning")  # nsp trims a few tokens at T=64
+@pytest.mark.parametrize("layout", ["packed", "full-sentences", "nsp", "sop"])
+def test_masking_rate_and_80_10_10_never_specials_or_padding(corpus_file, tokenizer, cache_dir, layout):
+    d = data(corpus_file, tokenizer, cache_dir, layout=layout, objective="mlm+nsp" if layout == "nsp" else "mlm")
+    rate, split = _stats([(d.batch_at(i), _unmasked(d, i)) for i in range(20)], tokenizer)
+    # about 80k candidate tokens, 12k chosen: binomial sd of the split shares is ~0.004
+    assert abs(rate - 0.15) < 0.005, rate
+    assert abs(split["mask"] - 0.8) < 0.02 and abs(split["random"] - 0.1) < 0.015 and abs(split["same"] - 0.1) < 0.015, split
+
+
+def test_whole_word_masking_keeps_words_together(corpus_file, tokenizer, cache_dir):
+    d = data(corpus_file, tokenizer, cache_dir, masking=MaskingSettings(whole_word=True))
+    table = tokenizer.continues_word()
+    pieces = 0
+    for i in range(10):
+        b, source = d.batch_at(i), _unmasked(d, i).numpy()
+        chosen = (b["labels"] != -100).numpy()
+        cont = table[source] & np.concatenate([np.zeros((len(source), 1), bool), ~np.isin(source[:, :-1], tokenizer.special_ids)], 1)
+        # a continuation piece is chosen exactly when the token before it is
+        assert np.array_equal(chosen[:, 1:][cont[:, 1:]], chosen[:, :-1][cont[:, 1:]])
+        pieces += int((chosen & cont).sum())
+    assert pieces > 50  # multi-piece words were masked, not only single-piece ones
+    rate, _ = _stats([(d.batch_at(i), _unmasked(d, i)) for i in range(10)], tokenizer)
+    assert abs(rate - 0.15) < 0.01, rate
+
+
+def test_masks_are_deterministic_dynamic_per_epoch_and_static_repeat(corpus_file, tokenizer, cache_dir):
+    d = data(corpus_file, tokenizer, cache_dir)
+    n = d.batches_per_epoch
+    first = d.batch_at(3)
+    d.batch_at(n + 7)
+    again = data(corpus_file, tokenizer, cache_dir).batch_at(3)
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    assert not torch.equal(first["labels"], data(corpus_file, tokenizer, cache_dir, seed=1).batch_at(3)["labels"])
+
+    def masks_by_example(d, epoch):
+        out = {}
+        for j in range(3):
+            rows, _ = d.indices(epoch * d.batches_per_epoch + j)
+            b = d.batch_at(epoch * d.batches_per_epoch + j)
+            out.update({int(r): b["labels"][k] for k, r in enumerate(rows)})
+        return out
+
+    dynamic = [masks_by_example(d, e) for e in range(3)]
+    static = data(corpus_file, tokenizer, cache_dir, static_masks=2)
+    fixed = [masks_by_example(static, e) for e in range(3)]
+    for masks, repeats in ((dynamic, False), (fixed, True)):
+        common = set(masks[0]) & set(masks[2])
+        assert len(common) > 5
+        same = [torch.equal(masks[0][r], masks[2][r]) for r in common]
+        assert all(same) if repeats else not any(same)
+        differ = set(masks[0]) & set(masks[1])
+        assert not any(torch.equal(masks[0][r], masks[1][r]) for r in differ)
+
+
+def test_electra_generator_input(corpus_file, tokenizer, cache_dir):
+    d = data(corpus_file, tokenizer, cache_dir, objective="rtd")
+    assert d.collator.settings == ELECTRA_MASKING
+    batches = [(d.batch_at(i), _unmasked(d, i)) for i in range(15)]
+    for b, _ in batches:
+        assert torch.equal(b["masked_positions"], b["labels"] != -100)
+    rate, split = _stats(batches, tokenizer)
+    assert abs(rate - 0.15) < 0.005 and split["random"] == 0 and abs(split["mask"] - 0.85) < 0.02
+
+
+def test_nsp_batches_carry_pair_labels(corpus_file, tokenizer, cache_dir):
+    d = data(corpus_file, tokenizer, cache_dir, objective="mlm+sop")
+    b = d.batch_at(0)
+    assert b["pair_labels"].shape == (64,) and set(b["pair_labels"].tolist()) == {0, 1}
+    assert b["input_ids"].dtype == b["labels"].dtype == torch.int64 and b["input_ids"].shape == (64, 64)
+
+
+@given(st.lists(st.text(min_size=0, max_size=60), min_size=1, max_size=6), st.integers(0, 2**32),
+       st.booleans(), st.floats(0.05, 0.5))
+@settings(max_examples=40, deadline=None)
+def test_collator_properties_on_random_text(tokenizer, texts, seed, whole_word, rate):
+    enc = tokenizer(texts)
+    ids = enc["input_ids"].numpy()
+    lengths = enc["attention_mask"].sum(1).numpy()
+    batch = Batch(ids, enc["token_type_ids"].numpy(), lengths)
+    collate = MaskingCollator.for_tokenizer(tokenizer, MaskingSettings(rate=rate, whole_word=whole_word), seed)
+    out = collate(batch, np.arange(len(texts)), 0)
+    chosen = (out["labels"] != -100).numpy()
+    special = np.isin(ids, tokenizer.special_ids)
+    real = np.arange(ids.shape[1]) < lengths[:, None]
+    assert not (chosen & (special | ~real)).any()
+    assert np.array_equal(out["labels"].numpy()[chosen], ids[chosen])
+    assert np.array_equal(out["input_ids"].numpy()[~chosen], ids[~chosen])
+    candidates = (real & ~special).sum(1)
+    if not whole_word:  # exactly floor or ceil of rate * candidates per row
+        assert (np.abs(chosen.sum(1) - rate * candidates) < 1).all()
+    again = collate(batch, np.arange(len(texts)), 0)
+    assert torch.equal(out["input_ids"], again["input_ids"])
+
+
+def test_settings_are_validated():
+    with pytest.raises(bertkit.BertkitError, match="masking rate"):
+        MaskingSettings(rate=0)
+    with pytest.raises(bertkit.BertkitError, match="sum to at most 1"):
+        MaskingSettings(mask_fraction=0.9, random_fraction=0.2)
+    with pytest.raises(bertkit.BertkitError, match="unknown example layout"):
+        ExampleSettings(layout="docs")
+    with pytest.raises(bertkit.BertkitError, match="unknown objective"):
+        PipelineSettings(objective="clm")
+
+
+def test_too_small_corpus_for_a_batch_or_nsp(tmp_path, tokenizer):
+    path = tmp_path / "one.txt"
+    path.write_text("Just one short document. With two sentences.\n")
+    with pytest.raises(bertkit.BertkitError, match="fewer than one batch"):
+        pretraining_data(path, tokenizer, PipelineSettings(batch_size=8), cache_dir=tmp_path / "c")
+    with pytest.raises(bertkit.BertkitError, match="at least two documents"):
+        pretraining_data(path, tokenizer, PipelineSettings(objective="mlm+nsp"), cache_dir=tmp_path / "c")
