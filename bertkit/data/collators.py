@@ -9,7 +9,7 @@ input (Clark et al., 2020) uses 85% [MASK] / 15% unchanged and also returns `mas
 The number of chosen tokens in a row is rate * candidates, rounded up or down at random with the
 right odds (so the expected rate is exact even for short rows, and rows are never all-masked).
 
-Randomness is counter-based: every random number is SplitMix64 of (row key, position, stream),
+Randomness is counter-based: every random number is SplitMix64 at (row key, position, stream),
 where a row key mixes the seed, the example index and a "mask version". So a row's mask is a
 pure function of those three numbers, whatever batch it lands in, and needs no generator state:
 - dynamic masking (RoBERTa, Liu et al., 2019, sec. 4.1): version = epoch, a new mask every pass;
@@ -52,12 +52,17 @@ def row_keys(seed: int, examples: np.ndarray, version: np.ndarray | int) -> np.n
         return mix(k ^ np.asarray(version, dtype=np.uint64))
 
 
+def random_bits(keys: np.ndarray, T: int, stream: int) -> np.ndarray:
+    """(B, T) uint64 random words: SplitMix64's sequence with each row key as its state, at
+    counters stream * 2**32 + t (one multiply-add and one finalizer per number)."""
+    with np.errstate(over="ignore"):
+        counter = np.arange(1, T + 1, dtype=np.uint64) + np.uint64(stream) * np.uint64(1 << 32)
+        return mix(keys[:, None] + counter[None, :] * _GOLDEN)
+
+
 def uniform(keys: np.ndarray, T: int, stream: int) -> np.ndarray:
     """(B, T) float64 uniforms in [0, 1) from row keys (B,) for random-number stream `stream`."""
-    with np.errstate(over="ignore"):
-        counter = np.arange(T, dtype=np.uint64) + np.uint64(stream) * np.uint64(1 << 32)
-        z = mix(mix(keys[:, None] ^ counter[None, :]))
-    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+    return (random_bits(keys, T, stream) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
 @dataclass(frozen=True)
@@ -112,15 +117,19 @@ class MaskingCollator:
         candidate = real & ~self.is_special[ids]  # (B, T)
         n = candidate.sum(1)
         k = np.floor(self.settings.rate * n + uniform(keys, 1, 0)[:, 0]).astype(np.int64)  # (B,)
-        score = uniform(keys, T, 1)
+        # integer scores: 44 random bits, then the position in the low bits, so every score in a
+        # row is distinct and a plain (unstable, faster) sort ranks them reproducibly
+        shift = max(1, int(T).bit_length())
+        score = (random_bits(keys, T, 1) >> np.uint64(20)).astype(np.int64)  # (B, T)
         if self.settings.whole_word:
             previous = np.concatenate([np.zeros((B, 1), bool), candidate[:, :-1]], axis=1)
             starts = candidate & ~(self.continues[ids] & previous)  # (B, T) first token of a word
             start_pos = np.maximum.accumulate(np.where(starts, np.arange(T), 0), axis=1)  # (B, T)
             score = np.take_along_axis(score, start_pos, axis=1)  # every token gets its word's score
-        score = np.where(candidate, score, 2.0)
-        # rank by score; ties (a word's tokens) keep position order, so each word is contiguous
-        order = np.argsort(score, axis=1, kind="stable")  # (B, T)
+        score = np.where(candidate, (score << shift) | np.arange(T), np.iinfo(np.int64).max)
+        # a word's tokens share its random bits and differ in position: adjacent in rank order,
+        # its first token first
+        order = np.argsort(score, axis=1)  # (B, T)
         sorted_candidate = np.take_along_axis(candidate, order, axis=1)
         before = np.cumsum(sorted_candidate, axis=1) - sorted_candidate  # chosen ahead of each
         chosen = np.zeros_like(candidate)
@@ -136,12 +145,16 @@ class MaskingCollator:
         B, T = ids.shape
         keys = row_keys(self.seed, examples, version)
         chosen = self.choose(ids, batch.lengths, keys)
-        u = uniform(keys, T, 2)
+        # 80/10/10 on integer random words: u < f  <=>  bits < f * 2**64
+        u = random_bits(keys, T, 2)
         s = self.settings
-        to_mask = chosen & (u < s.mask_fraction)
-        to_random = chosen & (u >= s.mask_fraction) & (u < s.mask_fraction + s.random_fraction)
-        draws = self.normal_ids[(uniform(keys, T, 3) * len(self.normal_ids)).astype(np.int64)]
-        masked = np.where(to_mask, self.mask_id, np.where(to_random, draws, ids))
+        mask_below = np.uint64(min(2**64 - 1, int(s.mask_fraction * 2**64)))
+        random_below = np.uint64(min(2**64 - 1, int((s.mask_fraction + s.random_fraction) * 2**64)))
+        to_mask = chosen & (u < mask_below)
+        to_random = chosen & (u >= mask_below) & (u < random_below)
+        with np.errstate(over="ignore"):  # high 32 bits times n, high half: an index in [0, n)
+            pick = ((random_bits(keys, T, 3) >> np.uint64(32)) * np.uint64(len(self.normal_ids))) >> np.uint64(32)
+        masked = np.where(to_mask, self.mask_id, np.where(to_random, self.normal_ids[pick.astype(np.int64)], ids))
         out = {
             "input_ids": torch.from_numpy(masked),
             "attention_mask": torch.from_numpy((np.arange(T) < batch.lengths[:, None]).astype(np.int64)),
