@@ -11,9 +11,7 @@ import math
 
 import numpy as np
 
-from ..errors import BertkitError
-
-SCHEDULES = ("linear", "cosine", "constant")
+from ..schedules import SCHEDULES, lr_factor  # noqa: F401  (the schedule both trainers share)
 
 
 class AdamW:
@@ -60,18 +58,3 @@ def clip_grad_norm(grads: dict[str, np.ndarray], max_norm: float) -> float:
         for g in grads.values():
             g *= coef
     return total
-
-
-def lr_factor(progress: float, warmup: float, schedule: str) -> float:
-    """Multiplier of the peak learning rate at `progress` in [0, 1] of training: linear warm-up
-    over the first `warmup` fraction (BERT sec. A.2), then linear or cosine decay to zero, or
-    constant."""
-    if schedule not in SCHEDULES:
-        raise BertkitError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
-    progress = min(max(progress, 0.0), 1.0)
-    if warmup > 0 and progress < warmup:
-        return progress / warmup
-    if schedule == "constant":
-        return 1.0
-    rest = (progress - warmup) / max(1.0 - warmup, 1e-12)
-    return 1.0 - rest if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * rest))
