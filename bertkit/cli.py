@@ -128,22 +128,22 @@ def cmd_embed(args) -> None:
         print(json.dumps({"text": text, "embedding": [round(x, 6) for x in v.tolist()]}))
 
 
-def cmd_fill_mask(args) -> None:
+def fill_mask(model, texts: list[str], top_k: int = 5) -> list[dict]:
+    """Top-k predictions at every mask of every text: one record per mask, with the text, the
+    token position and [{"token", "id", "score"}]."""
     import torch
 
-    from . import from_pretrained
-
-    texts = _read_texts(args)
-    model = from_pretrained(args.model)
     tok = model.tokenizer
-    if model.head_kind not in ("mlm", "pretraining"):
-        raise BertkitError(f"{args.model}: has no masked-LM head (head: {model.head_kind}); fill-mask needs one")
+    if model.head is None or not model.head.predicts_tokens:
+        raise BertkitError(f"the model has no masked-LM head (head: {model.head_kind}); fill-mask needs one")
     if tok is None or tok.mask_token is None:
-        raise BertkitError(f"{args.model}: has no tokenizer with a mask token")
+        raise BertkitError("the model has no tokenizer with a mask token")
     results = []
+    was_training = model.training
+    model.eval()
     for text in texts:
         text = text.replace("[MASK]", tok.mask_token)  # accept BERT's spelling for any family
-        batch = tok([text], max_length=model.config.max_positions)
+        batch = tok([text], max_length=model.backbone.embeddings.max_length)
         ids = batch["input_ids"][0]
         positions = (ids == tok.mask_token_id).nonzero().flatten().tolist()
         if not positions:
@@ -151,20 +151,120 @@ def cmd_fill_mask(args) -> None:
         with torch.no_grad():
             logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits[0]
         for pos in positions:
-            probs = logits[pos].softmax(-1)
-            top = probs.topk(args.top_k)
+            top = logits[pos].float().softmax(-1).topk(min(top_k, logits.shape[-1]))
             results.append({"text": text, "position": pos,
-                            "predictions": [{"token": tok.id_to_token(i), "score": round(p, 6)}
+                            "predictions": [{"token": tok.id_to_token(i), "id": i, "score": round(p, 6)}
                                             for p, i in zip(top.values.tolist(), top.indices.tolist())]})
-    if args.json:
-        for r in results:
-            print(json.dumps(r, ensure_ascii=False))
-        return
+    model.train(was_training)
+    return results
+
+
+def print_fill_mask(results: list[dict]) -> None:
     for r in results:
         print(f"{r['text']}  (mask at token {r['position']})")
         rows = [["rank", "token", "score"]] + [[str(k + 1), p["token"], f"{p['score']:.4f}"]
                                                for k, p in enumerate(r["predictions"])]
         print(_table(rows, right={0, 2}) + "\n")
+
+
+def cmd_fill_mask(args) -> None:
+    from . import from_pretrained
+
+    if args.top_k < 1:
+        raise BertkitError(f"--top-k must be at least 1, got {args.top_k}")
+    texts = _read_texts(args)
+    model = from_pretrained(args.model)
+    if model.head is None or not model.head.predicts_tokens:
+        raise BertkitError(f"{args.model}: has no masked-LM head (head: {model.head_kind}); fill-mask needs one")
+    results = fill_mask(model, texts, args.top_k)
+    if args.json:
+        for r in results:
+            print(json.dumps(r, ensure_ascii=False))
+    else:
+        print_fill_mask(results)
+
+
+# Sentences to show what a masked LM learned at the end of `bertkit pretrain` (movie-review
+# language, the default corpus; any English corpus gives readable answers).
+LEARNED_EXAMPLES = [
+    "This movie is one of the [MASK] films I have ever seen.",
+    "The acting was [MASK], but the story made no sense at all.",
+    "I would [MASK] recommend it to anyone who likes horror movies.",
+]
+JOB_KEYS = ("model", "objective", "corpus", "field", "eval_corpus", "out", "tokenizer", "teacher", "backend",
+            "device", "precision", "max_length", "batch_size", "mask_rate", "whole_word", "static_masks",
+            "eval_batches", "resume")
+TRAIN_KEYS = ("steps", "time_budget", "lr", "warmup", "schedule", "weight_decay", "clip_norm", "accumulation",
+              "eval_every", "save_every", "keep", "seed", "skip_nonfinite", "activation_checkpointing",
+              "compile", "progress")
+
+
+def _train_values(values: dict, where: str) -> dict:
+    """TrainSettings values typed; a time budget may be written as a duration ("10m")."""
+    from .options import seconds, typed
+    from .train import TrainSettings
+
+    values = dict(values)
+    budget = values.pop("time_budget", "absent")
+    out = typed(TrainSettings, values, where)
+    if budget != "absent":
+        none = budget is None or (isinstance(budget, str) and budget.strip().lower() in ("none", "null"))
+        out["time_budget"] = None if none else seconds(budget)
+    return out
+
+
+def pretrain_job(args):
+    """The job from defaults < config file < flags; every value typed, unknown keys named."""
+    from .options import key_values, read_config, typed
+    from .pretraining import PretrainJob
+
+    given = vars(args)
+    job, train, architecture = {}, {}, {}
+    if given.get("config"):
+        data = dict(read_config(args.config))
+        train = dict(data.pop("train", {}) or {})
+        architecture = dict(data.pop("architecture", {}) or {})
+        for name, table in (("train", train), ("architecture", architecture)):
+            if not isinstance(table, dict):
+                raise BertkitError(f"{args.config}: [{name}] must be a table of settings")
+        job = typed(PretrainJob, {k: v for k, v in data.items()}, str(args.config)) if data else {}
+        if "train" in job or "architecture" in job:
+            raise BertkitError(f"{args.config}: train and architecture are tables ([train], [architecture])")
+        train = _train_values(train, f"{args.config} [train]")
+    job.update({k: given[k] for k in JOB_KEYS if k in given})
+    train.update(_train_values({k: given[k] for k in TRAIN_KEYS if k in given}, "flags"))
+    train.update(_train_values(key_values(given.get("set") or [], "--set"), "--set"))
+    if architecture or given.get("override"):
+        from .config import get_preset
+
+        config_type = type(get_preset(job.get("model", "mini-bert")).config)
+        if architecture:
+            architecture = typed(config_type, architecture, f"{args.config} [architecture]")
+        architecture.update(typed(config_type, key_values(given.get("override") or [], "--override"), "--override"))
+    return PretrainJob(**job, train=train, architecture=architecture)
+
+
+def cmd_pretrain(args) -> None:
+    from .interop.hf import from_pretrained
+    from .pretraining import pretrain
+
+    job = pretrain_job(args)
+    out = pretrain(job)
+    import os
+
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    metrics = json.loads((out / "metrics.json").read_text())
+    shown = {k: metrics[k] for k in ("step", "tokens", "train_seconds", "mlm_loss", "mlm_accuracy", "perplexity",
+                                     "nsp_accuracy", "sop_accuracy", "rtd_accuracy", "loss") if k in metrics}
+    print(f"\nsaved {out}  (loss curve: {out / 'loss_curve.png'})")
+    print("held-out metrics: " + ", ".join(f"{k} {v:,.4g}" if isinstance(v, float) else f"{k} {v:,}"
+                                           for k, v in shown.items()))
+    lm = out / "generator" if (out / "generator" / "config.json").exists() else out
+    model = from_pretrained(lm)
+    if model.head is not None and model.head.predicts_tokens and model.tokenizer is not None:
+        print(f"\nwhat it learned (bertkit predict fill-mask --model {lm} \"...[MASK]...\"):\n")
+        print_fill_mask(fill_mask(model, LEARNED_EXAMPLES, top_k=5))
 
 
 def cmd_bench(args) -> None:
@@ -215,6 +315,82 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--json", metavar="PATH", help="also write the records (name, dtype, ours, reference, "
                                                   "unit, ratio, ...) as a JSON list")
     s.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser(
+        "pretrain", help="pre-train a model on text (default: mini-bert, MLM, built-in imdb, 10 minutes)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Pre-train a model from scratch with one of the family's objectives. With no arguments: "
+                    "the Mini-BERT, masked LM, the built-in imdb corpus (train split), a 10-minute budget, "
+                    "output in runs/mini-bert-mlm. Settings come from the defaults, then --config FILE, then "
+                    "flags; every value is type-checked and unknown keys are errors.",
+        epilog="""examples:
+  bertkit pretrain                                        # the default job, 10 minutes
+  bertkit pretrain --model bert-base --objective mlm+nsp --corpus docs/ --steps 10000
+  bertkit pretrain --model electra-small --objective rtd --time-budget 1h
+  bertkit pretrain --model distilbert-base --objective distill --teacher path/to/bert
+  bertkit pretrain --override num_layers=4 --set betas=0.9,0.999 --lr 5e-4
+  bertkit pretrain --out runs/x --resume                  # continue from runs/x/checkpoints
+  torchrun --nproc_per_node=2 -m bertkit pretrain ...     # DistributedDataParallel
+
+config file (TOML or JSON): top-level keys are the flags' names with underscores (model, objective,
+corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas, warmup, schedule,
+...) and [architecture] (model config fields: num_layers, hidden_size, ...).""")
+    g = s.add_argument_group("what to train")
+    S = argparse.SUPPRESS  # only flags actually given override the config file and defaults
+    g.add_argument("--model", default=S, help="a preset (see `bertkit models`); default mini-bert")
+    g.add_argument("--objective", default=S, help="mlm, mlm+nsp (BERT), mlm+sop (ALBERT), rtd (ELECTRA, "
+                                                  "DeBERTa-v3), distill (DistilBERT); default mlm")
+    g.add_argument("--teacher", default=S, help="distill: the teacher (checkpoint directory, hub id or preset)")
+    g.add_argument("--override", action="append", metavar="KEY=VALUE", default=S,
+                   help="change a model config field, typed (e.g. num_layers=4); repeatable")
+    g.add_argument("--backend", default=S, help="torch (default) or numpy (the pure-NumPy Mini-BERT, mlm only)")
+    g = s.add_argument_group("data")
+    g.add_argument("--corpus", default=S, help="imdb (built in, default), rotten-tomatoes, a text file or folder "
+                                               "(blank line = document break), .jsonl/.csv, or a hub data set")
+    g.add_argument("--field", default=S, help="the text field of JSONL/CSV/hub corpora (default text)")
+    g.add_argument("--eval-corpus", dest="eval_corpus", default=S,
+                   help="held-out text; default the corpus's dev split (files: 1 document in 10, by hash)")
+    g.add_argument("--tokenizer", default=S, help="tokenizer file or directory; default: trained on the corpus "
+                                                  "with the model's vocabulary size (cached)")
+    g.add_argument("--max-length", dest="max_length", type=int, default=S, help="tokens per example (default 128 "
+                                                                               "or the model's maximum)")
+    g.add_argument("--batch-size", dest="batch_size", type=int, default=S, help="sequences per micro-batch (default 64)")
+    g.add_argument("--mask-rate", dest="mask_rate", type=float, default=S, help="fraction of tokens predicted (0.15)")
+    g.add_argument("--whole-word", dest="whole_word", action="store_true", default=S, help="mask whole words")
+    g.add_argument("--static-masks", dest="static_masks", type=int, default=S, metavar="K",
+                   help="K fixed masks per example, as the original BERT (default: new masks every epoch)")
+    g.add_argument("--eval-batches", dest="eval_batches", type=int, default=S, help="held-out batches (16)")
+    g = s.add_argument_group("training")
+    g.add_argument("--steps", type=int, default=S, help="optimizer steps")
+    g.add_argument("--time-budget", dest="time_budget", default=S, metavar="DURATION",
+                   help="train for this long (600, 90s, 10m, 1h30m); the schedule follows the clock (Cramming); "
+                        "default 10m when no --steps")
+    g.add_argument("--lr", type=float, default=S, help="peak learning rate (1e-3)")
+    g.add_argument("--warmup", type=float, default=S, help="warmup, a fraction of training (0.06)")
+    g.add_argument("--schedule", default=S, help="decay after warmup: linear (default), cosine or constant")
+    g.add_argument("--weight-decay", dest="weight_decay", type=float, default=S, help="AdamW decay (0.01; "
+                                                                                     "never on biases and norms)")
+    g.add_argument("--clip-norm", dest="clip_norm", type=float, default=S, help="gradient clipping (1.0)")
+    g.add_argument("--accumulation", type=int, default=S, help="micro-batches per optimizer step (1)")
+    g.add_argument("--precision", default=S, help="auto (bf16 autocast where the hardware has bf16), fp32, bf16")
+    g.add_argument("--device", default=S, help="auto (cuda when available), cpu, cuda, cuda:1, ...")
+    g.add_argument("--activation-checkpointing", dest="activation_checkpointing", action="store_true", default=S,
+                   help="recompute activations in the backward pass (less memory)")
+    g.add_argument("--compile", action="store_true", default=S, help="torch.compile the blocks")
+    g.add_argument("--seed", type=int, default=S, help="weights, masks, dropout (0)")
+    g.add_argument("--skip-nonfinite", dest="skip_nonfinite", action="store_true", default=S,
+                   help="skip a step whose loss is NaN/Inf instead of stopping")
+    g.add_argument("--set", action="append", metavar="KEY=VALUE", default=S,
+                   help="any other training setting, typed (e.g. betas=0.9,0.999 or eps=1e-8); repeatable")
+    g = s.add_argument_group("output")
+    g.add_argument("--out", default=S, help="run directory (default runs/MODEL-OBJECTIVE)")
+    g.add_argument("--resume", action="store_true", default=S, help="continue from OUT/checkpoints")
+    g.add_argument("--eval-every", dest="eval_every", type=int, default=S, help="steps between evaluations (100)")
+    g.add_argument("--save-every", dest="save_every", type=int, default=S, help="steps between checkpoints (200)")
+    g.add_argument("--keep", type=int, default=S, help="checkpoints kept (2)")
+    g.add_argument("--no-progress", dest="progress", action="store_false", default=S, help="no progress bar")
+    g.add_argument("--config", default=S, metavar="FILE", help="settings from a TOML or JSON file")
+    s.set_defaults(func=cmd_pretrain)
 
     s = sub.add_parser("predict", help="run a model on text")
     modes = s.add_subparsers(dest="mode", metavar="MODE", required=True)

@@ -121,25 +121,33 @@ class Trainer:
         return {"mlm_loss": loss, "loss": loss, "mlm_accuracy": float(np.mean([r.accuracy for r in results])),
                 "perplexity": math.exp(min(loss, 50.0))}
 
-    def fit(self) -> list[dict[str, float]]:
+    def fit(self, progress: bool = False) -> list[dict[str, float]]:
         """Train to the step count or time budget. With `out`: metrics.jsonl (one line per step,
         then the held-out evaluation), the final model in Hugging Face format and metrics.json
-        (the torch trainer's keys where both have them), all at the root of `out`."""
+        (the torch trainer's keys where both have them), all at the root of `out`. `progress`
+        shows a tqdm bar with the loss and tokens/s."""
+        from tqdm import tqdm
+
         history = []
         log = None
         if self.out is not None:
             self.out.mkdir(parents=True, exist_ok=True)
             log = open(self.out / "metrics.jsonl", "w")
+        bar = tqdm(total=self.settings.steps if self.settings.time_budget is None else None, disable=not progress,
+                   unit="step", dynamic_ncols=True)
         try:
             while not self.done():
                 metrics = self.train_step()
                 history.append(metrics)
+                bar.update(1)
+                bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{self.tokens / max(self.elapsed, 1e-9):,.0f}")
                 if log is not None:
                     log.write(json.dumps({"split": "train", "backend": "numpy", **metrics}) + "\n")
             final = self.evaluate()
             if log is not None and final:
                 log.write(json.dumps({"split": "eval", "backend": "numpy", "step": self.step, **final}) + "\n")
         finally:
+            bar.close()
             if log is not None:
                 log.close()
         if self.out is not None:

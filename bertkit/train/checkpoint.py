@@ -28,6 +28,23 @@ def save_models(models: dict, directory: Path) -> None:
         model.save_pretrained(directory / name if name else directory)
 
 
+def save_final(models: dict, root: Path) -> None:
+    """The finished run's models at the root of OUT: written to a temporary folder first, then
+    moved into place file by file, so a failed save leaves the earlier files whole."""
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=".writing-"))
+    try:
+        save_models(models, tmp)
+        for written in sorted(tmp.rglob("*"), key=lambda p: len(p.parts)):
+            target = root / written.relative_to(tmp)
+            if written.is_dir():
+                target.mkdir(exist_ok=True)
+            else:
+                os.replace(written, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def rng_state() -> dict:
     state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
     if torch.cuda.is_available():

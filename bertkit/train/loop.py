@@ -140,10 +140,22 @@ class Trainer:
     def save_checkpoint(self) -> Path | None:
         path = None
         if self.is_main:
-            path = checkpoint.save(self.out, self.step, self.objective.models(), self._state(), self.settings.keep)
+            with self._saving(f"a checkpoint at step {self.step}"):
+                path = checkpoint.save(self.out, self.step, self.objective.models(), self._state(), self.settings.keep)
         if self.world > 1:
             dist.barrier()  # nobody runs ahead of a checkpoint still being written
         return path
+
+    @contextlib.contextmanager
+    def _saving(self, what: str):
+        """A failed write (a full disk, a lost mount) becomes one clear line saying what survived:
+        checkpoints are written beside the old ones and renamed into place (checkpoint.py)."""
+        try:
+            yield
+        except OSError as e:
+            previous = checkpoint.latest(self.out)
+            kept = f"{previous} is intact" if previous else "there is no earlier checkpoint"
+            raise BertkitError(f"could not write {what} in {self.out}: {e.strerror or e}; {kept}") from None
 
     def resume(self, path: Path | None = None) -> bool:
         """Continue from `path` or the newest checkpoint under OUT/checkpoints; False if none."""
@@ -280,7 +292,8 @@ class Trainer:
         self._log({"step": self.step, "split": "eval", "elapsed": round(self.elapsed, 3), **final})
         self.save_checkpoint()
         if self.is_main:
-            checkpoint.save_models(self.objective.models(), self.out)
+            with self._saving("the final model"):
+                checkpoint.save_final(self.objective.models(), self.out)
             summary = {"step": self.step, "tokens": self.tokens, "train_seconds": round(self.elapsed, 1),
                        "processes": self.world, **final}
             (self.out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")

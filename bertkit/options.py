@@ -1,0 +1,169 @@
+"""Typed options for the command line and config files: every value is checked against the type
+of the dataclass field it sets, and an unknown key is an error that names the file and key
+(DESIGN.md, style rule 12: config overrides are typed, unknown keys are errors).
+
+    fields_of(TrainSettings)                        # {"lr": float, "steps": int | None, ...}
+    typed(TrainSettings, {"lr": "3e-4"}, "--set")   # {"lr": 0.0003}
+    read_config("job.toml")                         # a dict from TOML or JSON
+    seconds("1h30m")                                # 5400.0
+
+Torch-free, so the NumPy backend and the CLI's argument parsing can use it without loading torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from .errors import BertkitError
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
+
+
+def seconds(text: str | float | int) -> float:
+    """A duration: plain seconds (600, "600", "90s") or hours/minutes ("10m", "1h30m", "1.5h")."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        match = _DURATION.fullmatch(str(text).strip().lower())
+        if not str(text).strip() or match is None or not any(match.groups()):
+            raise BertkitError(f"{text!r} is not a duration (use e.g. 600, 90s, 10m, 1h30m)")
+        h, m, s = (float(g) if g else 0.0 for g in match.groups())
+        value = 3600 * h + 60 * m + s
+    if value <= 0:
+        raise BertkitError(f"a duration must be positive, got {text!r}")
+    return value
+
+
+def fields_of(cls) -> dict[str, Any]:
+    """Field name -> resolved type annotation of a dataclass."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _options(tp) -> tuple[list, bool]:
+    """The concrete types of an annotation and whether None is allowed (`int | None`)."""
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        args = list(typing.get_args(tp))
+        return [a for a in args if a is not type(None)], type(None) in args
+    return [tp], False
+
+
+def _from_text(tp, text: str):
+    origin = typing.get_origin(tp)
+    if tp is bool:
+        lowered = text.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ValueError("expected true or false")
+    if tp in (int, float, str):
+        return tp(text)
+    if origin is tuple:
+        parts = [p for p in text.split(",") if p.strip()]
+        return _from_value(tp, parts)
+    raise ValueError(f"cannot read a {tp} from text")
+
+
+def _from_value(tp, value):
+    """A value already typed by TOML/JSON (or a list of strings for a tuple), checked."""
+    origin = typing.get_origin(tp)
+    if origin is tuple:
+        inner = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            raise ValueError("expected a list")
+        if len(inner) == 2 and inner[1] is Ellipsis:
+            inner = (inner[0],) * len(value)
+        if len(inner) != len(value):
+            raise ValueError(f"expected {len(inner)} values, got {len(value)}")
+        return tuple(_coerce(t, v) for t, v in zip(inner, value))
+    if isinstance(value, str) and tp is not str:
+        return _from_text(tp, value)
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is bool and not isinstance(value, bool):
+        raise ValueError("expected true or false")
+    if tp is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ValueError("expected an integer")
+    if tp in (int, float, str, bool) and not isinstance(value, tp):
+        raise ValueError(f"expected {tp.__name__}")
+    return value
+
+
+def _coerce(tp, value):
+    choices, nullable = _options(tp)
+    if value is None or (nullable and isinstance(value, str) and value.strip().lower() in ("none", "null")):
+        if nullable:
+            return None
+        raise ValueError("may not be empty (none)")
+    errors = []
+    for choice in choices:
+        try:
+            return _from_value(choice, value)
+        except (ValueError, TypeError) as e:
+            errors.append(str(e))
+    raise ValueError("; ".join(errors))
+
+
+def _type_name(tp) -> str:
+    choices, nullable = _options(tp)
+    names = [getattr(c, "__name__", str(c)) if typing.get_origin(c) is None else str(c) for c in choices]
+    return " or ".join(names + (["none"] if nullable else []))
+
+
+def typed(cls, values: dict[str, Any], where: str) -> dict[str, Any]:
+    """`values` (strings from flags, or TOML/JSON values) converted to the types of `cls`'s
+    fields; `where` names the source in errors (a file, or "--override")."""
+    known = fields_of(cls)
+    out = {}
+    for key, value in values.items():
+        if key not in known:
+            raise BertkitError(f"{where}: unknown key {key!r} for {cls.__name__}; known: {', '.join(sorted(known))}")
+        try:
+            out[key] = _coerce(known[key], value)
+        except (ValueError, TypeError) as e:
+            raise BertkitError(f"{where}: {key} = {value!r} is not a valid {_type_name(known[key])} ({e})") from None
+    return out
+
+
+def key_values(pairs: list[str], where: str) -> dict[str, str]:
+    """["a=1", "b=x"] -> {"a": "1", "b": "x"} (values stay text; `typed` converts them)."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise BertkitError(f"{where}: expected KEY=VALUE, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """A config file as a dict: TOML (.toml) or JSON (anything else)."""
+    path = Path(path)
+    if not path.is_file():
+        raise BertkitError(f"{path}: no such config file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise BertkitError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    if path.suffix.lower() == ".toml":
+        import tomllib
+
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise BertkitError(f"{path}: not valid TOML ({e})") from None
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise BertkitError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    if not isinstance(data, dict):
+        raise BertkitError(f"{path}: expected a table/object at the top level")
+    return data

@@ -1,0 +1,357 @@
+"""`bertkit pretrain`: a job description in, a trained run directory out.
+
+    job = PretrainJob(model="mini-bert", objective="mlm", corpus="imdb", train={"time_budget": 600})
+    out = pretrain(job)     # OUT/{config.json, model.safetensors, tokenizer files, metrics.json,
+                            #      metrics.jsonl, loss_curve.png, checkpoints/}
+
+It wires the pieces together and nothing else: a tokenizer (given, the teacher's, or trained on
+the corpus and cached), the data pipeline (data/), the objective and its models (objectives/),
+held-out batches from a split the model never trains on, and the training loop (train/), or the
+pure-NumPy trainer with `backend="numpy"`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+import dataclasses
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from .data.corpora import Corpus
+from .errors import BertkitError
+from .options import seconds, typed
+
+BACKENDS = ("torch", "numpy")
+PRECISIONS = ("auto", "fp32", "bf16")
+# config.family -> the tokenizer recipe of its release (data/trainers.py FAMILY_KIND)
+TOKENIZER_FAMILY = {"deberta-v2": "deberta-v3"}
+TOKENIZER_RECIPE = 1  # bump when the way a run trains its tokenizer changes: cached ones rebuild
+
+
+@dataclass(frozen=True)
+class PretrainJob:
+    model: str = "mini-bert"            # a preset (`bertkit models`)
+    objective: str = "mlm"              # mlm, mlm+nsp, mlm+sop, rtd, distill
+    corpus: str = "imdb"                # built-in name, file or folder, or a Hugging Face data set
+    field: str = "text"                 # the text field of JSONL/CSV/hub corpora
+    eval_corpus: str | None = None      # held-out text; None: the corpus's dev split
+    out: str | None = None              # None: runs/<model>-<objective>
+    tokenizer: str | None = None        # None: the teacher's (distill), else trained on the corpus
+    teacher: str | None = None          # distill: checkpoint directory, hub id or preset
+    backend: str = "torch"
+    device: str = "auto"                # auto: cuda when available
+    precision: str = "auto"             # auto: bf16 autocast where the hardware has bf16 matmuls
+    max_length: int | None = None       # None: min(128, the model's maximum)
+    batch_size: int = 64                # sequences per micro-batch (over all processes)
+    mask_rate: float = 0.15
+    whole_word: bool = False
+    static_masks: int | None = None     # K fixed masks per example (original BERT); None: dynamic
+    eval_batches: int = 16
+    resume: bool = False
+    train: dict[str, Any] = dataclasses.field(default_factory=dict)         # TrainSettings fields
+    architecture: dict[str, Any] = dataclasses.field(default_factory=dict)  # model config overrides
+
+    def __post_init__(self) -> None:
+        from .objectives.registry import NAMES
+
+        if self.objective not in NAMES:
+            raise BertkitError(f"unknown objective {self.objective!r}; choose one of {', '.join(NAMES)}")
+        for name, value, choices in (("backend", self.backend, BACKENDS), ("precision", self.precision, PRECISIONS)):
+            if value not in choices:
+                raise BertkitError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+        for name in ("batch_size", "eval_batches"):
+            if getattr(self, name) < 1:
+                raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.max_length is not None and self.max_length < 8:
+            raise BertkitError(f"max_length must be at least 8, got {self.max_length}")
+        if self.backend == "numpy":
+            if self.objective != "mlm":
+                raise BertkitError(f"the NumPy backend trains masked-LM only, not {self.objective}")
+            if self.resume:
+                raise BertkitError("the NumPy backend writes no resumable checkpoints; --resume needs --backend torch")
+            if self.precision == "bf16":
+                raise BertkitError("the NumPy backend computes in float32; bf16 needs --backend torch")
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out) if self.out else Path("runs") / f"{self.model}-{self.objective.replace('+', '-')}"
+
+    def settings(self):
+        """The TrainSettings for this job: the given fields, and a 10-minute budget when neither a
+        step count nor a budget was given (`bertkit pretrain` with no arguments)."""
+        values = dict(self.train)
+        if values.get("time_budget") is not None:
+            values["time_budget"] = seconds(values["time_budget"])
+        values.setdefault("time_budget", None)
+        if values["time_budget"] is None and values.get("steps") is None:
+            values["time_budget"] = 600.0
+        values.setdefault("steps", None)
+        if self.backend == "numpy":
+            from .numpy_ref.train import TrainSettings as NumpySettings
+
+            known = {k: v for k, v in values.items() if k in {f.name for f in dataclasses.fields(NumpySettings)}}
+            ignored = sorted(set(values) - set(known) - {"progress", "bf16"})
+            if ignored:
+                raise BertkitError(f"the NumPy backend has no {', '.join(ignored)} setting")
+            return NumpySettings(**typed(NumpySettings, known, "train settings"))
+        from .train import TrainSettings
+
+        return TrainSettings(**typed(TrainSettings, values, "train settings"))
+
+
+# ---- pieces ---------------------------------------------------------------------------------
+def say(*parts) -> None:
+    """Progress lines for people, on stderr (stdout stays for results), from one process only."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(*parts, file=sys.stderr, flush=True)
+
+
+def pick_device(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise BertkitError(f"unknown device {name!r} (use auto, cpu, cuda, cuda:1, ...)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise BertkitError(f"device {name} asked for, but torch sees no CUDA device")
+    return device
+
+
+def native_bf16(device) -> bool:
+    """Whether bf16 matmuls run in hardware here (then autocast is a large speed-up, not a slow
+    emulation): CUDA with bf16 support, or a CPU with AVX512-BF16 or AMX."""
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return any(flag in flags.split() for flag in ("avx512_bf16", "amx_bf16"))
+
+
+def tokenizer_family(family: str) -> str:
+    return TOKENIZER_FAMILY.get(family, family)
+
+
+def trained_tokenizer(corpus, family: str, vocab_size: int, cache_dir: Path | None = None):
+    """A tokenizer of the family's kind trained on `corpus`, cached by the corpus content and
+    the settings (training one on IMDB takes ~7 s on 2 cores; a resumed or repeated run reuses it)."""
+    from .data import TokenizerSettings, load_tokenizer, train_tokenizer
+    from .data.cache import cache_root
+    from .data.corpora import ReadStats
+
+    settings = TokenizerSettings.for_family(tokenizer_family(family), vocab_size=vocab_size)
+    key = hashlib.sha256(json.dumps([corpus.fingerprint(), asdict(settings), TOKENIZER_RECIPE]).encode()).hexdigest()
+    folder = cache_root(cache_dir) / "tokenizers" / key[:32]
+    if (folder / "tokenizer.json").exists():
+        return load_tokenizer(folder)
+    say(f"training a {settings.kind} tokenizer ({vocab_size:,} tokens) on {corpus.name} ...")
+    tokenizer = train_tokenizer(corpus.documents(ReadStats()), settings)
+    _save_atomically(tokenizer, folder)
+    return load_tokenizer(folder)
+
+
+def _save_atomically(tokenizer, folder: Path) -> None:
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".writing-"))
+    try:
+        tokenizer.save(tmp, "PreTrainedTokenizerFast", 512)
+        try:
+            os.replace(tmp, folder)
+        except OSError:  # another process finished the same tokenizer first: keep theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+class HeldOut(Corpus):
+    """A corpus without a split of its own (files, folders) cut by document hash, with the rule
+    the built-in sets use (data.split_of): the dev documents are held out for evaluation, the rest
+    is trained on."""
+
+    def __init__(self, base, part: str):
+        self.base, self.part = base, part
+        self.name = f"{base.name} ({part})"
+
+    def documents(self, stats) -> Iterator[str]:
+        from .data.corpora import split_of
+
+        for doc in self.base.documents(stats):
+            if (split_of(doc) == "dev") == (self.part == "dev"):
+                yield doc
+
+    def fingerprint(self) -> str:
+        return f"{self.base.fingerprint()}:held-out-by-hash:{self.part}"
+
+
+def corpora(job: PretrainJob):
+    """(training corpus, held-out corpus) for the job."""
+    from .data import open_corpus
+    from .data.corpora import BUILTIN, HubDataset
+
+    train = open_corpus(job.corpus, field=job.field)
+    if job.eval_corpus is not None:
+        return train, open_corpus(job.eval_corpus, field=job.field)
+    if job.corpus in BUILTIN or isinstance(train, HubDataset):
+        return train, open_corpus(job.corpus, field=job.field, split="dev")
+    return HeldOut(train, "train"), HeldOut(train, "dev")
+
+
+# ---- the job --------------------------------------------------------------------------------
+def pretrain(job: PretrainJob) -> Path:
+    """Run the job; returns the output directory (final model at its root)."""
+    from .config import get_preset
+
+    preset = get_preset(job.model)  # unknown preset: the error lists the known ones
+    out = job.out_dir
+    settings = job.settings()
+    checkpoints = sorted((out / "checkpoints").glob("step-*"))
+    if job.resume and not checkpoints:
+        raise BertkitError(f"--resume: no checkpoint in {out / 'checkpoints'} to continue from")
+    if not job.resume and (checkpoints or (out / "metrics.json").exists()):
+        raise BertkitError(f"{out} already holds a run; pass --resume to continue it, or choose another --out")
+
+    train_corpus, eval_corpus = corpora(job)
+    tokenizer = _tokenizer(job, preset, train_corpus, checkpoints)
+    architecture = dict(job.architecture)
+    if job.objective == "distill" and _teacher_is_checkpoint(job):
+        if architecture:
+            raise BertkitError("distilling from a checkpoint: the student's shape comes from the teacher, "
+                               f"so model overrides ({', '.join(architecture)}) cannot apply")
+    else:
+        architecture.setdefault("vocab_size", tokenizer.vocab_size)  # a model trained from scratch
+    config = preset.config.replace(**architecture)
+    if "vocab_size" in architecture:  # else the teacher's own vocabulary, which is its tokenizer's
+        from .data import check_vocab_fits
+
+        check_vocab_fits(tokenizer, config.vocab_size)
+    if job.backend == "numpy":
+        return _pretrain_numpy(job, config, tokenizer, train_corpus, eval_corpus, settings)
+
+    import torch
+
+    from .objectives import build_objective
+    from .train import Trainer
+
+    device = pick_device(job.device)
+    if job.precision == "bf16" or (job.precision == "auto" and native_bf16(device)):
+        settings = dataclasses.replace(settings, bf16=True)
+    torch.manual_seed(settings.seed)  # the initial weights
+    objective = build_objective(job.objective, job.model, teacher=job.teacher, **architecture)
+    models = objective.models()
+    limit = min(m.backbone.embeddings.max_length for m in models.values())
+    max_length = job.max_length or min(128, limit)
+    if max_length > limit:
+        raise BertkitError(f"max_length {max_length} is longer than {job.model} can take ({limit} tokens)")
+    for model in models.values():
+        model.tokenizer = tokenizer
+    data, held_out = _data(job, config.family, tokenizer, train_corpus, eval_corpus, max_length)
+    trainer = Trainer(objective, data.batch_at, settings, out, held_out, device)
+    if job.resume:
+        trainer.resume()
+        say(f"resuming {out} at step {trainer.step} ({trainer.elapsed:.0f} s trained)")
+    say(f"{job.objective} on {job.model} ({sum(m.num_parameters() for m in models.values()):,} parameters), "
+        f"{device}, {'bf16 autocast' if settings.bf16 else 'fp32'}, "
+        + (f"budget {settings.time_budget:.0f} s" if settings.time_budget else f"{settings.steps} steps"))
+    trainer.fit()
+    return out
+
+
+def _teacher_is_checkpoint(job: PretrainJob) -> bool:
+    from .config import PRESETS
+
+    return job.teacher is not None and (Path(job.teacher).is_dir() or job.teacher not in PRESETS)
+
+
+def _tokenizer(job: PretrainJob, preset, train_corpus, checkpoints: list[Path]):
+    from .data import load_tokenizer
+
+    if checkpoints and job.resume:  # the run's own tokenizer, whatever trained it
+        return load_tokenizer(checkpoints[-1])
+    if job.tokenizer is not None:
+        return load_tokenizer(job.tokenizer)
+    if job.objective == "distill" and _teacher_is_checkpoint(job):
+        from .interop.hf import from_pretrained
+
+        teacher = from_pretrained(job.teacher, head="mlm")
+        if teacher.tokenizer is None:
+            raise BertkitError(f"{job.teacher}: the teacher has no tokenizer files; pass --tokenizer")
+        return teacher.tokenizer
+    vocab = job.architecture.get("vocab_size", preset.config.vocab_size)
+    return trained_tokenizer(train_corpus, preset.config.family, vocab)
+
+
+def _data(job: PretrainJob, family: str, tokenizer, train_corpus, eval_corpus, max_length: int):
+    """The training pipeline and a fixed list of held-out batches (their masks are fixed too,
+    so every evaluation scores the same predictions)."""
+    from .data import MaskingSettings, PipelineSettings, pretraining_data
+    from .data.collators import ELECTRA_MASKING
+
+    base = ELECTRA_MASKING if job.objective == "rtd" else MaskingSettings()
+    masking = dataclasses.replace(base, rate=job.mask_rate, whole_word=job.whole_word)
+    seed = job.train.get("seed", 0)
+    settings = PipelineSettings(objective=job.objective, family=family, max_length=max_length,
+                                batch_size=job.batch_size, seed=seed, masking=masking,
+                                static_masks=job.static_masks)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        data = pretraining_data(train_corpus, tokenizer, settings)
+    for w in caught:  # what reading repaired (undecodable bytes); the summary below has the rest
+        if str(w.message) != data.summary():
+            say(f"warning: {w.message}")
+    say(f"training data: {data.summary()}")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the training side already reported what was repaired
+            held = pretraining_data(eval_corpus, tokenizer, dataclasses.replace(settings, seed=seed + 1))
+    except BertkitError as e:
+        say(f"no held-out evaluation: {e}")
+        return data, []
+    batches = [held.batch_at(i) for i in range(min(job.eval_batches, len(held)))]
+    say(f"held-out data: {eval_corpus.name}, {len(batches)} batches of {job.batch_size}")
+    return data, batches
+
+
+def _pretrain_numpy(job, config, tokenizer, train_corpus, eval_corpus, settings) -> Path:
+    """Masked-LM with the pure-NumPy Mini-BERT: the same data pipeline (its batches as arrays),
+    a checkpoint the torch side loads (config, safetensors and the tokenizer files)."""
+    from . import numpy_ref
+
+    if config.family != "bert":
+        raise BertkitError(f"the NumPy backend implements BERT only, not {config.family} ({job.model})")
+    if job.device not in ("auto", "cpu"):
+        raise BertkitError("the NumPy backend runs on the CPU only")
+    max_length = job.max_length or min(128, config.max_positions)
+    if max_length > config.max_positions:
+        raise BertkitError(f"max_length {max_length} is longer than {job.model} can take ({config.max_positions} tokens)")
+    data, held_out = _data(job, config.family, tokenizer, train_corpus, eval_corpus, max_length)
+
+    def arrays(batch):
+        return {k: v.numpy() for k, v in batch.items()}
+
+    model = numpy_ref.build(config, seed=settings.seed)
+    out = job.out_dir
+    say(f"mlm on {job.model} with the NumPy backend, "
+        + (f"budget {settings.time_budget:.0f} s" if settings.time_budget else f"{settings.steps} steps"))
+    trainer = numpy_ref.Trainer(model, lambda i: arrays(data.batch_at(i)), settings, out,
+                                [arrays(b) for b in held_out])
+    trainer.fit(progress=job.train.get("progress", True))
+    from .interop.hf import FAMILIES
+    from .train.loop import plot_curves
+
+    tokenizer.save(out, FAMILIES[config.family].tokenizer_class, config.max_positions)
+    plot_curves(out / "metrics.jsonl", out / "loss_curve.png")
+    return out

@@ -1,0 +1,226 @@
+"""`bertkit pretrain` end to end on real text (movie reviews) with tiny models: the run
+directory, resume, every objective by name, the NumPy backend, typed settings, and one-line
+errors for bad input."""
+
+import errno
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import bertkit
+from bertkit.cli import main, pretrain_job, parser
+from bertkit.data import builtin
+
+TINY = ["--override", "num_layers=1", "--override", "hidden_size=32", "--override", "num_heads=2",
+        "--override", "intermediate_size=64", "--override", "vocab_size=600"]
+FAST = ["--batch-size", "8", "--max-length", "32", "--eval-batches", "2", "--no-progress", "--precision", "fp32"]
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path_factory, monkeypatch):
+    """One token/tokenizer cache for the module's runs (tokenizers train once per corpus)."""
+    monkeypatch.setenv("BERTKIT_CACHE", str(tmp_path_factory.getbasetemp() / "bertkit-cache"))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A plain-text corpus: 300 real reviews, one document each (blank line between), 30 of
+    them from imdb's dev split, which the held-out rule for files (the same text hash) keeps out."""
+    imdb = builtin("imdb")
+    path = tmp_path_factory.mktemp("corpus") / "reviews.txt"
+    path.write_text("\n\n".join(r.text for r in imdb.train[:270] + imdb.dev[:30]) + "\n", encoding="utf-8")
+    return path
+
+
+def pretrain(*args):
+    return main(["pretrain", *args])
+
+
+def error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and err[-1].startswith("bertkit: error: "), err
+    return err[-1]
+
+
+def test_run_directory_holds_model_tokenizer_metrics_curve_and_checkpoints(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert pretrain("--corpus", str(corpus), "--out", str(out), "--steps", "6", "--save-every", "3", *TINY, *FAST) == 0
+    captured = capsys.readouterr()
+    assert "held-out metrics" in captured.out and "what it learned" in captured.out
+    # the held-out text is the corpus's dev documents (by hash), never trained on
+    assert "held-out data: reviews.txt (dev)" in captured.err
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "vocab.txt", "metrics.json",
+                 "metrics.jsonl", "loss_curve.png"):
+        assert (out / name).is_file(), name
+    assert [p.name for p in sorted((out / "checkpoints").glob("step-*"))] == ["step-00000003", "step-00000006"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["step"] == 6 and 0 <= metrics["mlm_accuracy"] <= 1 and metrics["perplexity"] > 1
+    model = bertkit.from_pretrained(out)  # `--model OUT` works everywhere
+    assert model.head_kind == "mlm" and model.config.num_layers == 1
+    assert model.tokenizer.vocab_size <= 600 == model.config.vocab_size
+
+
+def test_fill_mask_on_the_run(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    pretrain("--corpus", str(corpus), "--out", str(out), "--steps", "2", *TINY, *FAST)
+    capsys.readouterr()
+    assert main(["predict", "fill-mask", "--model", str(out), "--json", "--top-k", "3", "a [MASK] movie"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["text"] == "a [MASK] movie" and len(record["predictions"]) == 3
+    tokenizer = bertkit.load_tokenizer(out)
+    for p in record["predictions"]:
+        assert tokenizer.id_to_token(p["id"]) == p["token"] and 0 <= p["score"] <= 1
+
+
+def test_resume_continues_bit_for_bit(corpus, tmp_path, monkeypatch):
+    from bertkit.train import Trainer
+
+    common = ["--corpus", str(corpus), "--steps", "8", "--save-every", "4", "--eval-every", "4", *TINY, *FAST]
+    assert pretrain("--out", str(tmp_path / "whole"), *common) == 0
+    # the same job interrupted (Ctrl-C) during step 6, after its step-4 checkpoint
+    real_step = Trainer.train_step
+
+    def interrupted(self):
+        if self.step == 5:
+            raise KeyboardInterrupt
+        return real_step(self)
+
+    monkeypatch.setattr(Trainer, "train_step", interrupted)
+    assert pretrain("--out", str(tmp_path / "split"), *common) == 130
+    assert not (tmp_path / "split" / "model.safetensors").exists()
+    monkeypatch.setattr(Trainer, "train_step", real_step)
+    assert pretrain("--out", str(tmp_path / "split"), "--resume", *common) == 0
+    a = load_file(tmp_path / "whole" / "model.safetensors")
+    b = load_file(tmp_path / "split" / "model.safetensors")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    log = [json.loads(line) for line in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if r["split"] == "train"] == list(range(1, 9))  # no step twice
+
+
+@pytest.mark.parametrize("preset, objective, extra", [
+    ("bert-base", "mlm+nsp", []),
+    ("albert-base", "mlm+sop", ["--override", "embedding_size=16"]),
+    ("roberta-base", "mlm", []),
+    ("electra-small", "rtd", []),
+    ("distilbert-base", "distill", ["--teacher", "bert-base"]),
+])
+def test_every_objective_by_name(preset, objective, extra, corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    code = pretrain("--model", preset, "--objective", objective, "--corpus", str(corpus), "--out", str(out),
+                    "--steps", "3", *TINY, *extra, *FAST)
+    assert code == 0, capsys.readouterr().err
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["step"] == 3 and all(v == v for v in metrics.values())  # no NaN
+    root = bertkit.from_pretrained(out)
+    assert root.config.family == bertkit.PRESETS[preset].config.family
+    if objective == "rtd":  # the discriminator at the root, the generator beside it
+        assert root.head_kind == "pretraining" and "rtd_accuracy" in metrics
+        assert bertkit.from_pretrained(out / "generator").head_kind == "mlm"
+    if objective in ("mlm+nsp", "mlm+sop"):
+        assert f"{objective[4:]}_accuracy" in metrics
+
+
+def test_numpy_backend_writes_a_checkpoint_torch_loads(corpus, tmp_path):
+    out = tmp_path / "numpy"
+    assert pretrain("--backend", "numpy", "--corpus", str(corpus), "--out", str(out), "--steps", "3",
+                    *TINY, *FAST) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["backend"] == "numpy" and metrics["step"] == 3
+    model = bertkit.from_pretrained(out)
+    assert model.head_kind == "mlm" and model.tokenizer is not None and (out / "loss_curve.png").is_file()
+
+
+def test_settings_come_from_defaults_then_config_file_then_flags(tmp_path):
+    config = tmp_path / "job.toml"
+    config.write_text('objective = "mlm+nsp"\nbatch_size = 16\n[train]\nlr = 2e-4\ntime_budget = "2m"\n'
+                      'betas = [0.9, 0.999]\n[architecture]\nnum_layers = 5\n')
+    args = parser().parse_args(["pretrain", "--config", str(config), "--batch-size", "4", "--override", "num_heads=2",
+                                "--set", "eps=1e-8"])
+    job = pretrain_job(args)
+    assert (job.model, job.objective, job.batch_size) == ("mini-bert", "mlm+nsp", 4)
+    assert job.train == {"lr": 2e-4, "time_budget": 120.0, "betas": (0.9, 0.999), "eps": 1e-8}
+    assert job.architecture == {"num_layers": 5, "num_heads": 2}
+    settings = job.settings()
+    assert settings.time_budget == 120.0 and settings.steps is None and settings.lr == 2e-4
+    default = pretrain_job(parser().parse_args(["pretrain"])).settings()
+    assert default.time_budget == 600.0 and default.steps is None  # `bertkit pretrain`: 10 minutes
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--model", "bert-huge"], "unknown model 'bert-huge'"),
+    (["--objective", "mlm+xyz"], "unknown objective"),
+    (["--model", "roberta-base", "--objective", "mlm+nsp"], "does not fit roberta-base"),
+    (["--model", "bert-base", "--objective", "rtd"], "rtd"),
+    (["--override", "num_layerz=2"], "unknown key 'num_layerz'"),
+    (["--override", "num_layers=two"], "num_layers = 'two' is not a valid int"),
+    (["--set", "betas=0.9"], "betas"),
+    (["--time-budget", "ten minutes"], "not a duration"),
+    (["--corpus", "no/such/file.txt"], "no such file"),
+    (["--max-length", "1000"], "longer than"),
+    (["--backend", "numpy", "--objective", "mlm+nsp"], "NumPy backend trains masked-LM only"),
+    (["--backend", "gpu"], "unknown backend"),
+    (["--resume"], "no checkpoint"),
+])
+def test_bad_input_is_one_clear_line(args, words, corpus, tmp_path, capsys):
+    code = pretrain("--corpus", str(corpus), "--out", str(tmp_path / "run"), "--steps", "2", *TINY, *FAST, *args)
+    assert code == 2
+    assert words in error_line(capsys)
+
+
+def test_corpus_too_small_for_one_batch(tmp_path, capsys):
+    small = tmp_path / "small.txt"
+    small.write_text("One short review.\n\nAnother one.\n")
+    assert pretrain("--corpus", str(small), "--out", str(tmp_path / "run"), "--steps", "2", *TINY, *FAST,
+                    "--override", "vocab_size=400", "--batch-size", "64") == 2
+    assert "fewer than one batch" in error_line(capsys)
+
+
+def test_config_file_errors_name_file_and_key(tmp_path, capsys):
+    config = tmp_path / "job.toml"
+    config.write_text("[train]\nlearning_rate = 1e-3\n")
+    assert pretrain("--config", str(config)) == 2
+    line = error_line(capsys)
+    assert str(config) in line and "learning_rate" in line
+    config.write_text("model = 3\n")
+    assert pretrain("--config", str(config)) == 2
+    assert "model = 3" in error_line(capsys)
+
+
+def test_an_existing_run_is_never_overwritten(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert pretrain("--corpus", str(corpus), "--out", str(out), "--steps", "2", *TINY, *FAST) == 0
+    before = (out / "model.safetensors").read_bytes()
+    assert pretrain("--corpus", str(corpus), "--out", str(out), "--steps", "2", *TINY, *FAST) == 2
+    assert "already holds a run" in error_line(capsys)
+    assert (out / "model.safetensors").read_bytes() == before
+
+
+def test_disk_full_while_saving_keeps_the_previous_checkpoint(corpus, tmp_path, capsys, monkeypatch):
+    from bertkit.train import checkpoint
+
+    out = tmp_path / "run"
+    real_save = checkpoint.save_models
+    calls = []
+
+    def fills_the_disk(models, directory):
+        calls.append(directory)
+        if len(calls) == 2:  # the second checkpoint: half its files, then ENOSPC
+            real_save({"": models[""]}, directory)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_save(models, directory)
+
+    monkeypatch.setattr(checkpoint, "save_models", fills_the_disk)
+    assert pretrain("--corpus", str(corpus), "--out", str(out), "--steps", "6", "--save-every", "2",
+                    *TINY, *FAST) == 2
+    line = error_line(capsys)
+    assert "No space left on device" in line and "step-00000002 is intact" in line
+    kept = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert kept == ["step-00000002"]  # no half-written folder left behind
+    monkeypatch.setattr(checkpoint, "save_models", real_save)
+    assert pretrain("--corpus", str(corpus), "--out", str(out), "--steps", "6", "--save-every", "2", "--resume",
+                    *TINY, *FAST) == 0  # and the run continues from it
+    assert json.loads((out / "metrics.json").read_text())["step"] == 6
