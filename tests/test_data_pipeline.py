@@ -15,6 +15,7 @@ from bertkit.data import (ELECTRA_MASKING, MaskingCollator, MaskingSettings, Pip
                           open_corpus, pretraining_data, tokenize_corpus)
 from bertkit.data.builders import Batch, ExampleSettings, build_examples
 from bertkit.data.cache import CacheSettings, cache_key, cache_root
+from bertkit.data.collators import mix, mix_int
 from bertkit.data.corpora import TextFiles, sentences
 from bertkit.data.tokenizer import Tokenizer, wordpiece_pipeline
 
@@ -173,7 +174,7 @@ def test_pair_examples_are_balanced_and_real_pairs_are_consecutive(cached, token
 
 # ---- collators -----------------------------------------------------------------------------------
 def _stats(batches, tokenizer):
-    chosen = original = masked = real = 0
+    chosen = real = 0
     counts = {"mask": 0, "random": 0, "same": 0}
     specials = torch.tensor(tokenizer.special_ids)
     for b, source in batches:
@@ -251,6 +252,46 @@ def test_masks_are_deterministic_dynamic_per_epoch_and_static_repeat(corpus_file
         assert all(same) if repeats else not any(same)
         differ = set(masks[0]) & set(masks[1])
         assert not any(torch.equal(masks[0][r], masks[1][r]) for r in differ)
+
+
+@pytest.mark.parametrize("whole_word", [False, True])
+def test_a_rows_mask_depends_only_on_its_example_and_version(corpus_file, tokenizer, cache_dir, whole_word):
+    """Counter-based draws: a row masks the same in another batch, in another order, padded wider,
+    and with its version given per row instead of once."""
+    d = data(corpus_file, tokenizer, cache_dir, layout="full-sentences", masking=MaskingSettings(whole_word=whole_word))
+    pad = tokenizer.pad_token_id
+    rows, _ = d.indices(0)
+    full = d.collator(d.examples.batch(rows, pad), rows, 5)
+    assert (full["attention_mask"] == 0).any()  # some rows are padded
+    sub = rows[::-3]
+    b = d.examples.batch(sub, pad)
+    wide = Batch(np.pad(b.input_ids, ((0, 0), (0, 9)), constant_values=pad), np.pad(b.token_type_ids, ((0, 0), (0, 9))),
+                 b.lengths)
+    out = d.collator(wide, sub, np.full(len(sub), 5))
+    where = [list(rows).index(r) for r in sub]
+    for key in ("input_ids", "labels"):
+        assert torch.equal(out[key][:, :64], full[key][where])
+    assert (out["labels"][:, 64:] == -100).all()
+
+
+def test_scalar_and_array_hashes_agree():
+    x = np.random.default_rng(0).integers(0, 2**64 - 1, 1000, dtype=np.uint64, endpoint=True)
+    x[:2] = 0, 2**64 - 1
+    assert [mix_int(int(v)) for v in x] == mix(x).tolist()
+
+
+def test_random_replacements_are_uniform_over_normal_tokens():
+    V, special = 1000, [0, 1, 2, 3, 500]
+    collate = MaskingCollator(mask_id=1, vocab_size=V, special_ids=special,
+                              settings=MaskingSettings(rate=0.5, mask_fraction=0.0, random_fraction=1.0))
+    ids = np.full((200, 100), 7, dtype=np.int64)
+    out = collate(Batch(ids, np.zeros_like(ids), np.full(200, 100)), np.arange(200), 0)
+    chosen = (out["labels"] != -100).numpy()
+    drawn = out["input_ids"].numpy()[chosen]
+    assert len(drawn) == 10_000 and not np.isin(drawn, special).any()
+    counts = np.bincount(drawn // 100, minlength=10)  # ten bins of 100 ids: 96, 100, ..., 99, ... normal ones
+    expected = 10_000 * np.array([96] + [100] * 4 + [99] + [100] * 4) / 995
+    assert (np.abs(counts - expected) < 4 * np.sqrt(expected)).all(), counts
 
 
 def test_electra_generator_input(corpus_file, tokenizer, cache_dir):

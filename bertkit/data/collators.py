@@ -7,21 +7,28 @@ release) chooses whole words: a word's tokens are chosen or left together. ELECT
 input (Clark et al., 2020) uses 85% [MASK] / 15% unchanged and also returns `masked_positions`.
 
 The number of chosen tokens in a row is rate * candidates, rounded up or down at random with the
-right odds (so the expected rate is exact even for short rows, and rows are never all-masked).
+right odds, so the expected count is exactly rate * candidates even for short rows.
 
-Randomness is counter-based: every random number is SplitMix64 at (row key, position, stream),
-where a row key mixes the seed, the example index and a "mask version". So a row's mask is a
-pure function of those three numbers, whatever batch it lands in, and needs no generator state:
+Randomness is counter-based: a row key mixes the seed, the example index and a "mask version",
+and token t of the row gets SplitMix64's t-th output from that key. So a row's mask is a pure
+function of those three numbers and its tokens, whatever batch it lands in and however wide the
+batch is padded, and needs no generator state:
 - dynamic masking (RoBERTa, Liu et al., 2019, sec. 4.1): version = epoch, a new mask every pass;
 - static masking (original BERT, duplicated K times): version = epoch % K, K fixed masks.
 No global RNG (torch's or NumPy's) is touched.
 
-Shapes: B batch, T length.
+One 64-bit word per token carries every draw that token needs (hashing is the largest cost here,
+so each word is split into fields instead of hashing once per draw): the high 32 bits rank the
+token for selection, the low 32 bits decide [MASK] / random / unchanged. Only the ~1.5% of
+tokens that become random tokens hash once more, for the replacement id.
+
+Shapes: B batch, T length, N chosen tokens in the batch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import torch
@@ -32,37 +39,66 @@ from .builders import Batch
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
+_HIGH32 = np.uint64(0xFFFFFFFF00000000)
+_LOW32 = np.uint64(0xFFFFFFFF)
+_NEVER = np.uint64(2**64 - 1)  # the rank score of a non-candidate: above every candidate's
+# (NumPy wraps integer *array* arithmetic modulo 2**64 silently, which the hash relies on; every
+# operation below keeps at least one operand an array, so no overflow warning is raised.)
+
+
+def _finalize(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function (Steele et al., 2014), in place on a uint64 array: a
+    bijection whose outputs for consecutive states pass BigCrush."""
+    z ^= z >> np.uint64(30)
+    z *= _M1
+    z ^= z >> np.uint64(27)
+    z *= _M2
+    z ^= z >> np.uint64(31)
+    return z
 
 
 def mix(x: np.ndarray) -> np.ndarray:
-    """SplitMix64's finalizer (Steele et al., 2014): a bijection of uint64 whose outputs pass
-    BigCrush for consecutive inputs; wraps modulo 2**64 by design."""
-    with np.errstate(over="ignore"):
-        z = (np.asarray(x, dtype=np.uint64) + _GOLDEN).astype(np.uint64)
-        z = (z ^ (z >> np.uint64(30))) * _M1
-        z = (z ^ (z >> np.uint64(27))) * _M2
-        return z ^ (z >> np.uint64(31))
+    """One SplitMix64 step from states x: advance by the golden gamma, then finalize (a new array)."""
+    return _finalize(np.atleast_1d(np.asarray(x, dtype=np.uint64)) + _GOLDEN)
+
+
+def mix_int(x: int) -> int:
+    """`mix` on one Python int (equal to it, a test checks): a few NumPy calls on a 1-element
+    array cost more than the whole 64-row batch's key, so scalars stay in Python."""
+    z = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return z ^ (z >> 31)
 
 
 def row_keys(seed: int, examples: np.ndarray, version: np.ndarray | int) -> np.ndarray:
-    """(B,) uint64 keys from the seed, each row's example index and its mask version."""
-    with np.errstate(over="ignore"):
-        k = mix(np.full(len(examples), seed, dtype=np.uint64))
-        k = mix(k ^ np.asarray(examples, dtype=np.uint64))
-        return mix(k ^ np.asarray(version, dtype=np.uint64))
+    """(B,) uint64 keys mix(mix(mix(seed) ^ version) ^ example) from the seed, each row's example
+    index and its mask version (an int, or one per row)."""
+    if np.ndim(version) == 0:
+        k = np.uint64(mix_int(mix_int(seed) ^ int(version)))
+    else:
+        k = mix(np.uint64(mix_int(seed)) ^ np.asarray(version, dtype=np.uint64))  # (B,)
+    return mix(k ^ np.asarray(examples, dtype=np.uint64))
 
 
-def random_bits(keys: np.ndarray, T: int, stream: int) -> np.ndarray:
-    """(B, T) uint64 random words: SplitMix64's sequence with each row key as its state, at
-    counters stream * 2**32 + t (one multiply-add and one finalizer per number)."""
-    with np.errstate(over="ignore"):
-        counter = np.arange(1, T + 1, dtype=np.uint64) + np.uint64(stream) * np.uint64(1 << 32)
-        return mix(keys[:, None] + counter[None, :] * _GOLDEN)
+@lru_cache(maxsize=16)
+def _gammas(T: int) -> np.ndarray:
+    """(T,) t * golden gamma for t = 1..T, read-only: SplitMix64's states are key + t * gamma."""
+    steps = np.arange(1, T + 1, dtype=np.uint64) * _GOLDEN
+    steps.flags.writeable = False
+    return steps
 
 
-def uniform(keys: np.ndarray, T: int, stream: int) -> np.ndarray:
-    """(B, T) float64 uniforms in [0, 1) from row keys (B,) for random-number stream `stream`."""
-    return (random_bits(keys, T, stream) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+def token_words(keys: np.ndarray, T: int) -> np.ndarray:
+    """(B, T) uint64: SplitMix64's outputs 1..T with each row key (B,) as the initial state, so
+    token t's word does not depend on T or on the other rows."""
+    return _finalize(keys[:, None] + _gammas(T))  # (B, T)
+
+
+def row_uniform(keys: np.ndarray) -> np.ndarray:
+    """(B,) float64 uniforms in [0, 1) from the row keys' top 53 bits: a key is itself a SplitMix64
+    output, and the token words hash key + t * gamma for t >= 1, never the key alone."""
+    return (keys >> np.uint64(11)) * (1.0 / (1 << 53))
 
 
 @dataclass(frozen=True)
@@ -97,12 +133,17 @@ class MaskingCollator:
         self.generator_outputs = generator_outputs
         self.is_special = np.zeros(vocab_size, dtype=bool)
         self.is_special[[i for i in special_ids if i < vocab_size]] = True
-        self.normal_ids = np.flatnonzero(~self.is_special)
+        self.is_normal = ~self.is_special
+        self.normal_ids = np.flatnonzero(self.is_normal)
         self.continues = None
         if continues_word is not None:
             self.continues = np.zeros(vocab_size, dtype=bool)
             n = min(vocab_size, len(continues_word))
             self.continues[:n] = continues_word[:n]
+        # 80/10/10 on a token word's low 32 bits: [MASK] below the first bound, a random token
+        # below the second, unchanged above (a fraction f of 2**32 values, to 2**-32)
+        self.mask_below = np.uint64(round(settings.mask_fraction * 2**32))
+        self.random_below = np.uint64(round((settings.mask_fraction + settings.random_fraction) * 2**32))
 
     @classmethod
     def for_tokenizer(cls, tokenizer, settings: MaskingSettings = MaskingSettings(), seed: int = 0,
@@ -110,33 +151,40 @@ class MaskingCollator:
         return cls(tokenizer.mask_token_id, tokenizer.vocab_size, tokenizer.special_ids, settings,
                    tokenizer.continues_word(), seed, generator_outputs)
 
-    def choose(self, ids: np.ndarray, lengths: np.ndarray, keys: np.ndarray) -> np.ndarray:
-        """(B, T) bool: the positions to predict."""
+    def choose(self, ids: np.ndarray, lengths: np.ndarray, keys: np.ndarray, words: np.ndarray) -> np.ndarray:
+        """(B, T) bool: the positions to predict, from the row keys (B,) and token words (B, T)."""
         B, T = ids.shape
-        real = np.arange(T) < lengths[:, None]
-        candidate = real & ~self.is_special[ids]  # (B, T)
-        n = candidate.sum(1)
-        k = np.floor(self.settings.rate * n + uniform(keys, 1, 0)[:, 0]).astype(np.int64)  # (B,)
-        # integer scores: 44 random bits, then the position in the low bits, so every score in a
-        # row is distinct and a plain (unstable, faster) sort ranks them reproducibly
-        shift = max(1, int(T).bit_length())
-        score = (random_bits(keys, T, 1) >> np.uint64(20)).astype(np.int64)  # (B, T)
+        position = np.arange(T, dtype=np.uint64)
+        candidate = self.is_normal[ids]  # (B, T)
+        if lengths.min() < T:
+            candidate &= position < lengths[:, None].astype(np.uint64)
+        n = candidate.sum(1)  # (B,)
+        if not n.any():
+            return candidate  # nothing to choose (and no word to rank by)
+        k = np.floor(self.settings.rate * n + row_uniform(keys)).astype(np.int64)  # (B,)
+        # rank score: the token word's high 32 bits, then the position in the low bits, so the
+        # scores in a row are distinct and "the k lowest" is exact; non-candidates rank last
+        bits = words & _HIGH32
         if self.settings.whole_word:
-            previous = np.concatenate([np.zeros((B, 1), bool), candidate[:, :-1]], axis=1)
-            starts = candidate & ~(self.continues[ids] & previous)  # (B, T) first token of a word
-            start_pos = np.maximum.accumulate(np.where(starts, np.arange(T), 0), axis=1)  # (B, T)
-            score = np.take_along_axis(score, start_pos, axis=1)  # every token gets its word's score
-        score = np.where(candidate, (score << shift) | np.arange(T), np.iinfo(np.int64).max)
-        # a word's tokens share its random bits and differ in position: adjacent in rank order,
-        # its first token first
-        order = np.argsort(score, axis=1)  # (B, T)
-        sorted_candidate = np.take_along_axis(candidate, order, axis=1)
-        before = np.cumsum(sorted_candidate, axis=1) - sorted_candidate  # chosen ahead of each
-        chosen = np.zeros_like(candidate)
-        np.put_along_axis(chosen, order, sorted_candidate & (before < k[:, None]), axis=1)
+            previous = np.zeros_like(candidate)
+            previous[:, 1:] = candidate[:, :-1]
+            starts = (candidate & ~(self.continues[ids] & previous)).reshape(-1)  # (B*T,) a word's first token
+            # each token's word start, as a flat index: the first token of its word's number.
+            # Tokens before the batch's first word (number -1) are non-candidates; clip is harmless.
+            # (A cumulative count is about 3x faster than a running maximum of start positions.)
+            start = np.flatnonzero(starts).take(np.cumsum(starts) - 1, mode="clip").reshape(B, T)
+            # every token ranks by its word's bits: a word's tokens are adjacent in rank order,
+            # its first token first, and the word is in when its first token is
+            bits = bits.reshape(-1)[start]
+        score = np.where(candidate, bits | position, _NEVER)  # (B, T)
+        # the k lowest scores are those below the (k+1)-th lowest: one sort of the scores instead
+        # of an argsort and a scatter (k <= candidates, so k = T means every position is one)
+        ranked = np.sort(score, axis=1)
+        bound = ranked[np.arange(B), np.minimum(k, T - 1)]  # (B,)
+        bound[k >= T] = _NEVER
+        chosen = score < bound[:, None]
         if self.settings.whole_word:
-            # a word is in when its first token is (its tokens follow it in rank order)
-            chosen = np.take_along_axis(chosen & starts, start_pos, axis=1) & candidate
+            chosen = candidate & chosen.reshape(-1)[start]
         return chosen
 
     def __call__(self, batch: Batch, examples: np.ndarray, version: np.ndarray | int) -> dict[str, torch.Tensor]:
@@ -144,22 +192,28 @@ class MaskingCollator:
         ids = batch.input_ids
         B, T = ids.shape
         keys = row_keys(self.seed, examples, version)
-        chosen = self.choose(ids, batch.lengths, keys)
-        # 80/10/10 on integer random words: u < f  <=>  bits < f * 2**64
-        u = random_bits(keys, T, 2)
-        s = self.settings
-        mask_below = np.uint64(min(2**64 - 1, int(s.mask_fraction * 2**64)))
-        random_below = np.uint64(min(2**64 - 1, int((s.mask_fraction + s.random_fraction) * 2**64)))
-        to_mask = chosen & (u < mask_below)
-        to_random = chosen & (u >= mask_below) & (u < random_below)
-        with np.errstate(over="ignore"):  # high 32 bits times n, high half: an index in [0, n)
-            pick = ((random_bits(keys, T, 3) >> np.uint64(32)) * np.uint64(len(self.normal_ids))) >> np.uint64(32)
-        masked = np.where(to_mask, self.mask_id, np.where(to_random, self.normal_ids[pick.astype(np.int64)], ids))
+        words = token_words(keys, T)
+        chosen = self.choose(ids, batch.lengths, keys, words)
+        # the rest works on the N chosen positions of the flattened batch only (~15% of tokens)
+        at = np.flatnonzero(chosen)  # (N,)
+        draw = words.reshape(-1)[at]
+        low = draw & _LOW32
+        masked = np.array(ids, order="C")
+        masked.reshape(-1)[at[low < self.mask_below]] = self.mask_id
+        swap = (low >= self.mask_below) & (low < self.random_below)
+        if swap.any():
+            # one more hash of the token's word for the replacement: its high 32 bits times the
+            # number of normal ids, high half, is an index in [0, n) (bias below n / 2**32)
+            pick = (mix(draw[swap]) >> np.uint64(32)) * np.uint64(len(self.normal_ids)) >> np.uint64(32)
+            masked.reshape(-1)[at[swap]] = self.normal_ids[pick.astype(np.intp)]
+        real = np.ones(ids.shape, dtype=np.int64) if batch.lengths.min() >= T else \
+            (np.arange(T) < batch.lengths[:, None]).astype(np.int64)
+        labels = np.where(chosen, ids, -100)
         out = {
             "input_ids": torch.from_numpy(masked),
-            "attention_mask": torch.from_numpy((np.arange(T) < batch.lengths[:, None]).astype(np.int64)),
+            "attention_mask": torch.from_numpy(real),
             "token_type_ids": torch.from_numpy(batch.token_type_ids),
-            "labels": torch.from_numpy(np.where(chosen, ids, -100)),
+            "labels": torch.from_numpy(labels),
         }
         if batch.pair_labels is not None:
             out["pair_labels"] = torch.from_numpy(batch.pair_labels)
