@@ -63,10 +63,26 @@ def _minilm_dir() -> Path:
 
 
 def cmd_demo(args) -> None:
+    """The main job: pre-train the Mini-BERT on IMDB text (runs/demo), then show what it learned.
+    A finished demo run is shown again, an interrupted one resumed; nothing is deleted."""
+    if args.minilm:
+        return minilm_demo(args.model)
+    from .pretraining import PretrainJob, pretrain
+
+    out = Path(args.out)
+    if (out / "metrics.json").exists():
+        print(f"{out} holds a finished demo run (delete it to train again); its results:", file=sys.stderr)
+    else:
+        resume = any((out / "checkpoints").glob("step-*"))
+        pretrain(PretrainJob(out=str(out), resume=resume, train={"time_budget": args.time_budget}))
+    report(out)
+
+
+def minilm_demo(model: str | None) -> None:
     from . import from_pretrained
     from .tasks import embed
 
-    path = Path(args.model) if args.model else _minilm_dir()
+    path = Path(model) if model else _minilm_dir()
     model = from_pretrained(path)
     print(f"loaded {path}: {model.config.family}, {model.config.num_layers} layers, "
           f"hidden {model.config.hidden_size}, {model.num_parameters():,} parameters")
@@ -235,7 +251,7 @@ def pretrain_job(args):
     train.update(_train_values({k: given[k] for k in TRAIN_KEYS if k in given}, "flags"))
     train.update(_train_values(key_values(given.get("set") or [], "--set"), "--set"))
     if architecture or given.get("override"):
-        from .config import get_preset
+        from .model import get_preset  # registers the presets
 
         config_type = type(get_preset(job.get("model", "mini-bert")).config)
         if architecture:
@@ -245,19 +261,23 @@ def pretrain_job(args):
 
 
 def cmd_pretrain(args) -> None:
-    from .interop.hf import from_pretrained
     from .pretraining import pretrain
 
-    job = pretrain_job(args)
-    out = pretrain(job)
+    report(pretrain(pretrain_job(args)))
+
+
+def report(out: Path) -> None:
+    """A finished run's held-out metrics and fill-mask answers (from one process under torchrun)."""
     import os
+
+    from .interop.hf import from_pretrained
 
     if int(os.environ.get("RANK", "0")) != 0:
         return
     metrics = json.loads((out / "metrics.json").read_text())
     shown = {k: metrics[k] for k in ("step", "tokens", "train_seconds", "mlm_loss", "mlm_accuracy", "perplexity",
                                      "nsp_accuracy", "sop_accuracy", "rtd_accuracy", "loss") if k in metrics}
-    print(f"\nsaved {out}  (loss curve: {out / 'loss_curve.png'})")
+    print(f"\nmodel: {out}  (loss curve: {out / 'loss_curve.png'})")
     print("held-out metrics: " + ", ".join(f"{k} {v:,.4g}" if isinstance(v, float) else f"{k} {v:,}"
                                            for k, v in shown.items()))
     lm = out / "generator" if (out / "generator" / "config.json").exists() else out
@@ -288,8 +308,17 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("models", help="table of the model presets with exact parameter counts")
     s.set_defaults(func=cmd_models)
 
-    s = sub.add_parser("demo", help="load the real all-MiniLM-L6-v2 and compare sentence embeddings")
-    s.add_argument("--model", help="a checkpoint directory instead of the packaged MiniLM")
+    s = sub.add_parser("demo", help="pre-train the Mini-BERT on IMDB text for 10 minutes and show what it learned",
+                       description="The main job (what `make demo` runs): `bertkit pretrain` with its defaults "
+                                   "into runs/demo, then the held-out metrics and fill-mask answers. Run it "
+                                   "again to see the results again (an interrupted run is resumed). "
+                                   "--minilm instead loads the real all-MiniLM-L6-v2 and compares sentence "
+                                   "embeddings.")
+    s.add_argument("--out", default="runs/demo", help="run directory (default runs/demo)")
+    s.add_argument("--time-budget", dest="time_budget", default="10m", metavar="DURATION",
+                   help="pre-training time (default 10m)")
+    s.add_argument("--minilm", action="store_true", help="the sentence-embedding demo with the real MiniLM")
+    s.add_argument("--model", help="with --minilm: a checkpoint directory instead of the packaged MiniLM")
     s.set_defaults(func=cmd_demo)
 
     s = sub.add_parser("info", help="load a checkpoint and describe it (JSON)")

@@ -213,7 +213,7 @@ def corpora(job: PretrainJob):
 # ---- the job --------------------------------------------------------------------------------
 def pretrain(job: PretrainJob) -> Path:
     """Run the job; returns the output directory (final model at its root)."""
-    from .config import get_preset
+    from .model import get_preset  # through model.py, which registers every family's presets
 
     preset = get_preset(job.model)  # unknown preset: the error lists the known ones
     out = job.out_dir

@@ -21,7 +21,7 @@ def test_models_table_lists_every_preset_with_exact_counts(capsys):
 
 
 def test_demo_embeds_with_the_real_minilm(capsys):
-    assert main(["demo"]) == 0
+    assert main(["demo", "--minilm"]) == 0
     out = capsys.readouterr().out
     assert "22,713,216 parameters" in out and "paraphrase pair [0]-[1]" in out
 

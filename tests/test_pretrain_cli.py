@@ -224,3 +224,47 @@ def test_disk_full_while_saving_keeps_the_previous_checkpoint(corpus, tmp_path, 
     assert pretrain("--corpus", str(corpus), "--out", str(out), "--steps", "6", "--save-every", "2", "--resume",
                     *TINY, *FAST) == 0  # and the run continues from it
     assert json.loads((out / "metrics.json").read_text())["step"] == 6
+
+
+def test_the_same_command_under_torchrun_matches_one_process(corpus, tmp_path):
+    """2 processes (gloo) with the global batch split between them == 1 process with all of it
+    (no dropout, so the only differences are the order of float sums)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    args = ["pretrain", "--corpus", str(corpus), "--steps", "4", *TINY, *FAST,
+            "--override", "hidden_dropout=0", "--override", "attention_dropout=0"]
+    assert main([*args, "--out", str(tmp_path / "one")]) == 0
+    assert main([*args, "--out", str(tmp_path / "init"), "--lr", "0"]) == 0  # the initial weights
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", "-m", "bertkit", *args,
+                           "--out", str(tmp_path / "two")], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((tmp_path / "two" / "metrics.json").read_text())["processes"] == 2
+    # DDP averages each process's mean loss, while one process means over the whole batch: with
+    # different numbers of masked tokens per half the gradients differ slightly, and Adam's first
+    # steps (update ~ lr * g / |g|) can flip the sign of an update where a gradient is near zero.
+    # So the check is on the whole update, relative to how far training moved the weights: a
+    # wrong split of the batch moves them differently by about the whole update.
+    init, a, b = (load_file(tmp_path / run / "model.safetensors") for run in ("init", "one", "two"))
+    moved = sum(((a[k] - init[k]) ** 2).sum() for k in a).sqrt().item()
+    apart = sum(((a[k] - b[k]) ** 2).sum() for k in a).sqrt().item()
+    print(f"update {moved:.2e}, one vs two processes {apart:.2e}")
+    assert moved > 1e-3 and apart <= 0.1 * moved
+
+
+def test_demo_pretrains_on_imdb_then_shows_the_finished_run(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--time-budget", "3s"]) == 0
+    first = capsys.readouterr()
+    assert "held-out data: imdb" in first.err and "what it learned" in first.out
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert 0 < metrics["train_seconds"] < 60 and 0 <= metrics["mlm_accuracy"] <= 1
+    assert bertkit.from_pretrained(out).config.num_layers == 3  # the Mini-BERT itself
+    assert main(["demo", "--out", str(out)]) == 0  # again: shown, not retrained, not overwritten
+    again = capsys.readouterr()
+    assert "holds a finished demo run" in again.err and json.loads((out / "metrics.json").read_text()) == metrics
