@@ -233,6 +233,9 @@ def pretrain(job: PretrainJob) -> Path:
                                f"so model overrides ({', '.join(architecture)}) cannot apply")
     else:
         architecture.setdefault("vocab_size", tokenizer.vocab_size)  # a model trained from scratch
+    if job.objective == "mlm" and preset.config.family in ("deberta", "deberta-v2"):
+        # DeBERTa pre-trains its MLM through the enhanced mask decoder (He et al., 2021, sec. 3.2)
+        architecture.setdefault("enhanced_mask_decoder", True)
     config = preset.config.replace(**architecture)
     if "vocab_size" in architecture:  # else the teacher's own vocabulary, which is its tokenizer's
         from .data import check_vocab_fits

@@ -105,6 +105,7 @@ def test_resume_continues_bit_for_bit(corpus, tmp_path, monkeypatch):
     ("bert-base", "mlm+nsp", []),
     ("albert-base", "mlm+sop", ["--override", "embedding_size=16"]),
     ("roberta-base", "mlm", []),
+    ("deberta-v3-xsmall", "mlm", []),
     ("electra-small", "rtd", []),
     ("distilbert-base", "distill", ["--teacher", "bert-base"]),
 ])
@@ -120,6 +121,8 @@ def test_every_objective_by_name(preset, objective, extra, corpus, tmp_path, cap
     if objective == "rtd":  # the discriminator at the root, the generator beside it
         assert root.head_kind == "pretraining" and "rtd_accuracy" in metrics
         assert bertkit.from_pretrained(out / "generator").head_kind == "mlm"
+    if preset.startswith("deberta"):  # MLM through the enhanced mask decoder, as DeBERTa pre-trains
+        assert root.config.enhanced_mask_decoder and type(root.head).__name__ == "EnhancedMaskDecoder"
     if objective in ("mlm+nsp", "mlm+sop"):
         assert f"{objective[4:]}_accuracy" in metrics
 
