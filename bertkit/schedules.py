@@ -23,3 +23,20 @@ def lr_factor(progress: float, warmup: float, schedule: str) -> float:
         return 1.0
     rest = (progress - warmup) / max(1.0 - warmup, 1e-12)  # 0 -> 1 after warm-up
     return 1.0 - rest if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * rest))
+
+
+def check_training(settings) -> None:
+    """The checks both trainers' TrainSettings run on construction (the fields they share:
+    steps, time_budget, schedule, warmup, accumulation)."""
+    if settings.steps is None and settings.time_budget is None:
+        raise BertkitError("give a number of steps or a time budget")
+    if settings.steps is not None and settings.steps < 1:
+        raise BertkitError(f"steps must be at least 1, got {settings.steps}")
+    if settings.time_budget is not None and settings.time_budget <= 0:
+        raise BertkitError(f"time budget must be positive, got {settings.time_budget}")
+    if settings.schedule not in SCHEDULES:
+        raise BertkitError(f"unknown schedule {settings.schedule!r}; choose one of {', '.join(SCHEDULES)}")
+    if settings.accumulation < 1:
+        raise BertkitError(f"accumulation must be at least 1, got {settings.accumulation}")
+    if not 0 <= settings.warmup < 1:
+        raise BertkitError(f"warmup is a fraction of training in [0, 1), got {settings.warmup}")

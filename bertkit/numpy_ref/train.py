@@ -25,7 +25,8 @@ import numpy as np
 
 from ..errors import BertkitError
 from .model import BertForMaskedLM
-from .optim import SCHEDULES, AdamW, clip_grad_norm, lr_factor
+from ..schedules import check_training
+from .optim import AdamW, clip_grad_norm, lr_factor
 
 
 @dataclass(frozen=True)
@@ -46,18 +47,7 @@ class TrainSettings:
     seed: int = 0                       # dropout masks
 
     def __post_init__(self) -> None:
-        if self.steps is None and self.time_budget is None:
-            raise BertkitError("give a number of steps or a time budget")
-        if self.steps is not None and self.steps < 1:
-            raise BertkitError(f"steps must be at least 1, got {self.steps}")
-        if self.time_budget is not None and self.time_budget <= 0:
-            raise BertkitError(f"time budget must be positive, got {self.time_budget}")
-        if self.schedule not in SCHEDULES:
-            raise BertkitError(f"unknown schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}")
-        if self.accumulation < 1:
-            raise BertkitError(f"accumulation must be at least 1, got {self.accumulation}")
-        if not 0 <= self.warmup < 1:
-            raise BertkitError(f"warmup is a fraction of training in [0, 1), got {self.warmup}")
+        check_training(self)
 
 
 class Trainer:
