@@ -282,12 +282,28 @@ def _mlm_output_bias(state: dict[str, torch.Tensor], spec: HFFamily, tied: bool)
     return state
 
 
+def derived_tensors(model: Model) -> dict[str, torch.Tensor]:
+    """Tensors a module computes from parameters instead of holding, by our full names: those a
+    module returns from its `derived_tensors()` (names relative to it). DeBERTa-v3's pre-training
+    discriminator computes its embedding table as E_G + E_Delta (objectives/gdes.py). Files hold
+    them under the plain parameter name, so transformers and a plain bertkit model read them as
+    ordinary weights; loading into the module that derives them skips them."""
+    found = {}
+    with torch.no_grad():
+        for prefix, module in model.named_modules():
+            derive = getattr(module, "derived_tensors", None)
+            if derive is not None:
+                found.update({f"{prefix}.{name}": tensor for name, tensor in derive().items()})
+    return found
+
+
 def load_state(model: Model, state: dict[str, torch.Tensor], source: Path, head_from_file: bool) -> None:
     config = model.config
     spec = FAMILIES[config.family]
     names = name_map(spec, config, model.head_kind)
     params = dict(model.named_parameters())  # tied parameters appear once, under their first name
     tied = {n for n, _ in model.named_parameters(remove_duplicate=False)} - set(params)
+    derived = set(derived_tensors(model))
     skippable = [re.compile(p + "$") for p in spec.ignored] + _parts_not_built(spec)
 
     if spec.to_common is not None:
@@ -296,8 +312,8 @@ def load_state(model: Model, state: dict[str, torch.Tensor], source: Path, head_
     for raw_name, tensor in _mlm_output_bias(state, spec, config.tie_word_embeddings).items():
         hf_name = _old_tf_names(raw_name).removeprefix(spec.encoder_prefix)
         ours = names.to_ours(hf_name)
-        if ours in tied:
-            continue  # a copy of a tied parameter, e.g. the decoder weight = the word embeddings
+        if ours in tied or ours in derived:
+            continue  # a copy of a tied parameter (the decoder weight = the word embeddings), or computed
         if ours not in params:
             if any(p.match(hf_name) for p in skippable):
                 continue  # a buffer, or a part (head, pooler) the chosen head does not have
@@ -366,6 +382,8 @@ def hf_state_dict(model: Model) -> dict[str, torch.Tensor]:
         if hf_name is None:
             raise BertkitError(f"parameter {ours!r} has no Hugging Face name")
         state[hf_name] = param.detach().to("cpu").contiguous()
+    for ours, tensor in derived_tensors(model).items():
+        state[names.to_hf(ours)] = tensor.detach().to("cpu").contiguous()
     if spec.tied_bias and spec.tied_bias[0] in state:  # the copy transformers reads when untied
         own, decoder = spec.tied_bias
         state[decoder] = state[own].clone()

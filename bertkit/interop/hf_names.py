@@ -190,6 +190,10 @@ DISTILBERT = HFFamily(
     ignored=POSITION_IDS,
 )
 
+# ELECTRA's discriminator head; DeBERTa-v3's pre-training discriminator reuses it (and its names:
+# transformers has no DebertaV2ForPreTraining, so loading such a file there reports them unused).
+REPLACED_TOKEN = [("discriminator_predictions.dense.{p}", "dense.{p}"),
+                  ("discriminator_predictions.dense_prediction.{p}", "score.{p}")]
 ELECTRA = HFFamily(
     model_type="electra", class_prefix="Electra", encoder_prefix="electra.",
     config_keys={**BERT_KEYS, "embedding_size": "embedding_size"},
@@ -199,8 +203,7 @@ ELECTRA = HFFamily(
            "mlm": [("generator_predictions.dense.{p}", "transform.{p}"),
                    ("generator_predictions.LayerNorm.{p}", "norm.{p}"),
                    ("generator_lm_head.bias", "bias"), ("generator_lm_head.weight", "decoder.weight")],
-           "pretraining": [("discriminator_predictions.dense.{p}", "dense.{p}"),
-                           ("discriminator_predictions.dense_prediction.{p}", "score.{p}")],
+           "pretraining": REPLACED_TOKEN,
            "classification": FIRST_TOKEN, "token-classification": CLASSIFIER, "qa": QA},
     tokenizer_class="ElectraTokenizer",
     ignored=POSITION_IDS,
@@ -208,6 +211,11 @@ ELECTRA = HFFamily(
 
 # bertkit's enhanced mask decoder (transformers has none, and ignores this tensor and config key).
 EMD = [("enhanced_mask_decoder.position_embeddings.weight", "position.weight")]
+# E_Delta of DeBERTa-v3's gradient-disentangled embedding sharing (objectives/gdes.py), written
+# beside the merged table E_G + E_Delta so that a resumed pre-training run restores it exactly.
+# A model without GDES (bertkit's plain discriminator, transformers) ignores it.
+GDES_DELTA = [(f"embeddings.{table}_embeddings.gdes_delta", f"embeddings.{ours}.delta")
+              for table, ours in (("word", "word"), ("position", "position"), ("token_type", "token_type"))]
 DEBERTA_V2_BLOCK = [("attention.self.query_proj.{p}", "attn.query.{p}"),
                     ("attention.self.key_proj.{p}", "attn.key.{p}"),
                     ("attention.self.value_proj.{p}", "attn.value.{p}"),
@@ -235,9 +243,9 @@ DEBERTA_V2 = HFFamily(
              ("encoder.rel_embeddings.weight", "encoder.rel_embeddings.weight"),
              ("encoder.LayerNorm.{p}", "encoder.rel_norm.{p}"),
              ("encoder.conv.conv.{p}", "encoder.conv.conv.{p}"),
-             ("encoder.conv.LayerNorm.{p}", "encoder.conv.norm.{p}")]
+             ("encoder.conv.LayerNorm.{p}", "encoder.conv.norm.{p}")] + GDES_DELTA
     + [(f"encoder.layer.{{i}}.{hf}", f"encoder.layers.{{i}}.{ours}") for hf, ours in DEBERTA_V2_BLOCK],
-    heads={None: [], "mlm": BERT_MLM + EMD,
+    heads={None: [], "mlm": BERT_MLM + EMD, "pretraining": REPLACED_TOKEN,
            "classification": [("pooler.dense.{p}", "dense.{p}"), ("classifier.{p}", "out_proj.{p}")],
            "token-classification": CLASSIFIER, "qa": QA},
     modern_mlm=[("lm_predictions.lm_head.dense.{p}", "transform.{p}"),
@@ -246,7 +254,8 @@ DEBERTA_V2 = HFFamily(
     tokenizer_class="DebertaV2Tokenizer",
     token_types_optional=True,
     # Released v3 files keep an unused absolute-position table; MLM files the EMD's weights.
-    ignored=POSITION_IDS + (r"embeddings\.position_embeddings\.weight", r"mask_predictions\..*"),
+    ignored=POSITION_IDS + (r"embeddings\.position_embeddings\.weight", r"mask_predictions\..*",
+                            r"embeddings\.\w+_embeddings\.gdes_delta"),
     tied_bias=("cls.predictions.bias", "cls.predictions.decoder.bias"),
 )
 

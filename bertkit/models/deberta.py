@@ -16,7 +16,9 @@ is a (T, 2k) score block, every query against every distance, gathered at delta(
 
 v2/v3 add log-bucketed distances (position_buckets), a projection shared between content and
 position (share_att_key), a LayerNorm on the position table, and an optional convolution
-beside the first layer. v3 drops absolute positions at the input (position_biased_input=False).
+beside the first layer. v3 drops absolute positions at the input (position_biased_input=False),
+and is pre-trained as an ELECTRA-style discriminator (head="pretraining": ELECTRA's replaced-token
+head) beside an MLM generator, with gradient-disentangled embedding sharing (objectives/gdes.py).
 
 Shapes: B batch, T length, H hidden, N heads, D head size, K = 2k relative-position rows.
 """
@@ -34,6 +36,7 @@ from ..layers import (Encoder, EncoderModel, FirstTokenHead, MLMHead, SelfAttent
                       at_masked, attention_mask_4d, classifier_dropout, standard_head)
 from ..layers.activations import activation
 from . import Family, register_family
+from .electra import ReplacedTokenHead
 
 POSITION_TERMS = ("c2p", "p2c")
 
@@ -291,7 +294,8 @@ def build_head(kind, config, backbone):
         return FirstTokenHead(config, act=config.pooler_act, input_dropout=config.pooler_dropout,
                               hidden_dropout=classifier_dropout(config))
     if kind == "pretraining":
-        raise BertkitError("DeBERTa has no pair-prediction head; use head='mlm'")
+        # DeBERTaV3 pre-trains a discriminator (He et al., 2021, sec. 3): ELECTRA's head, reused.
+        return ReplacedTokenHead(config)
     return standard_head(kind, config, word)
 
 
@@ -334,3 +338,5 @@ register_preset("deberta-v3-small", _V3.replace(num_layers=6), IDEA)
 register_preset("deberta-v3-base", _V3, IDEA)
 register_preset("deberta-v3-large", _V3.replace(hidden_size=1024, num_layers=24, num_heads=16,
                                                 intermediate_size=4096), IDEA)
+# The presets pre-trained with replaced-token detection and GDES (objectives/gdes.py).
+V3_PRESETS = ("deberta-v3-xsmall", "deberta-v3-small", "deberta-v3-base", "deberta-v3-large")

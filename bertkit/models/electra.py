@@ -38,9 +38,10 @@ class ElectraConfig(EncoderConfig):
 
 class ReplacedTokenHead(Head):
     """The discriminator (sec. 2): dense + activation + one logit per token, > 0 meaning
-    "replaced". logits: (B, T)."""
+    "replaced". logits: (B, T). It reads only the encoder's last states, so any family can put
+    it on top (DeBERTa-v3's discriminator does, models/deberta.py)."""
 
-    def __init__(self, config: ElectraConfig):
+    def __init__(self, config: EncoderConfig):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.act = activation(config.hidden_act)
