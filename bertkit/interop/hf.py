@@ -377,13 +377,12 @@ def hf_state_dict(model: Model) -> dict[str, torch.Tensor]:
     names = name_map(spec, model.config, model.head_kind,
                      spec.encoder_prefix if model.head_kind is not None else "")
     state = {}
-    for ours, param in model.named_parameters():  # a tied decoder is written once, as the embedding
+    tensors = {**dict(model.named_parameters()), **derived_tensors(model)}  # a tied decoder: once, as the embedding
+    for ours, tensor in tensors.items():
         hf_name = names.to_hf(ours)
         if hf_name is None:
             raise BertkitError(f"parameter {ours!r} has no Hugging Face name")
-        state[hf_name] = param.detach().to("cpu").contiguous()
-    for ours, tensor in derived_tensors(model).items():
-        state[names.to_hf(ours)] = tensor.detach().to("cpu").contiguous()
+        state[hf_name] = tensor.detach().to("cpu").contiguous()
     if spec.tied_bias and spec.tied_bias[0] in state:  # the copy transformers reads when untied
         own, decoder = spec.tied_bias
         state[decoder] = state[own].clone()

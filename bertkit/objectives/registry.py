@@ -4,7 +4,8 @@
 
 Which model each name builds: mlm -> the preset with an MLM head; mlm+nsp / mlm+sop -> the
 preset with its pre-training head (a sentence-pair classifier: BERT's NSP, ALBERT's SOP);
-rtd -> an ELECTRA generator/discriminator pair sharing embeddings; distill -> a DistilBERT-style
+rtd -> an ELECTRA generator/discriminator pair sharing embeddings, or for a DeBERTa-v3 preset a
+DeBERTa pair with gradient-disentangled embedding sharing (gdes.py); distill -> a DistilBERT-style
 student initialized from chosen layers of a BERT teacher (`teacher`: a checkpoint directory,
 hub id or preset; default an untrained bert-base, for trying the objective out).
 """
@@ -38,12 +39,18 @@ def build_objective(name: str, preset: str, teacher: str | None = None, **overri
             raise BertkitError(f"objective {name} does not fit {preset}: it has no sentence-pair head; use mlm")
         return MaskedLM(model, name.split("+")[1])
     if name == "rtd":
+        from ..config import get_preset
+        from ..models.deberta import V3_PRESETS
         from ..models.electra import GENERATOR_FOR
 
-        if preset not in GENERATOR_FOR:
-            raise BertkitError(f"objective rtd trains an ELECTRA pair; choose one of {', '.join(sorted(GENERATOR_FOR))}")
-        from ..config import get_preset
+        if preset in V3_PRESETS:
+            from .gdes import build_pair
 
+            return ReplacedTokenDetection(*build_pair(get_preset(preset).config.replace(**overrides)))
+        if preset not in GENERATOR_FOR:
+            fits = ", ".join(sorted(GENERATOR_FOR) + list(V3_PRESETS))
+            raise BertkitError("objective rtd trains an ELECTRA pair or a DeBERTa-v3 pair (gradient-disentangled "
+                               f"embedding sharing); choose one of {fits}")
         disc = get_preset(preset).config.replace(**overrides)
         gen = get_preset(GENERATOR_FOR[preset]).config.replace(**overrides)
         return ReplacedTokenDetection(*build_electra_pair(disc, gen))

@@ -6,15 +6,21 @@ L = L_MLM(generator) + lambda * L_Disc, lambda = 50. Sampling is not differentia
 discriminator's loss does not flow back into the generator (sec. 2). Where the generator
 samples the original token, the label is "original" (sec. 2: such tokens count as real).
 
+DeBERTaV3 (He et al., 2021, sec. 3) trains a DeBERTa discriminator with this same objective and
+weight; only how the pair shares embeddings differs (objectives/gdes.py).
+
 Shapes: B batch, T length, K masked positions, V vocabulary.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
 from ..errors import BertkitError
+from ..models.electra import ReplacedTokenHead
 from .base import Objective, Step
 from .mlm import masked_lm_terms
 
@@ -39,14 +45,25 @@ def corrupt(ids: torch.Tensor, labels: torch.Tensor, sampled: torch.Tensor,
     return corrupted, (corrupted != original) & real
 
 
+@dataclass
+class Terms:
+    """One batch's two losses, still in the graph, and what the metrics need."""
+    mlm_loss: torch.Tensor       # scalar: the generator's cross-entropy at the masked positions
+    mlm_accuracy: torch.Tensor   # scalar, detached
+    rtd_loss: torch.Tensor       # scalar: the discriminator's BCE over every real token
+    predicted: torch.Tensor      # (N,) bool over the N real tokens: the discriminator says "replaced"
+    replaced: torch.Tensor       # (N,) bool: the token was in fact replaced
+
+
 class ReplacedTokenDetection(Objective):
     def __init__(self, generator, discriminator, weight: float = 50.0):
         super().__init__()
         if generator.head is None or not generator.head.predicts_tokens:
             raise BertkitError("the RTD generator needs a masked-LM head (build it with head='mlm')")
-        if discriminator.config.family != "electra" or discriminator.head_kind != "pretraining":
-            raise BertkitError("the RTD discriminator is an ELECTRA model with head='pretraining' "
-                               f"(got {discriminator.config.family}, head {discriminator.head_kind!r})")
+        if not isinstance(discriminator.head, ReplacedTokenHead):
+            raise BertkitError("the RTD discriminator needs the replaced-token head: an ELECTRA or DeBERTa model "
+                               f"built with head='pretraining' (got {discriminator.config.family}, "
+                               f"head {discriminator.head_kind!r})")
         if generator.config.vocab_size != discriminator.config.vocab_size:
             raise BertkitError(f"generator vocabulary {generator.config.vocab_size} != discriminator "
                                f"vocabulary {discriminator.config.vocab_size}")
@@ -57,7 +74,8 @@ class ReplacedTokenDetection(Objective):
     def models(self):
         return {"": self.discriminator, "generator": self.generator}
 
-    def forward(self, batch: dict[str, torch.Tensor]) -> Step:
+    def terms(self, batch: dict[str, torch.Tensor]) -> Terms:
+        """Both losses apart (for `forward`, and for checking where each one's gradient goes)."""
         ids, labels = batch["input_ids"], batch["labels"]
         mask, types = batch.get("attention_mask"), batch.get("token_type_ids")
         masked = labels != -100  # (B, T)
@@ -69,12 +87,15 @@ class ReplacedTokenDetection(Objective):
 
         disc_logits = self.discriminator(corrupted, mask, types).logits  # (B, T)
         disc_loss = F.binary_cross_entropy_with_logits(disc_logits[real].float(), replaced[real].float())
-        predicted = disc_logits[real] > 0
-        loss = gen_loss + self.weight * disc_loss
+        return Terms(gen_loss, gen_accuracy, disc_loss, disc_logits[real] > 0, replaced[real])
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> Step:
+        t = self.terms(batch)
+        loss = t.mlm_loss + self.weight * t.rtd_loss
         return Step(loss, {
             "loss": loss.detach(),
-            "mlm_loss": gen_loss.detach(), "mlm_accuracy": gen_accuracy,
-            "rtd_loss": disc_loss.detach(),
-            "rtd_accuracy": (predicted == replaced[real]).float().mean(),
-            "replaced_fraction": replaced[real].float().mean(),
+            "mlm_loss": t.mlm_loss.detach(), "mlm_accuracy": t.mlm_accuracy,
+            "rtd_loss": t.rtd_loss.detach(),
+            "rtd_accuracy": (t.predicted == t.replaced).float().mean(),
+            "replaced_fraction": t.replaced.float().mean(),
         })
