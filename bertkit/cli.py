@@ -207,7 +207,8 @@ LEARNED_EXAMPLES = [
     "The acting was [MASK], but the story made no sense at all.",
     "I would [MASK] recommend it to anyone who likes horror movies.",
 ]
-JOB_KEYS = ("model", "objective", "corpus", "field", "eval_corpus", "out", "tokenizer", "teacher", "backend",
+JOB_KEYS = ("model", "objective", "corpus", "field", "eval_corpus", "out", "tokenizer", "teacher", "teacher_layers",
+            "backend",
             "device", "precision", "max_length", "batch_size", "mask_rate", "whole_word", "static_masks",
             "eval_batches", "resume")
 TRAIN_KEYS = ("steps", "time_budget", "lr", "warmup", "schedule", "weight_decay", "clip_norm", "accumulation",
@@ -247,7 +248,7 @@ def pretrain_job(args):
         if "train" in job or "architecture" in job:
             raise BertkitError(f"{args.config}: train and architecture are tables ([train], [architecture])")
         train = _train_values(train, f"{args.config} [train]")
-    job.update({k: given[k] for k in JOB_KEYS if k in given})
+    job.update(typed(PretrainJob, {k: given[k] for k in JOB_KEYS if k in given}, "flags"))
     train.update(_train_values({k: given[k] for k in TRAIN_KEYS if k in given}, "flags"))
     train.update(_train_values(key_values(given.get("set") or [], "--set"), "--set"))
     if architecture or given.get("override"):
@@ -370,6 +371,9 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
     g.add_argument("--objective", default=S, help="mlm, mlm+nsp (BERT), mlm+sop (ALBERT), rtd (ELECTRA, "
                                                   "DeBERTa-v3), distill (DistilBERT); default mlm")
     g.add_argument("--teacher", default=S, help="distill: the teacher (checkpoint directory, hub id or preset)")
+    g.add_argument("--teacher-layers", dest="teacher_layers", default=S, metavar="I,J,...",
+                   help="distill: the teacher blocks the student starts from (default 0,2,4,7,9,11 for 12 "
+                        "blocks, else every other one)")
     g.add_argument("--override", action="append", metavar="KEY=VALUE", default=S,
                    help="change a model config field, typed (e.g. num_layers=4); repeatable")
     g.add_argument("--backend", default=S, help="torch (default) or numpy (the pure-NumPy Mini-BERT, mlm only)")

@@ -55,7 +55,6 @@ def _options(tp) -> tuple[list, bool]:
 
 
 def _from_text(tp, text: str):
-    origin = typing.get_origin(tp)
     if tp is bool:
         lowered = text.strip().lower()
         if lowered in ("1", "true", "yes", "on"):
@@ -65,9 +64,6 @@ def _from_text(tp, text: str):
         raise ValueError("expected true or false")
     if tp in (int, float, str):
         return tp(text)
-    if origin is tuple:
-        parts = [p for p in text.split(",") if p.strip()]
-        return _from_value(tp, parts)
     raise ValueError(f"cannot read a {tp} from text")
 
 
@@ -76,6 +72,8 @@ def _from_value(tp, value):
     origin = typing.get_origin(tp)
     if origin is tuple:
         inner = typing.get_args(tp)
+        if isinstance(value, str):  # "0.9,0.999" from a flag
+            value = [part.strip() for part in value.split(",") if part.strip()]
         if not isinstance(value, (list, tuple)):
             raise ValueError("expected a list")
         if len(inner) == 2 and inner[1] is Ellipsis:

@@ -45,6 +45,7 @@ class PretrainJob:
     out: str | None = None              # None: runs/<model>-<objective>
     tokenizer: str | None = None        # None: the teacher's (distill), else trained on the corpus
     teacher: str | None = None          # distill: checkpoint directory, hub id or preset
+    teacher_layers: tuple[int, ...] | None = None  # distill: teacher blocks the student starts from
     backend: str = "torch"
     device: str = "auto"                # auto: cuda when available
     precision: str = "auto"             # auto: bf16 autocast where the hardware has bf16 matmuls
@@ -224,6 +225,8 @@ def pretrain(job: PretrainJob) -> Path:
     if not job.resume and (checkpoints or (out / "metrics.json").exists()):
         raise BertkitError(f"{out} already holds a run; pass --resume to continue it, or choose another --out")
 
+    if job.backend == "torch" and not (job.objective == "distill" and _teacher_is_checkpoint(job)):
+        _check_fits(job)  # before minutes of tokenizer training and tokenizing
     train_corpus, eval_corpus = corpora(job)
     tokenizer = _tokenizer(job, preset, train_corpus, checkpoints)
     architecture = dict(job.architecture)
@@ -253,7 +256,8 @@ def pretrain(job: PretrainJob) -> Path:
     if job.precision == "bf16" or (job.precision == "auto" and native_bf16(device)):
         settings = dataclasses.replace(settings, bf16=True)
     torch.manual_seed(settings.seed)  # the initial weights
-    objective = build_objective(job.objective, job.model, teacher=job.teacher, **architecture)
+    objective = build_objective(job.objective, job.model, teacher=job.teacher, teacher_layers=job.teacher_layers,
+                                **architecture)
     models = objective.models()
     limit = min(m.backbone.embeddings.max_length for m in models.values())
     max_length = job.max_length or min(128, limit)
@@ -271,6 +275,21 @@ def pretrain(job: PretrainJob) -> Path:
         + (f"budget {settings.time_budget:.0f} s" if settings.time_budget else f"{settings.steps} steps"))
     trainer.fit()
     return out
+
+
+def _check_fits(job: PretrainJob) -> None:
+    """Build the objective's models without memory (meta device): an objective that does not fit
+    the model, a bad override or a too-long max_length fails here, at once."""
+    import torch
+
+    from .objectives import build_objective
+
+    with torch.device("meta"):
+        models = build_objective(job.objective, job.model, teacher=job.teacher,
+                                 teacher_layers=job.teacher_layers, **job.architecture).models()
+    limit = min(m.backbone.embeddings.max_length for m in models.values())
+    if job.max_length is not None and job.max_length > limit:
+        raise BertkitError(f"max_length {job.max_length} is longer than {job.model} can take ({limit} tokens)")
 
 
 def _teacher_is_checkpoint(job: PretrainJob) -> bool:

@@ -107,6 +107,7 @@ def test_resume_continues_bit_for_bit(corpus, tmp_path, monkeypatch):
     ("roberta-base", "mlm", []),
     ("deberta-v3-xsmall", "mlm", []),
     ("electra-small", "rtd", []),
+    ("deberta-v3-xsmall", "rtd", ["--override", "num_layers=2"]),  # generator: half the depth
     ("distilbert-base", "distill", ["--teacher", "bert-base"]),
 ])
 def test_every_objective_by_name(preset, objective, extra, corpus, tmp_path, capsys):
@@ -121,7 +122,7 @@ def test_every_objective_by_name(preset, objective, extra, corpus, tmp_path, cap
     if objective == "rtd":  # the discriminator at the root, the generator beside it
         assert root.head_kind == "pretraining" and "rtd_accuracy" in metrics
         assert bertkit.from_pretrained(out / "generator").head_kind == "mlm"
-    if preset.startswith("deberta"):  # MLM through the enhanced mask decoder, as DeBERTa pre-trains
+    if preset.startswith("deberta") and objective == "mlm":  # MLM through the enhanced mask decoder, as DeBERTa pre-trains
         assert root.config.enhanced_mask_decoder and type(root.head).__name__ == "EnhancedMaskDecoder"
     if objective in ("mlm+nsp", "mlm+sop"):
         assert f"{objective[4:]}_accuracy" in metrics
@@ -271,3 +272,22 @@ def test_demo_pretrains_on_imdb_then_shows_the_finished_run(tmp_path, capsys):
     assert main(["demo", "--out", str(out)]) == 0  # again: shown, not retrained, not overwritten
     again = capsys.readouterr()
     assert "holds a finished demo run" in again.err and json.loads((out / "metrics.json").read_text()) == metrics
+
+
+def test_distill_from_a_checkpoint_teacher_with_chosen_layers(corpus, tmp_path, minilm_dir, capsys):
+    teacher = bertkit.build("bert-base", head="mlm", num_layers=4, hidden_size=32, num_heads=2,
+                            intermediate_size=64)
+    teacher.tokenizer = bertkit.load_tokenizer(minilm_dir)
+    teacher.save_pretrained(tmp_path / "teacher")
+    out = tmp_path / "student"
+    args = ["--model", "distilbert-base", "--objective", "distill", "--teacher", str(tmp_path / "teacher"),
+            "--corpus", str(corpus), *FAST]
+    assert pretrain(*args, "--out", str(out), "--teacher-layers", "1,3", "--steps", "2") == 0
+    student = bertkit.from_pretrained(out)
+    assert student.config.family == "distilbert" and student.config.num_layers == 2
+    assert student.tokenizer.vocab_size == teacher.tokenizer.vocab_size == student.config.vocab_size
+    capsys.readouterr()
+    assert pretrain(*args, "--out", str(tmp_path / "bad"), "--teacher-layers", "3,1", "--steps", "2") == 2
+    assert "give increasing block indices in 0..3" in error_line(capsys)
+    assert pretrain(*args, "--out", str(tmp_path / "bad"), "--override", "num_layers=2") == 2
+    assert "student's shape comes from the teacher" in error_line(capsys)

@@ -21,8 +21,10 @@ from .rtd import ReplacedTokenDetection
 NAMES = ("mlm", "mlm+nsp", "mlm+sop", "rtd", "distill")
 
 
-def build_objective(name: str, preset: str, teacher: str | None = None, **overrides) -> Objective:
-    """`overrides` change the model config (e.g. vocab_size to fit a tokenizer)."""
+def build_objective(name: str, preset: str, teacher: str | None = None,
+                    teacher_layers: tuple[int, ...] | None = None, **overrides) -> Objective:
+    """`overrides` change the model config (e.g. vocab_size to fit a tokenizer); distill's
+    student copies the teacher's blocks `teacher_layers` (default: see below)."""
     from ..model import build, build_electra_pair, student_from_teacher
     from ..interop.hf import from_pretrained
 
@@ -68,5 +70,9 @@ def build_objective(name: str, preset: str, teacher: str | None = None, **overri
         teacher_model = from_pretrained(source, head="mlm")
     depth = teacher_model.config.num_layers
     # 12 layers: the released DistilBERT's choice; otherwise one layer out of two (sec. 3)
-    layers = None if depth == 12 else tuple(range(0, depth, 2))
+    layers = teacher_layers or (None if depth == 12 else tuple(range(0, depth, 2)))
+    if teacher_layers is not None:
+        if any(not 0 <= i < depth for i in teacher_layers) or list(teacher_layers) != sorted(set(teacher_layers)):
+            raise BertkitError(f"teacher layers {','.join(map(str, teacher_layers))}: give increasing block "
+                               f"indices in 0..{depth - 1} (the teacher has {depth} blocks)")
     return Distillation(student_from_teacher(teacher_model, layers=layers), teacher_model)
