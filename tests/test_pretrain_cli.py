@@ -122,6 +122,11 @@ def test_every_objective_by_name(preset, objective, extra, corpus, tmp_path, cap
     if objective == "rtd":  # the discriminator at the root, the generator beside it
         assert root.head_kind == "pretraining" and "rtd_accuracy" in metrics
         assert bertkit.from_pretrained(out / "generator").head_kind == "mlm"
+    if preset == "roberta-base":  # fill-mask takes the model's own <mask> and BERT's [MASK]
+        capsys.readouterr()
+        assert main(["predict", "fill-mask", "--model", str(out), "--json", "a <mask> film", "a [MASK] film"]) == 0
+        first, second = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+        assert first["text"] == second["text"] == "a <mask> film" and first["predictions"] == second["predictions"]
     if preset.startswith("deberta") and objective == "mlm":  # MLM through the enhanced mask decoder, as DeBERTa pre-trains
         assert root.config.enhanced_mask_decoder and type(root.head).__name__ == "EnhancedMaskDecoder"
     if objective in ("mlm+nsp", "mlm+sop"):
