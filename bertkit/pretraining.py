@@ -259,10 +259,7 @@ def pretrain(job: PretrainJob) -> Path:
     objective = build_objective(job.objective, job.model, teacher=job.teacher, teacher_layers=job.teacher_layers,
                                 **architecture)
     models = objective.models()
-    limit = min(m.backbone.embeddings.max_length for m in models.values())
-    max_length = job.max_length or min(128, limit)
-    if max_length > limit:
-        raise BertkitError(f"max_length {max_length} is longer than {job.model} can take ({limit} tokens)")
+    max_length = _max_length(job, models)
     for model in models.values():
         model.tokenizer = tokenizer
     data, held_out = _data(job, config.family, tokenizer, train_corpus, eval_corpus, max_length)
@@ -270,7 +267,8 @@ def pretrain(job: PretrainJob) -> Path:
     if job.resume:
         trainer.resume()
         say(f"resuming {out} at step {trainer.step} ({trainer.elapsed:.0f} s trained)")
-    say(f"{job.objective} on {job.model} ({sum(m.num_parameters() for m in models.values()):,} parameters), "
+    unique = {id(p): p.numel() for m in models.values() for p in m.parameters()}  # shared tables once
+    say(f"{job.objective} on {job.model} ({sum(unique.values()):,} parameters), "
         f"{device}, {'bf16 autocast' if settings.bf16 else 'fp32'}, "
         + (f"budget {settings.time_budget:.0f} s" if settings.time_budget else f"{settings.steps} steps"))
     trainer.fit()
@@ -287,9 +285,15 @@ def _check_fits(job: PretrainJob) -> None:
     with torch.device("meta"):
         models = build_objective(job.objective, job.model, teacher=job.teacher,
                                  teacher_layers=job.teacher_layers, **job.architecture).models()
+    _max_length(job, models)
+
+
+def _max_length(job: PretrainJob, models: dict) -> int:
+    """The example length: the job's, or 128 capped by what every model's positions allow."""
     limit = min(m.backbone.embeddings.max_length for m in models.values())
     if job.max_length is not None and job.max_length > limit:
         raise BertkitError(f"max_length {job.max_length} is longer than {job.model} can take ({limit} tokens)")
+    return job.max_length or min(128, limit)
 
 
 def _teacher_is_checkpoint(job: PretrainJob) -> bool:
