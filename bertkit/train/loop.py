@@ -78,7 +78,8 @@ class TrainSettings:
 
 class Trainer:
     def __init__(self, objective, batch_at: Callable[[int], dict], settings: TrainSettings,
-                 out: str | Path, eval_batches: list[dict] | None = None, device: str | torch.device = "cpu"):
+                 out: str | Path, eval_batches: list[dict] | None = None, device: str | torch.device = "cpu",
+                 on_eval: Callable[[int, dict[str, float]], bool] | None = None):
         self.objective = objective.to(device)
         self.rank, self.world = _distributed(torch.device(device))
         self.batch_at = batch_at
@@ -104,6 +105,12 @@ class Trainer:
         self.elapsed = 0.0   # training seconds so far (the time budget's clock)
         self.tokens = 0
         self.log_path = self.out / "metrics.jsonl"
+        # Called after every evaluation with the step and the metrics, before they are logged (so
+        # it may add scores of its own, e.g. a fine-tuning task's dev accuracy from full
+        # predictions); returning True stops training there (early stopping). It runs in every
+        # process and must decide the same everywhere.
+        self.on_eval = on_eval
+        self.stopped = False
 
     # ---- bookkeeping ----------------------------------------------------------------------
     def progress_fraction(self) -> float:
@@ -114,7 +121,7 @@ class Trainer:
 
     def done(self) -> bool:
         s = self.settings
-        return (s.steps is not None and self.step >= s.steps) or (
+        return self.stopped or (s.steps is not None and self.step >= s.steps) or (
             s.time_budget is not None and self.elapsed >= s.time_budget)
 
     def _set_lr(self) -> float:
@@ -217,6 +224,13 @@ class Trainer:
             metrics["perplexity"] = math.exp(min(metrics["mlm_loss"], 50.0))
         return metrics
 
+    def _evaluate_and_log(self) -> dict[str, float]:
+        metrics = self.evaluate()
+        if self.on_eval is not None and self.on_eval(self.step, metrics):
+            self.stopped = True
+        self._log({"step": self.step, "split": "eval", "elapsed": round(self.elapsed, 3), **metrics})
+        return metrics
+
     def _autocast(self):
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.settings.bf16)
 
@@ -266,6 +280,7 @@ class Trainer:
         self.objective.train()
         total = s.steps if s.time_budget is None else None
         bar = tqdm(total=total, initial=self.step, disable=not (s.progress and self.is_main), unit="step", dynamic_ncols=True)
+        last_eval: dict[str, float] = {}
         while not self.done():
             lr = self._set_lr()
             start = time.perf_counter()
@@ -284,12 +299,11 @@ class Trainer:
                 bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{self.tokens / max(self.elapsed, 1e-9):,.0f}")
             bar.update(1)
             if self.step % s.eval_every == 0 and not self.done():
-                self._log({"step": self.step, "split": "eval", "elapsed": round(self.elapsed, 3), **self.evaluate()})
+                last_eval = self._evaluate_and_log()
             if self.step % s.save_every == 0 and not self.done():
                 self.save_checkpoint()
         bar.close()
-        final = self.evaluate()
-        self._log({"step": self.step, "split": "eval", "elapsed": round(self.elapsed, 3), **final})
+        final = last_eval if self.stopped else self._evaluate_and_log()  # stopped: just evaluated
         self.save_checkpoint()
         if self.is_main:
             with self._saving("the final model"):
