@@ -139,6 +139,12 @@ class Tokenizer:
             batch["token_type_ids"][i, :n] = torch.tensor(e.type_ids)
         return batch
 
+    def encode_offsets(self, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """For each text, its ids without special tokens and each token's (start, end) character
+        span in the text: how fine-tuning tasks (tasks/) find the first sub-word of each word and
+        map a predicted QA token span back to the exact characters of its context."""
+        return [(e.ids, e.offsets) for e in self.backend.encode_batch(texts, add_special_tokens=False)]
+
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
 
