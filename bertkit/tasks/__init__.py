@@ -1,5 +1,12 @@
-"""Tasks built on an encoder: sentence embeddings (more come with fine-tuning)."""
+"""Tasks built on an encoder: fine-tuning (sequence classification and regression, token
+classification, extractive QA), their data readers and metrics, and sentence embeddings.
+
+    from bertkit.tasks import finetune, evaluate, classify, tag, answer, FinetuneSettings
+"""
 
 from .embedding import embed, mean_pool
+from .finetune import FinetuneSettings, answer, classify, evaluate, finetune, load_model, make_task, tag
+from .readers import TASKS, Answer, Columns, QAExample, TaggedSentence, TextExample, load_examples
 
-__all__ = ["embed", "mean_pool"]
+__all__ = ["TASKS", "Answer", "Columns", "FinetuneSettings", "QAExample", "TaggedSentence", "TextExample", "answer",
+           "classify", "embed", "evaluate", "finetune", "load_examples", "load_model", "make_task", "mean_pool", "tag"]

@@ -1,0 +1,202 @@
+"""What every fine-tuning task shares: the Task interface, label sets, padding, and batches
+grouped by length (for speed: a batch of similar lengths pads little).
+
+Shapes: B batch, T sequence length (the longest in the batch), C labels.
+
+A feature is one model input as a dict of 1-D int64 arrays (`input_ids`, `token_type_ids`, and
+per task `labels` (T,) or scalars `label`, `start_positions`, `end_positions`); `collate` pads
+a list of them into a batch of tensors.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..errors import BertkitError
+from .readers import report
+
+IGNORE = -100  # label of positions without a loss (cross_entropy's ignore_index)
+
+
+# ---- labels ---------------------------------------------------------------------------------
+def ordered_labels(values) -> tuple[str, ...]:
+    """A fixed order for label names seen in training data: integers by value ("0", "1", "2":
+    index = the integer when they count from 0), otherwise "O" (outside) first and the rest in
+    alphabetical order."""
+    names = set(values)
+    if all(re.fullmatch(r"-?\d+", n) for n in names):
+        return tuple(sorted(names, key=int))
+    return tuple(sorted(names, key=lambda n: (n != "O", n)))
+
+
+def label_index(labels: tuple[str, ...], values, source: str) -> dict[str, int]:
+    """name -> index for `labels`; a value outside them (a label never seen in training) is an
+    error listing the unseen names, since no model output could ever be scored right there."""
+    index = {name: i for i, name in enumerate(labels)}
+    unseen = sorted(set(values) - set(index))
+    if unseen:
+        shown = ", ".join(map(repr, unseen[:10])) + (" ..." if len(unseen) > 10 else "")
+        raise BertkitError(f"{source}: {len(unseen)} label(s) never seen in training: {shown} "
+                           f"(the model knows {', '.join(labels[:20])}{' ...' if len(labels) > 20 else ''})")
+    return index
+
+
+# ---- batches --------------------------------------------------------------------------------
+def collate(features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad features into (B, T) input_ids / attention_mask / token_type_ids; per-token
+    `labels` are padded with -100; scalar entries become (B,) tensors."""
+    B, T = len(features), max(len(f["input_ids"]) for f in features)
+    batch = {"input_ids": torch.full((B, T), pad_id, dtype=torch.long),
+             "attention_mask": torch.zeros(B, T, dtype=torch.long),
+             "token_type_ids": torch.zeros(B, T, dtype=torch.long)}
+    for i, f in enumerate(features):
+        n = len(f["input_ids"])
+        batch["input_ids"][i, :n] = torch.from_numpy(f["input_ids"])
+        batch["attention_mask"][i, :n] = 1
+        batch["token_type_ids"][i, :n] = torch.from_numpy(f["token_type_ids"])
+    first = features[0]
+    if "labels" in first:
+        batch["labels"] = torch.full((B, T), IGNORE, dtype=torch.long)  # (B, T)
+        for i, f in enumerate(features):
+            batch["labels"][i, :len(f["labels"])] = torch.from_numpy(f["labels"])
+    for key in ("label", "start_positions", "end_positions"):
+        if key in first:
+            batch[key] = torch.tensor([f[key] for f in features])  # (B,)
+    return batch
+
+
+def length_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Indices grouped into batches of similar length (longest first, so an out-of-memory error
+    shows at once); used for inference, where order does not matter."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+@dataclass
+class TrainBatches:
+    """`batch_at(i)`: the i-th training batch, a pure function of i (the Trainer's contract). Each
+    epoch is a fresh permutation (seeded by seed and epoch); inside windows of 50 batches the
+    examples are sorted by length so a batch pads little, and the batches are then shuffled."""
+    features: list[dict]
+    batch_size: int
+    pad_id: int
+    seed: int = 0
+    window: int = 50
+
+    def __post_init__(self) -> None:
+        if not self.features:
+            raise BertkitError("no training examples")
+        self.per_epoch = -(-len(self.features) // self.batch_size)
+        self._epoch = -1
+        self._batches: list[list[int]] = []
+
+    def _plan(self, epoch: int) -> list[list[int]]:
+        rng = np.random.default_rng([self.seed, epoch])
+        order = rng.permutation(len(self.features))
+        span = self.batch_size * self.window
+        batches = []
+        for start in range(0, len(order), span):
+            chunk = sorted(order[start:start + span], key=lambda i: len(self.features[i]["input_ids"]))
+            batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+        return [batches[i] for i in rng.permutation(len(batches))]
+
+    def __call__(self, i: int) -> dict[str, torch.Tensor]:
+        epoch, k = divmod(i, self.per_epoch)
+        if epoch != self._epoch:
+            self._epoch, self._batches = epoch, self._plan(epoch)
+        return collate([self.features[j] for j in self._batches[k]], self.pad_id)
+
+
+# ---- shared steps ---------------------------------------------------------------------------
+def truncate_pair(a: list[int], b: list[int] | None, budget: int) -> tuple[list[int], list[int] | None, bool]:
+    """Cut the longer of two token lists one token at a time until both fit `budget` (BERT's
+    longest-first truncation); returns the parts and whether anything was cut."""
+    if len(a) + (len(b) if b is not None else 0) <= budget:
+        return a, b, False
+    if b is None:
+        return a[:budget], None, True
+    la, lb = len(a), len(b)
+    while la + lb > budget:
+        if la > lb:
+            la -= 1
+        else:
+            lb -= 1
+    return a[:la], b[:lb], True
+
+
+def report_truncated(count: int, total: int, max_length: int, what: str = "texts") -> None:
+    report(count, f"{{n}} of {total} {what} were longer than {max_length} tokens and were truncated")
+
+
+def device_of(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+class Task:
+    """A fine-tuning task: its head, how examples become features, the objective it trains, how
+    predictions are made and scored. `metrics` are the scores early stopping may follow (higher
+    is better), `metric` the one it follows by default."""
+
+    name: str
+    head: str
+    metric: str
+    metrics: tuple[str, ...]
+
+    def metric_for(self, labels: tuple[str, ...]) -> str:
+        """The default dev score for a model with these labels."""
+        return self.metric
+
+    def labels_of(self, examples) -> tuple[str, ...]:
+        """The label names a model for this data needs (from the training examples)."""
+        raise NotImplementedError
+
+    def features(self, examples, tokenizer, labels: tuple[str, ...], max_length: int, source: str) -> list[dict]:
+        """Training features, labels included."""
+        raise NotImplementedError
+
+    def objective(self, model):
+        raise NotImplementedError
+
+    def predict(self, model, examples, batch_size: int = 64, max_length: int | None = None,
+                bf16: bool = False) -> list[dict]:
+        """One plain dict per example (what a CLI prints as a JSON line)."""
+        raise NotImplementedError
+
+    def score(self, examples, predictions: list[dict], labels: tuple[str, ...]) -> dict[str, float]:
+        raise NotImplementedError
+
+
+def model_max_length(model, max_length: int | None, default: int = 512) -> int:
+    """The sequence length to use: `max_length` if given (an error if the model cannot take it),
+    otherwise the model's maximum, at most `default`."""
+    limit = model.backbone.embeddings.max_length
+    if max_length is None:
+        return min(limit, default)
+    if max_length > limit:
+        raise BertkitError(f"max_length {max_length} is longer than this model can take ({limit} tokens)")
+    if max_length < 8:
+        raise BertkitError(f"max_length must be at least 8, got {max_length}")
+    return max_length
+
+
+@torch.no_grad()
+def run_batches(model, features: list[dict], batch_size: int, bf16: bool, fields: tuple[str, ...]):
+    """Run the model over features in length-sorted batches; yields (indices, {field: (B, T, ...)
+    float32 numpy array}) for each batch, with the feature indices it covers."""
+    was_training = model.training
+    model.eval()
+    device = device_of(model)
+    pad_id = model.tokenizer.pad_token_id
+    try:
+        for chunk in length_batches([len(f["input_ids"]) for f in features], batch_size):
+            batch = collate([features[i] for i in chunk], pad_id)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                out = model(batch["input_ids"].to(device), batch["attention_mask"].to(device),
+                            batch["token_type_ids"].to(device))
+            yield chunk, {name: getattr(out, name).float().cpu().numpy() for name in fields}
+    finally:
+        model.train(was_training)

@@ -1,0 +1,130 @@
+"""Sequence classification, one text or a pair (BERT sec. 4.1: the [CLS] vector, through the
+head's classifier), and regression (one output, mean squared error: GLUE's STS-B).
+
+Shapes: B batch, T sequence length, C labels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..errors import BertkitError
+from ..objectives.base import Objective, Step
+from .base import Task, label_index, model_max_length, ordered_labels, report_truncated, run_batches, truncate_pair
+from .metrics import classification_scores, regression_scores
+from .readers import TextExample
+
+
+def encode_texts(examples: list[TextExample], tokenizer, max_length: int) -> tuple[list[dict], int]:
+    """Features (input_ids, token_type_ids) with the family's special tokens; texts (pairs) longer
+    than max_length are cut, longest part first. Returns the features and how many were cut."""
+    frame = tokenizer.frame
+    firsts = tokenizer.encode_plain([e.text for e in examples])
+    pairs = [e.text_pair is not None for e in examples]
+    seconds = iter(tokenizer.encode_plain([e.text_pair for e in examples if e.text_pair is not None]))
+    features, cut = [], 0
+    for a, has_pair in zip(firsts, pairs):
+        b = next(seconds) if has_pair else None
+        a, b, was_cut = truncate_pair(a, b, max_length - frame.specials(b is not None))
+        cut += was_cut
+        ids, types = frame.apply(np.asarray(a), None if b is None else np.asarray(b))
+        features.append({"input_ids": ids, "token_type_ids": types})
+    return features, cut
+
+
+class ClassificationObjective(Objective):
+    """Cross-entropy of the (B, C) logits against (B,) class indices; or, for a one-output model
+    (regression), the mean squared error of the (B,) scores."""
+
+    def __init__(self, model):
+        super().__init__()
+        if model.head_kind != "classification":
+            raise BertkitError(f"sequence classification needs a classification head, not {model.head_kind!r}")
+        self.model = model
+        self.regression = model.config.num_labels == 1
+
+    def models(self):
+        return {"": self.model}
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> Step:
+        logits = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()
+        if self.regression:
+            loss = F.mse_loss(logits.squeeze(-1), batch["label"].float())  # (B,) vs (B,)
+            return Step(loss, {"loss": loss.detach()})
+        loss = F.cross_entropy(logits, batch["label"])  # (B, C) vs (B,)
+        accuracy = (logits.argmax(-1) == batch["label"]).float().mean()
+        return Step(loss, {"loss": loss.detach(), "accuracy": accuracy})
+
+
+class SequenceClassification(Task):
+    name = "classification"
+    head = "classification"
+    metric = "accuracy"
+    metrics = ("accuracy", "f1", "mcc")
+
+    def labels_of(self, examples) -> tuple[str, ...]:
+        labels = ordered_labels(e.label for e in examples)
+        if len(labels) < 2:
+            raise BertkitError(f"classification needs at least two classes in the training data, found {list(labels)}")
+        return labels
+
+    def targets(self, examples, labels, source):
+        index = label_index(labels, [e.label for e in examples], source)
+        return [index[e.label] for e in examples]
+
+    def features(self, examples, tokenizer, labels, max_length, source):
+        features, cut = encode_texts(examples, tokenizer, max_length)
+        report_truncated(cut, len(features), max_length)
+        for f, target in zip(features, self.targets(examples, labels, source)):
+            f["label"] = target
+        return features
+
+    def objective(self, model):
+        return ClassificationObjective(model)
+
+    def predict(self, model, examples, batch_size=64, max_length=None, bf16=False):
+        """{"label": the most probable class, "score": its probability, "scores": every class's}."""
+        max_length = model_max_length(model, max_length)
+        features, cut = encode_texts(examples, model.tokenizer, max_length)
+        report_truncated(cut, len(features), max_length)
+        logits = np.zeros((len(features), model.config.num_labels), dtype=np.float32)  # (N, C)
+        for chunk, out in run_batches(model, features, batch_size, bf16, ("logits",)):
+            logits[chunk] = out["logits"]
+        return self.from_logits(logits, model.config.labels)
+
+    def from_logits(self, logits: np.ndarray, labels) -> list[dict]:
+        shifted = np.exp(logits - logits.max(-1, keepdims=True))
+        probs = shifted / shifted.sum(-1, keepdims=True)  # (N, C) softmax
+        best = probs.argmax(-1)
+        return [{"label": labels[k], "score": float(p[k]), "scores": {n: float(v) for n, v in zip(labels, p)}}
+                for k, p in zip(best, probs)]
+
+    def score(self, examples, predictions, labels):
+        gold = self.targets(examples, labels, "evaluation data")
+        index = {name: i for i, name in enumerate(labels)}
+        return classification_scores(gold, [index[p["label"]] for p in predictions], len(labels))
+
+
+class Regression(SequenceClassification):
+    """One real-valued output per text (pair); predictions are {"value": number}."""
+
+    name = "regression"
+    metric = "pearson"
+    metrics = ("pearson", "spearman")
+
+    def labels_of(self, examples) -> tuple[str, ...]:
+        return ("score",)
+
+    def targets(self, examples, labels, source):
+        values = [e.label for e in examples]
+        if any(not isinstance(v, float) for v in values):
+            raise BertkitError(f"{source}: regression needs numeric labels")
+        return values
+
+    def from_logits(self, logits, labels):
+        return [{"value": float(v)} for v in logits[:, 0]]
+
+    def score(self, examples, predictions, labels):
+        return regression_scores(self.targets(examples, labels, "evaluation data"), [p["value"] for p in predictions])

@@ -1,0 +1,348 @@
+"""Fine-tuning, evaluation and prediction: what `bertkit finetune / evaluate / predict` call.
+
+    metrics = finetune("classification", "path/to/pretrained", "imdb", "imdb", "runs/imdb")
+    evaluate("runs/imdb", "classification", "imdb")            # the test split of the built-in set
+    classify("runs/imdb", ["A wonderful film."])                # [{"text", "label", "score", "scores"}]
+
+`finetune` trains through the shared loop (bertkit.train.Trainer), scores the dev set from full
+predictions at every evaluation (the Trainer's on_eval hook), stops early after `patience`
+evaluations without a better dev score, and leaves in `out`: the best model in Hugging Face
+format with its label names and tokenizer, `metrics.json` (that model's dev scores, a flat
+object: accuracy, f1, mcc / pearson, spearman / exact_match, f1 ..., eval_examples, all scores
+fractions), `task.json` (the task and the settings evaluate / predict reuse), the training log
+metrics.jsonl (dev scores on the eval lines) and loss_curve.png. The loop's resumable checkpoint
+of the last step is removed at the end: the model worth keeping is the best one, at the root.
+
+Scores per task: classification accuracy, f1 (binary F1 of the second label for two classes,
+macro F1 otherwise), mcc; regression pearson, spearman, mse; token classification accuracy (per
+word) and precision / recall / f1 (entity-level, seqeval, for BIO tags; macro over tags for
+plain tags); QA exact_match and f1 (SQuAD's). Dev labels never seen in training are an error.
+Prediction helpers and evaluate() batch inputs by length and default to the max_length and bf16
+the model was fine-tuned with.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..config import PRESETS
+from ..data.corpora import DataWarning
+from ..data.tokenizer import Tokenizer, check_vocab_fits, load_tokenizer
+from ..errors import BertkitError
+from .base import TrainBatches, label_index, model_max_length
+from .classification import Regression, SequenceClassification
+from .qa import Decoding, QuestionAnswering, Windowing
+from .readers import TASKS, Columns, QAExample, TaggedSentence, TextExample, load_examples
+from .tagging import TokenClassification, split_words
+
+TASK_FILE = "task.json"
+DEFAULT_LENGTH = {"classification": 128, "regression": 128, "token-classification": 128, "qa": 384}
+
+
+@dataclass(frozen=True)
+class FinetuneSettings:
+    epochs: float = 3.0
+    steps: int | None = None             # optimizer steps; when given, instead of epochs
+    time_budget: float | None = None     # seconds of training, as in pre-training
+    batch_size: int = 32
+    lr: float = 5e-5                     # BERT sec. 4 / A.3 searches 5e-5, 3e-5, 2e-5
+    weight_decay: float = 0.01
+    warmup: float = 0.1                  # fraction of training
+    schedule: str = "linear"
+    max_length: int | None = None        # None: 128 (384 for QA), at most the model's maximum
+    eval_every: int | None = None        # optimizer steps between dev evaluations; None: once an epoch
+    patience: int | None = 3             # evaluations without a better dev score before stopping
+    metric: str | None = None            # dev score to follow; None: the task's (accuracy, pearson, f1)
+    seed: int = 0
+    bf16: bool = False
+    eval_batch_size: int = 64
+    device: str | None = None            # None: cuda when available
+    progress: bool = True
+    # extractive QA
+    doc_stride: int = 128
+    max_query_length: int = 64
+    max_answer_length: int = 30
+    n_best: int = 20
+    null_answers: bool | None = None     # SQuAD v2 empty answers; None: if the training data has any
+    null_threshold: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.epochs <= 0:
+            raise BertkitError(f"epochs must be positive, got {self.epochs}")
+        for name in ("batch_size", "eval_batch_size", "n_best", "max_answer_length", "max_query_length"):
+            if getattr(self, name) < 1:
+                raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("steps", "eval_every", "patience"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise BertkitError(f"{name} must be at least 1, got {value}")
+        if self.doc_stride < 0:
+            raise BertkitError(f"doc_stride must be >= 0, got {self.doc_stride}")
+        if self.lr <= 0:
+            raise BertkitError(f"lr must be positive, got {self.lr}")
+
+
+def make_task(name: str, settings: FinetuneSettings = FinetuneSettings(), null_answers: bool = False):
+    if name == "classification":
+        return SequenceClassification()
+    if name == "regression":
+        return Regression()
+    if name == "token-classification":
+        return TokenClassification()
+    if name == "qa":
+        return QuestionAnswering(
+            Windowing(settings.max_length or DEFAULT_LENGTH["qa"], settings.doc_stride, settings.max_query_length),
+            Decoding(settings.n_best, settings.max_answer_length, null_answers, settings.null_threshold))
+    raise BertkitError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}")
+
+
+# ---- models -----------------------------------------------------------------------------------
+def _with_tokenizer(model, tokenizer):
+    if tokenizer is not None:
+        model.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else load_tokenizer(tokenizer)
+    if model.tokenizer is None:
+        raise BertkitError("the model has no tokenizer: pass one (a checkpoint directory, tokenizer.json or vocab.txt)")
+    check_vocab_fits(model.tokenizer, model.config.vocab_size)
+    return model
+
+
+def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
+    """A model with `task`'s head for `labels`: a Model as is, a preset name (fresh weights), or a
+    checkpoint directory (its encoder; its head too when it already has this task's head and
+    labels, otherwise a new head). Returns (model, labels in the model's order)."""
+    from ..interop.hf import from_pretrained
+    from ..model import Model, build
+
+    sized = task.head != "qa"  # a span head always has two outputs
+    if isinstance(source, Model):
+        model = source
+        if model.head_kind != task.head:
+            raise BertkitError(f"the model has a {model.head_kind!r} head; {task.name} needs {task.head!r}")
+    elif str(source) in PRESETS and not Path(str(source)).exists():
+        model = build(str(source), head=task.head, num_labels=len(labels) if sized else None)
+    else:
+        hf = Path(str(source)).expanduser()
+        if not (hf / "config.json").exists():
+            raise BertkitError(f"{source}: neither a preset ({', '.join(sorted(PRESETS))}) nor a model directory")
+        with warnings.catch_warnings():  # a new head is what fine-tuning starts from, not news
+            warnings.filterwarnings("ignore", message=".*head parameter.*freshly initialized")
+            model = from_pretrained(hf, head=task.head, num_labels=len(labels) if sized else None)
+    if sized:
+        if model.config.num_labels != len(labels):
+            raise BertkitError(f"the model has {model.config.num_labels} outputs but the data has {len(labels)} labels")
+        if set(model.config.label_names) == set(labels):
+            labels = model.config.label_names  # a model fine-tuned on these labels keeps its order
+        model.config = model.config.replace(label_names=tuple(labels))
+    return _with_tokenizer(model, tokenizer), labels
+
+
+def load_model(source, tokenizer=None):
+    """A fine-tuned model from a Model or a directory (head from its config)."""
+    from ..interop.hf import from_pretrained
+    from ..model import Model
+
+    model = source if isinstance(source, Model) else from_pretrained(Path(str(source)).expanduser())
+    return _with_tokenizer(model, tokenizer)
+
+
+def _task_settings(source) -> dict:
+    """task.json of a fine-tuned directory ({} for a Model or a directory without one)."""
+    if isinstance(source, (str, Path)) and (Path(source).expanduser() / TASK_FILE).exists():
+        return json.loads((Path(source).expanduser() / TASK_FILE).read_text())
+    return {}
+
+
+def _task_of(model, name: str | None, saved: dict) -> str:
+    if name is not None:
+        return name
+    if "task" in saved:
+        return saved["task"]
+    by_head = {"classification": "regression" if model.config.num_labels == 1 else "classification",
+               "token-classification": "token-classification", "qa": "qa"}
+    if model.head_kind not in by_head:
+        raise BertkitError(f"the model has a {model.head_kind!r} head, not a fine-tuning task's; name the task")
+    return by_head[model.head_kind]
+
+
+def _device(settings: FinetuneSettings) -> torch.device:
+    return torch.device(settings.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+# ---- fine-tuning ------------------------------------------------------------------------------
+@dataclass
+class EarlyStopping:
+    """The on_eval hook: score the dev set from full predictions, remember the best weights,
+    ask the loop to stop after `patience` evaluations without improvement."""
+    task: object
+    model: torch.nn.Module
+    examples: list
+    labels: tuple[str, ...]
+    metric: str
+    settings: FinetuneSettings
+    max_length: int
+    best: dict = field(default_factory=dict)
+    best_step: int = 0
+    best_state: dict | None = None
+    waited: int = 0
+
+    def __call__(self, step: int, metrics: dict) -> bool:
+        s = self.settings
+        with warnings.catch_warnings():
+            if self.best:  # what reading the dev set repaired was reported at the first evaluation
+                warnings.simplefilter("ignore", DataWarning)
+            predictions = self.task.predict(self.model, self.examples, s.eval_batch_size, self.max_length, s.bf16)
+        scores = self.task.score(self.examples, predictions, self.labels)
+        metrics.update(scores)  # logged in metrics.jsonl with the evaluation
+        if not self.best or scores[self.metric] > self.best[self.metric]:
+            self.best, self.best_step, self.waited = scores, step, 0
+            self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+            return False
+        self.waited += 1
+        return s.patience is not None and self.waited >= s.patience
+
+
+def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneSettings = FinetuneSettings(),
+             tokenizer=None, columns: Columns = Columns()) -> dict:
+    """Fine-tune `model` (a Model, a preset name, or a pre-trained directory) on `train` and
+    early-stop on `eval` (lists of examples, built-in names, files, or hub names; a built-in
+    name gives its train split to `train` and its dev split to `eval`). Returns the dev scores
+    of the best model, also written to out/metrics.json."""
+    from ..train import Trainer, TrainSettings
+
+    out = Path(out)
+    train_examples = load_examples(task, train, "train", columns)
+    eval_examples = load_examples(task, eval, "dev", columns)
+    if not train_examples or not eval_examples:
+        raise BertkitError("no training examples" if not train_examples else "no evaluation examples")
+    null_answers = settings.null_answers
+    if task == "qa" and null_answers is None:
+        null_answers = any(e.is_impossible for e in train_examples)
+    job = make_task(task, settings, bool(null_answers))
+    torch.manual_seed(settings.seed)  # a new head's initial weights
+    model, labels = model_for(job, model, job.labels_of(train_examples), tokenizer)
+    if task == "token-classification":
+        label_index(labels, [t for s in eval_examples for t in s.tags], str(eval))
+    elif task == "classification":
+        label_index(labels, [e.label for e in eval_examples], str(eval))
+    max_length = model_max_length(model, settings.max_length, DEFAULT_LENGTH[task])
+    features = job.features(train_examples, model.tokenizer, labels, max_length, str(train))
+    batches = TrainBatches(features, settings.batch_size, model.tokenizer.pad_token_id, settings.seed)
+    steps = settings.steps or max(1, math.ceil(settings.epochs * batches.per_epoch))
+    if settings.time_budget is not None and settings.steps is None:
+        steps = None
+    metric = settings.metric or job.metric_for(labels)
+    if metric not in job.metrics:
+        raise BertkitError(f"early stopping cannot follow {metric!r} for {task}; choose one of {', '.join(job.metrics)}")
+    stopper = EarlyStopping(job, model, eval_examples, labels, metric, settings, max_length)
+    train_settings = TrainSettings(
+        steps=steps, time_budget=settings.time_budget, lr=settings.lr, weight_decay=settings.weight_decay,
+        betas=(0.9, 0.999), eps=1e-8, warmup=settings.warmup, schedule=settings.schedule, bf16=settings.bf16,
+        eval_every=settings.eval_every or batches.per_epoch, save_every=10**9, keep=1, seed=settings.seed,
+        progress=settings.progress)
+    trainer = Trainer(job.objective(model), batches, train_settings, out, device=_device(settings), on_eval=stopper)
+    trainer.fit()
+
+    with torch.no_grad():
+        model.load_state_dict(stopper.best_state)
+    model.save_pretrained(out)
+    metrics = {**stopper.best, "eval_examples": len(eval_examples), "train_examples": len(train_examples),
+               "best_step": stopper.best_step, "steps": trainer.step}
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    saved = {"task": task, "metric": metric, "max_length": max_length, "labels": list(labels),
+             **({"null_answers": bool(null_answers)} if task == "qa" else {}),
+             "settings": {k: v for k, v in asdict(settings).items() if k not in ("progress", "device")}}
+    (out / TASK_FILE).write_text(json.dumps(saved, indent=2) + "\n")
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)  # the last step's; the best model is at the root
+    return metrics
+
+
+# ---- evaluation and prediction ----------------------------------------------------------------
+def _prepared(source, task: str | None, tokenizer, overrides: dict, data_has_null: bool = False):
+    """(model, task name, Task, settings, max_length) for a fine-tuned model: the settings it was
+    trained with (task.json), with the non-None `overrides` on top."""
+    saved = _task_settings(source)
+    model = load_model(source, tokenizer)
+    name = _task_of(model, task, saved)
+    values = {k: v for k, v in saved.get("settings", {}).items() if k in FinetuneSettings.__dataclass_fields__}
+    values["max_length"] = saved.get("max_length", values.get("max_length"))
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    settings = FinetuneSettings(**values)
+    null_answers = settings.null_answers
+    if null_answers is None:
+        null_answers = saved.get("null_answers", data_has_null)
+    job = make_task(name, settings, bool(null_answers))
+    max_length = model_max_length(model, settings.max_length, DEFAULT_LENGTH[name])
+    model.to(_device(settings))
+    return model, name, job, settings, max_length
+
+
+def evaluate(model, task: str | None, data, split: str = "test", tokenizer=None, columns: Columns = Columns(),
+             **overrides) -> dict:
+    """Scores of a fine-tuned model (a directory or a Model) on `data` (a built-in name, whose
+    `split` is used, a file or a hub name): the same flat keys as finetune's metrics.json. The
+    task and the settings (max_length, bf16, QA windows and decoding) default to those the model
+    was fine-tuned with (task.json); `overrides` are FinetuneSettings fields, e.g. max_length=256."""
+    unknown = sorted(set(overrides) - set(FinetuneSettings.__dataclass_fields__))
+    if unknown:
+        raise BertkitError(f"unknown setting(s) {', '.join(unknown)}; known: "
+                           f"{', '.join(FinetuneSettings.__dataclass_fields__)}")
+    name = task or _task_settings(model).get("task") or _task_of(load_model(model, tokenizer), None, {})
+    examples = load_examples(name, data, split, columns)
+    has_null = name == "qa" and any(e.is_impossible for e in examples)
+    model, name, job, settings, length = _prepared(model, name, tokenizer, overrides, has_null)
+    predictions = job.predict(model, examples, settings.eval_batch_size, length, settings.bf16)
+    return {**job.score(examples, predictions, model.config.labels), "eval_examples": len(examples)}
+
+
+def classify(model, texts: list[str], text_pairs: list[str] | None = None, batch_size: int = 64,
+             max_length: int | None = None, bf16: bool | None = None, tokenizer=None) -> list[dict]:
+    """{"text", ("text_pair"), "label", "score", "scores"} per text (a regression model: "value")."""
+    if text_pairs is not None and len(text_pairs) != len(texts):
+        raise BertkitError(f"{len(texts)} texts but {len(text_pairs)} text pairs")
+    model, name, job, settings, length = _prepared(model, None, tokenizer, {"max_length": max_length, "bf16": bf16})
+    if name not in ("classification", "regression"):
+        raise BertkitError(f"this is a {name} model, not a text classifier")
+    examples = [TextExample(t, text_pairs[i] if text_pairs else None) for i, t in enumerate(texts)]
+    results = job.predict(model, examples, batch_size, length, settings.bf16)
+    return [{"text": e.text, **({"text_pair": e.text_pair} if e.text_pair else {}), **r}
+            for e, r in zip(examples, results)]
+
+
+def tag(model, inputs: list[str] | list[list[str]], batch_size: int = 64, max_length: int | None = None,
+        bf16: bool | None = None, tokenizer=None) -> list[dict]:
+    """{"tokens", "tags", "scores"} per input: a list of words, or a text split into words and
+    punctuation (then also "offsets": each word's [start, end) characters in the text)."""
+    overrides = {"max_length": max_length, "bf16": bf16}
+    model, _, job, settings, length = _prepared(model, "token-classification", tokenizer, overrides)
+    sentences, spans = [], []
+    for item in inputs:
+        if isinstance(item, str):
+            words, offsets = split_words(item)
+            sentences.append(TaggedSentence(tuple(words)))
+            spans.append(offsets)
+        else:
+            sentences.append(TaggedSentence(tuple(item)))
+            spans.append(None)
+    results = job.predict(model, sentences, batch_size, length, settings.bf16)
+    return [{**r, **({"offsets": [list(o) for o in s]} if s is not None else {})} for r, s in zip(results, spans)]
+
+
+def answer(model, questions: list[str], contexts: list[str], top_k: int = 1, null_answers: bool | None = None,
+           batch_size: int = 64, max_length: int | None = None, bf16: bool | None = None, tokenizer=None) -> list[dict]:
+    """{"question", "answer", "start", "end" (characters of the context, None for no answer),
+    "score"} per question; top_k > 1 adds "alternatives". Empty answers are allowed when the
+    model was fine-tuned with unanswerable questions, or with null_answers=True."""
+    if len(questions) != len(contexts):
+        raise BertkitError(f"{len(questions)} questions but {len(contexts)} contexts")
+    overrides = {"max_length": max_length, "null_answers": null_answers, "bf16": bf16}
+    model, _, job, settings, length = _prepared(model, "qa", tokenizer, overrides)
+    examples = [QAExample(str(i), q, c) for i, (q, c) in enumerate(zip(questions, contexts))]
+    results = job.predict(model, examples, batch_size, length, settings.bf16, top_k=top_k)
+    return [{"question": q, **{k: v for k, v in r.items() if k != "id"}} for q, r in zip(questions, results)]

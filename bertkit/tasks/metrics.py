@@ -1,0 +1,146 @@
+"""The field's standard scores, computed with the libraries everyone compares against:
+scikit-learn (accuracy, F1, Matthews correlation), scipy (Pearson, Spearman), seqeval
+(entity-level precision/recall/F1, CoNLL-2000 `conlleval` rules), and the official SQuAD
+normalization for exact match and token F1 (written out below from its definition).
+
+Every score is a fraction (accuracy 0.886, not 88.6). Correlations (MCC, Pearson, Spearman) lie
+in [-1, 1]; a correlation with a constant side is undefined and reported as 0.0 (JSON has no NaN).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import re
+import string
+import warnings
+
+import numpy as np
+
+
+# ---- sequence classification and regression ----------------------------------------------------
+def classification_scores(gold: list[int], predicted: list[int], num_labels: int) -> dict[str, float]:
+    """accuracy; f1: binary F1 of class 1 (the positive class: index 1 in the label order) when
+    there are two classes, the unweighted mean over classes (macro) otherwise; mcc: Matthews
+    correlation (multi-class form, Gorodkin 2004)."""
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+    if not gold:
+        return {"accuracy": 0.0, "f1": 0.0, "mcc": 0.0}
+    if num_labels == 2:
+        f1 = f1_score(gold, predicted, average="binary", pos_label=1, zero_division=0)
+    else:
+        f1 = f1_score(gold, predicted, average="macro", labels=list(range(num_labels)), zero_division=0)
+    return {"accuracy": float(accuracy_score(gold, predicted)), "f1": float(f1),
+            "mcc": float(matthews_corrcoef(gold, predicted))}
+
+
+def _correlation(value) -> float:
+    value = float(value)
+    return 0.0 if math.isnan(value) else value
+
+
+def regression_scores(gold: list[float], predicted: list[float]) -> dict[str, float]:
+    """Pearson and Spearman correlation (GLUE's STS-B scores) and the mean squared error."""
+    from scipy.stats import pearsonr, spearmanr
+
+    gold_a, pred_a = np.asarray(gold, dtype=np.float64), np.asarray(predicted, dtype=np.float64)
+    mse = float(np.mean((gold_a - pred_a) ** 2)) if len(gold_a) else 0.0
+    if len(gold_a) < 2 or gold_a.std() == 0 or pred_a.std() == 0:
+        return {"pearson": 0.0, "spearman": 0.0, "mse": mse}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return {"pearson": _correlation(pearsonr(gold_a, pred_a)[0]),
+                "spearman": _correlation(spearmanr(gold_a, pred_a)[0]), "mse": mse}
+
+
+# ---- token classification ---------------------------------------------------------------------
+BIO = re.compile(r"[BIESLU]-.+")
+
+
+def is_bio(tags) -> bool:
+    """Whether tags follow an entity scheme (O, B-X, I-X, and E-/S-/L-/U- variants) rather than
+    plain per-token classes such as part-of-speech tags."""
+    tags = set(tags)
+    return any(t != "O" for t in tags) and all(t == "O" or BIO.fullmatch(t) for t in tags)
+
+
+def tagging_scores(gold: list[list[str]], predicted: list[list[str | None]], bio: bool) -> dict[str, float]:
+    """Entity schemes (bio=True): seqeval's entity-level precision, recall and F1 (an entity
+    counts only with its exact span and type) plus per-word accuracy. Plain tags: per-word
+    accuracy, with precision / recall / F1 as unweighted means over tags (scikit-learn, macro).
+    A word without a prediction (None: cut off by the length limit) counts as wrong, and as
+    outside any entity."""
+    flat_gold = [t for sentence in gold for t in sentence]
+    flat_pred = [t for sentence in predicted for t in sentence]
+    if len(flat_gold) != len(flat_pred):
+        raise ValueError("gold and predicted tags differ in length")
+    if not flat_gold:
+        return {"accuracy": 0.0, "precision": 0.0, "recall": 0.0, "f1": 0.0}
+    accuracy = sum(g == p for g, p in zip(flat_gold, flat_pred)) / len(flat_gold)
+    if bio:
+        from seqeval.metrics import f1_score, precision_score, recall_score
+
+        filled = [[p if p is not None else "O" for p in sentence] for sentence in predicted]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # seqeval warns on an undefined score, then gives 0
+            return {"accuracy": accuracy,
+                    "precision": float(precision_score(gold, filled, zero_division=0)),
+                    "recall": float(recall_score(gold, filled, zero_division=0)),
+                    "f1": float(f1_score(gold, filled, zero_division=0))}
+    from sklearn.metrics import precision_recall_fscore_support
+
+    tags = sorted(set(flat_gold))
+    filled = [p if p is not None else "\0none" for p in flat_pred]
+    p, r, f, _ = precision_recall_fscore_support(flat_gold, filled, labels=tags, average="macro", zero_division=0)
+    return {"accuracy": accuracy, "precision": float(p), "recall": float(r), "f1": float(f)}
+
+
+# ---- SQuAD ------------------------------------------------------------------------------------
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = set(string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD's answer normalization (Rajpurkar et al., 2016, sec. 6; the official evaluation
+    script): lowercase, drop ASCII punctuation, drop the articles a / an / the, and collapse
+    whitespace."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def _golds(gold: list[str]) -> list[str]:
+    """Gold answers that survive normalization; none (SQuAD v2's unanswerable) means [""]."""
+    return [g for g in gold if normalize_answer(g)] or [""]
+
+
+def exact_match(prediction: str, gold: list[str]) -> float:
+    """1.0 when the normalized prediction equals any normalized gold answer. An unanswerable
+    question (SQuAD v2) has the gold answer "", matched only by the empty prediction."""
+    return float(any(normalize_answer(prediction) == normalize_answer(g) for g in _golds(gold)))
+
+
+def _token_f1(prediction: str, gold: str) -> float:
+    pred_tokens, gold_tokens = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    if not pred_tokens or not gold_tokens:  # one of them is "no answer": right only if both are
+        return float(pred_tokens == gold_tokens)
+    common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
+    overlap = sum(common.values())
+    if overlap == 0:
+        return 0.0
+    precision, recall = overlap / len(pred_tokens), overlap / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def token_f1(prediction: str, gold: list[str]) -> float:
+    """The best bag-of-tokens F1 between the normalized prediction and any gold answer."""
+    return max(_token_f1(prediction, g) for g in _golds(gold))
+
+
+def squad_scores(predictions: list[str], gold: list[list[str]]) -> dict[str, float]:
+    """Mean exact match and F1 over questions, as fractions; gold [] = unanswerable."""
+    if not predictions:
+        return {"exact_match": 0.0, "f1": 0.0}
+    em = [exact_match(p, g) for p, g in zip(predictions, gold, strict=True)]
+    f1 = [token_f1(p, g) for p, g in zip(predictions, gold, strict=True)]
+    return {"exact_match": sum(em) / len(em), "f1": sum(f1) / len(f1)}

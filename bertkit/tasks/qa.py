@@ -1,0 +1,233 @@
+"""Extractive question answering (BERT sec. 4.2 and 4.3): the model scores every token as the
+start and as the end of the answer span, in SQuAD v1.1 form (an answer is always a span of the
+context) and v2.0 form (a question may have no answer: the [CLS] position stands for "none").
+
+Long contexts are cut into windows: [CLS] question [SEP] context-window [SEP], consecutive
+windows overlapping by `doc_stride` tokens, so an answer cut by one window's edge lies whole in
+the next. A training window that does not hold the whole answer (and every window of an
+unanswerable question) points start and end at [CLS], position 0.
+
+Post-processing takes, in every window, the n_best start and end tokens, keeps spans with
+start <= end and at most max_answer_length tokens, scores them start + end logit, and maps the
+best back through the tokenizer's character offsets to the exact span of the original context.
+For v2, the null score is the smallest [CLS] start + end over the windows; the answer is empty
+when it beats the best span by more than null_threshold (Devlin et al.'s v2 rule).
+
+Shapes: B batch, T sequence length, W window tokens, N windows of one example.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..errors import BertkitError
+from ..objectives.base import Objective, Step
+from .base import Task, model_max_length, run_batches
+from .metrics import squad_scores
+from .readers import QAExample, report
+
+
+@dataclass(frozen=True)
+class Windowing:
+    max_length: int = 384
+    doc_stride: int = 128          # tokens shared by consecutive windows
+    max_query_length: int = 64     # longer questions are cut
+
+
+def _layout(frame) -> tuple[int, int]:
+    """(specials before the question, specials between question and context) in the pair frame."""
+    parts = [p for p, _ in frame.pair]
+    if "A" not in parts or "B" not in parts or parts.index("A") > parts.index("B"):
+        raise BertkitError("the tokenizer's pair layout is not question-then-context")
+    if parts[0] in ("A", "B"):
+        raise BertkitError("the tokenizer puts no special token first, so there is no [CLS] for 'no answer'")
+    a, b = parts.index("A"), parts.index("B")
+    return a, b - a - 1
+
+
+def windows(examples: list[QAExample], tokenizer, w: Windowing) -> tuple[list[dict], int]:
+    """One feature per window: input_ids, token_type_ids, `example` (index), `context_start`
+    (position of the window's first context token) and `offsets` (W, 2), the character span of
+    each window token in the context. With answers (training) also start_positions and
+    end_positions. Returns the features and how many answers fit in no window."""
+    frame = tokenizer.frame
+    before, between = _layout(frame)
+    specials = frame.specials(True)
+    if w.max_length - specials - w.max_query_length - w.doc_stride < 1:
+        raise BertkitError(f"max_length {w.max_length} leaves no context after a question of up to "
+                           f"{w.max_query_length} tokens and a doc stride of {w.doc_stride}; raise max_length "
+                           "or lower doc_stride / max_query_length")
+    questions = tokenizer.encode_plain([e.question for e in examples])
+    contexts = tokenizer.encode_offsets([e.context for e in examples])
+    features, lost = [], 0
+    for k, (example, question, (ids, offsets)) in enumerate(zip(examples, questions, contexts)):
+        question = np.asarray(question[:w.max_query_length], dtype=np.int64)
+        ids, offsets = np.asarray(ids, dtype=np.int64), np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+        budget = w.max_length - specials - len(question)
+        context_start = before + len(question) + between
+        starts = [0]
+        while starts[-1] + budget < len(ids):
+            starts.append(starts[-1] + budget - w.doc_stride)
+        answer = example.answers[0] if example.answers and not example.is_impossible else None
+        found = False
+        for start in starts:
+            span = offsets[start:start + budget]  # (W, 2)
+            input_ids, types = frame.apply(question, ids[start:start + budget])
+            feature = {"input_ids": input_ids, "token_type_ids": types, "example": k,
+                       "context_start": context_start, "offsets": span}
+            if answer is not None:
+                s, e = answer_tokens(span, answer.start, answer.end)
+                found |= s >= 0
+                feature["start_positions"] = context_start + s if s >= 0 else 0
+                feature["end_positions"] = context_start + e if s >= 0 else 0
+            elif example.is_impossible:
+                feature["start_positions"] = feature["end_positions"] = 0
+            features.append(feature)
+        lost += answer is not None and not found
+    return features, lost
+
+
+def answer_tokens(offsets: np.ndarray, start: int, end: int) -> tuple[int, int]:
+    """(first, last) window token of the character span [start, end), or (-1, -1) when the window
+    does not hold all of it."""
+    if len(offsets) == 0 or offsets[0, 0] > start or offsets[-1, 1] < end:
+        return -1, -1
+    first = int(np.argmax(offsets[:, 1] > start))        # first token ending after the answer starts
+    last = int(len(offsets) - 1 - np.argmax(offsets[::-1, 0] < end))  # last token starting before it ends
+    if offsets[first, 1] <= start or offsets[last, 0] >= end or first > last:
+        return -1, -1
+    return first, last
+
+
+class SpanObjective(Objective):
+    """Mean of the start and end cross-entropies over the (B, T) logits (BERT sec. 4.2)."""
+
+    def __init__(self, model):
+        super().__init__()
+        if model.head_kind != "qa":
+            raise BertkitError(f"extractive QA needs a qa head, not {model.head_kind!r}")
+        self.model = model
+
+    def models(self):
+        return {"": self.model}
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> Step:
+        out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        start, end = out.start_logits.float(), out.end_logits.float()  # (B, T) each
+        loss = (F.cross_entropy(start, batch["start_positions"]) + F.cross_entropy(end, batch["end_positions"])) / 2
+        exact = ((start.argmax(-1) == batch["start_positions"]) & (end.argmax(-1) == batch["end_positions"])).float()
+        return Step(loss, {"loss": loss.detach(), "span_accuracy": exact.mean()})
+
+
+@dataclass(frozen=True)
+class Decoding:
+    n_best: int = 20
+    max_answer_length: int = 30     # tokens
+    null_answers: bool = False      # SQuAD v2: the empty answer is allowed
+    null_threshold: float = 0.0     # predict "" when null score - best span score > this
+
+
+def _trim(context: str, start: int, end: int) -> tuple[int, int]:
+    """Drop whitespace a token's offsets may include at the span's edges (byte-level BPE)."""
+    while start < end and context[start].isspace():
+        start += 1
+    while end > start and context[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+def best_answers(examples: list[QAExample], features: list[dict], start_logits: list[np.ndarray],
+                 end_logits: list[np.ndarray], d: Decoding = Decoding(), top_k: int = 1) -> list[dict]:
+    """One answer per example from its windows' logits (each (T,) for its feature):
+    {"id", "answer", "start", "end" (characters of the context; None for no answer), "score"
+    (softmax over the n-best and, for v2, the null answer)}; with top_k > 1 also "alternatives"."""
+    by_example: dict[int, list[int]] = {}
+    for i, f in enumerate(features):
+        by_example.setdefault(f["example"], []).append(i)
+    results = []
+    for k, example in enumerate(examples):
+        spans: dict[tuple[int, int], float] = {}
+        null = np.inf
+        for i in by_example.get(k, []):
+            f = features[i]
+            offsets, cs = f["offsets"], f["context_start"]
+            starts = start_logits[i][cs:cs + len(offsets)]  # (W,)
+            ends = end_logits[i][cs:cs + len(offsets)]      # (W,)
+            null = min(null, float(start_logits[i][0] + end_logits[i][0]))
+            for s in np.argsort(-starts)[:d.n_best]:
+                for e in np.argsort(-ends)[:d.n_best]:
+                    if e < s or e - s + 1 > d.max_answer_length:
+                        continue
+                    span = _trim(example.context, int(offsets[s, 0]), int(offsets[e, 1]))
+                    if span[1] <= span[0]:
+                        continue
+                    score = float(starts[s] + ends[e])
+                    if score > spans.get(span, -np.inf):  # the same span from overlapping windows
+                        spans[span] = score
+        ranked = sorted(spans.items(), key=lambda item: -item[1])[:d.n_best]
+        candidates = [{"answer": example.context[s:e], "start": s, "end": e, "score": score}
+                      for (s, e), score in ranked]
+        if d.null_answers and np.isfinite(null):
+            null_candidate = {"answer": "", "start": None, "end": None, "score": null}
+            if not candidates or null - candidates[0]["score"] > d.null_threshold:
+                candidates.insert(0, null_candidate)
+            else:
+                candidates.append(null_candidate)
+        if not candidates:
+            candidates = [{"answer": "", "start": None, "end": None, "score": 0.0}]
+        scores = np.array([c["score"] for c in candidates], dtype=np.float64)
+        probs = np.exp(scores - scores.max())
+        probs /= probs.sum()
+        for c, p in zip(candidates, probs):
+            c["score"] = round(float(p), 6)
+        result = {"id": example.id, **candidates[0]}
+        if top_k > 1:
+            result["alternatives"] = candidates[1:top_k]
+        results.append(result)
+    return results
+
+
+class QuestionAnswering(Task):
+    name = "qa"
+    head = "qa"
+    metric = "f1"
+    metrics = ("exact_match", "f1")
+
+    def __init__(self, windowing: Windowing | None = None, decoding: Decoding = Decoding()):
+        self.windowing = windowing  # None: Windowing() with the model's max_length
+        self.decoding = decoding
+
+    def labels_of(self, examples) -> tuple[str, ...]:
+        return ("start", "end")
+
+    def _windowing(self, max_length: int) -> Windowing:
+        w = self.windowing or Windowing()
+        return Windowing(max_length, w.doc_stride, w.max_query_length)
+
+    def features(self, examples, tokenizer, labels, max_length, source):
+        features, lost = windows(examples, tokenizer, self._windowing(max_length))
+        report(lost, f"{source}: {{n}} answer(s) fit in no window of {max_length} tokens; their windows point at "
+                     "[CLS] (no answer)")
+        return [f for f in features if "start_positions" in f]
+
+    def objective(self, model):
+        return SpanObjective(model)
+
+    def predict(self, model, examples, batch_size=64, max_length=None, bf16=False, top_k=1):
+        max_length = model_max_length(model, max_length, default=384)
+        features, _ = windows(examples, model.tokenizer, self._windowing(max_length))
+        starts: list[np.ndarray] = [np.zeros(0)] * len(features)
+        ends: list[np.ndarray] = [np.zeros(0)] * len(features)
+        for chunk, out in run_batches(model, features, batch_size, bf16, ("start_logits", "end_logits")):
+            for row, i in enumerate(chunk):
+                n = len(features[i]["input_ids"])
+                starts[i], ends[i] = out["start_logits"][row, :n], out["end_logits"][row, :n]
+        return best_answers(examples, features, starts, ends, self.decoding, top_k)
+
+    def score(self, examples, predictions, labels):
+        return squad_scores([p["answer"] for p in predictions],
+                            [[] if e.is_impossible else [a.text for a in e.answers] for e in examples])

