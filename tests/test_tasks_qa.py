@@ -1,0 +1,175 @@
+"""QA post-processing with logits set by hand: exact character spans of the original context
+across windows (answers straddling a window edge included), n-best, maximum answer length,
+duplicates from overlapping windows, null answers (the smallest [CLS] score over windows against
+a threshold), and offsets from all three tokenizer kinds; token-classification word alignment for
+the same kinds."""
+
+import unicodedata
+
+import numpy as np
+import pytest
+
+from bertkit.data import builtin
+from bertkit.data.trainers import TokenizerSettings, train_tokenizer
+from bertkit.tasks import Answer, QAExample, TaggedSentence
+from bertkit.tasks.qa import Decoding, Windowing, answer_tokens, best_answers, windows
+from bertkit.tasks.tagging import encode_sentences
+
+SETTING = Windowing(max_length=40, doc_stride=10, max_query_length=8)
+CONTEXT = (" ".join(f"filler{i}" for i in range(30)) + " In 1998 the crew visited Zürich-Oerlikon, (Switzerland) "
+           "and then “São Paulo” for 3½ weeks. " + " ".join(f"more{i}" for i in range(30)))
+
+
+def flat_logits(features, value=-10.0):
+    return [np.full(len(f["input_ids"]), value) for f in features], [np.full(len(f["input_ids"]), value)
+                                                                       for f in features]
+
+
+def peak(features, starts, ends, example_offsets, first, last, score=5.0):
+    """Put start/end logits on context tokens `first`..`last` (indices into the whole context) in
+    every window that holds both."""
+    for f, s, e in zip(features, starts, ends):
+        lo = int(np.searchsorted(example_offsets[:, 0], f["offsets"][0, 0]))  # the window's first context token
+        if lo <= first and last < lo + len(f["offsets"]):
+            s[f["context_start"] + first - lo] = score
+            e[f["context_start"] + last - lo] = score
+
+
+def context_tokens(tokenizer, text):
+    return np.asarray(tokenizer.encode_offsets([text])[0][1]).reshape(-1, 2)
+
+
+@pytest.mark.parametrize("text", ["Zürich-Oerlikon, (Switzerland)", "“São Paulo”", "3½ weeks", "1998"])
+def test_post_processing_returns_the_exact_characters_of_the_context(tokenizer, text):
+    start = CONTEXT.index(text)
+    example = QAExample("q", "Where did they go?", CONTEXT)
+    features, _ = windows([example], tokenizer, SETTING)
+    offsets = context_tokens(tokenizer, CONTEXT)
+    first, last = answer_tokens(offsets, start, start + len(text))
+    assert first >= 0
+    starts, ends = flat_logits(features)
+    peak(features, starts, ends, offsets, first, last)
+    [result] = best_answers([example], features, starts, ends, Decoding(max_answer_length=30))
+    assert len(features) > 2
+    assert CONTEXT[result["start"]:result["end"]] == result["answer"]
+    assert result["answer"] == CONTEXT[offsets[first, 0]:offsets[last, 1]]
+    assert text.strip("“”") in result["answer"]
+
+
+def test_random_spans_map_back_exactly(tokenizer):
+    example = QAExample("q", "What?", CONTEXT)
+    features, _ = windows([example], tokenizer, SETTING)
+    offsets = context_tokens(tokenizer, CONTEXT)
+    rng = np.random.default_rng(0)
+    for _ in range(25):
+        first = int(rng.integers(0, len(offsets) - 5))
+        last = first + int(rng.integers(0, 5))
+        starts, ends = flat_logits(features)
+        peak(features, starts, ends, offsets, first, last)
+        [result] = best_answers([example], features, starts, ends)
+        assert (result["start"], result["end"]) == (offsets[first, 0], offsets[last, 1])
+
+
+def test_an_answer_straddling_a_window_edge_is_found_whole_in_the_overlapping_window(tokenizer):
+    example = QAExample("q", "What?", CONTEXT)
+    features, _ = windows([example], tokenizer, SETTING)
+    offsets = context_tokens(tokenizer, CONTEXT)
+    edge = len(features[0]["offsets"])  # the first context token outside window 0
+    first, last = edge - 1, edge + 1
+    gold = CONTEXT[offsets[first, 0]:offsets[last, 1]]
+    starts, ends = flat_logits(features)
+    peak(features, starts, ends, offsets, first, last, score=5.0)  # only window 1 holds all of it
+    # window 0 sees the start only; its best partial span (start .. its last token) scores 8 + 1 = 9 < 10
+    starts[0][features[0]["context_start"] + first] = 8.0
+    ends[0][features[0]["context_start"] + edge - 1] = 1.0
+    [result] = best_answers([example], features, starts, ends)
+    assert result["answer"] == gold and CONTEXT[result["start"]:result["end"]] == gold
+    # training windows agree: window 0 points at [CLS], window 1 at the answer
+    trained, lost = windows([QAExample("q", "What?", CONTEXT, (Answer(gold, int(offsets[first, 0])),))],
+                            tokenizer, SETTING)
+    assert lost == 0 and trained[0]["start_positions"] == 0 and trained[1]["start_positions"] > 0
+
+
+def test_max_answer_length_and_start_after_end_are_excluded(tokenizer):
+    example = QAExample("q", "What?", CONTEXT)
+    features, _ = windows([example], tokenizer, SETTING)
+    offsets = context_tokens(tokenizer, CONTEXT)
+    starts, ends = flat_logits(features)
+    cs = features[0]["context_start"]
+    starts[0][cs + 2], ends[0][cs + 3] = 3.0, 3.0    # a valid, lower-scoring span
+    starts[0][cs + 5], ends[0][cs + 17] = 9.0, 9.0   # 13 tokens: too long for 10
+    starts[0][cs + 25], ends[0][cs + 24] = 9.0, 9.0  # end before start
+    [result] = best_answers([example], features, starts, ends, Decoding(max_answer_length=10))
+    assert (result["start"], result["end"]) == (offsets[2, 0], offsets[3, 1])
+    [result] = best_answers([example], features, starts, ends, Decoding(max_answer_length=13))
+    assert (result["start"], result["end"]) == (offsets[5, 0], offsets[17, 1])
+
+
+def test_n_best_alternatives_are_ranked_and_deduplicated(tokenizer):
+    example = QAExample("q", "What?", CONTEXT)
+    features, _ = windows([example], tokenizer, SETTING)
+    offsets = context_tokens(tokenizer, CONTEXT)
+    starts, ends = flat_logits(features)
+    edge = len(features[0]["offsets"])
+    peak(features, starts, ends, offsets, edge - 3, edge - 2, score=4.0)  # in windows 0 and 1: one candidate
+    [result] = best_answers([example], features, starts, ends, top_k=4)
+    spans = [(result["start"], result["end"])] + [(a["start"], a["end"]) for a in result["alternatives"]]
+    assert spans[0] == (offsets[edge - 3, 0], offsets[edge - 2, 1])
+    assert len(set(spans)) == len(spans) == 4
+    scores = [result["score"]] + [a["score"] for a in result["alternatives"]]
+    assert scores == sorted(scores, reverse=True) and 0 < sum(scores) <= 1
+
+
+def test_null_answers_compare_the_smallest_cls_score_with_the_best_span(tokenizer):
+    example = QAExample("q", "What?", CONTEXT)
+    features, _ = windows([example], tokenizer, SETTING)
+    offsets = context_tokens(tokenizer, CONTEXT)
+    starts, ends = flat_logits(features)
+    peak(features, starts, ends, offsets, 3, 4, score=5.0)  # best span scores 10
+    for s, e in zip(starts, ends):
+        s[0], e[0] = 15.0, 15.0                             # [CLS] scores 30 ...
+    starts[-1][0], ends[-1][0] = 2.0, 2.0                   # ... except in the last window: 4
+    v2 = Decoding(null_answers=True)
+    assert best_answers([example], features, starts, ends, v2)[0]["answer"] != ""  # min(30, 4) < 10
+    starts[-1][0], ends[-1][0] = 6.0, 6.0                   # null 12 > 10
+    [result] = best_answers([example], features, starts, ends, v2)
+    assert result["answer"] == "" and result["start"] is None
+    assert best_answers([example], features, starts, ends, Decoding(null_answers=True, null_threshold=3.0))[0]["answer"]
+    assert best_answers([example], features, starts, ends)[0]["answer"]  # v1.1 never answers nothing
+
+
+@pytest.fixture(scope="module", params=["wordpiece", "bpe", "unigram"])
+def trained_tokenizer(request):
+    texts = [r.text for r in builtin("rotten-tomatoes").train[:3000]]
+    return train_tokenizer(texts, TokenizerSettings(kind=request.param, vocab_size=1500))
+
+
+def test_spans_map_back_for_every_tokenizer_kind(trained_tokenizer):
+    context = "The film, shot in 1998, is “a must-see” for fans of São Paulo's cinema."
+    for text in ("1998", "“a must-see”", "São Paulo's cinema", "must-see"):
+        start = context.index(text)
+        example = QAExample("q", "What?", context, (Answer(text, start),))
+        features, lost = windows([example], trained_tokenizer, Windowing(64, 8, 8))
+        assert lost == 0
+        f = features[0]
+        s, e = f["start_positions"], f["end_positions"]
+        starts, ends = flat_logits(features)
+        starts[0][s], ends[0][e] = 5.0, 5.0
+        [result] = best_answers([example], features, starts, ends)
+        assert result["answer"] == context[result["start"]:result["end"]]
+        assert result["answer"] == text
+
+
+def test_first_subwords_for_every_tokenizer_kind(trained_tokenizer):
+    words = ("Unbelievably", "São", "Paulo's", "cinema", ",", "1998", "!")
+    features, _ = encode_sentences([TaggedSentence(words)], trained_tokenizer, 64)
+    first = features[0]["first"]
+    assert (first > 0).all() and (np.diff(first) > 0).all()  # every word has its own, increasing first token
+    ids = features[0]["input_ids"]
+    for w, (a, b) in enumerate(zip(first, list(first[1:]) + [len(ids) - 1])):
+        assert plain(trained_tokenizer.decode(ids[a:b].tolist())) == plain(words[w])
+
+
+def plain(text):
+    """Lowercase, accents and spaces dropped (what an uncased WordPiece decodes to)."""
+    return "".join(c for c in unicodedata.normalize("NFKD", text.lower()) if not unicodedata.combining(c) and c != " ")
