@@ -1,0 +1,200 @@
+"""The fine-tuning API on tiny models (fast): the Trainer's on_eval hook, early stopping, the best
+checkpoint at the root of the run in Hugging Face format (transformers loads it and gives the
+same logits), metrics.json / task.json, evaluate() reproducing the dev scores, and the
+prediction helpers' plain-dict output. Whether fine-tuning *learns* is checked on real data in
+test_tasks_finetune_*.py."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import bertkit
+from bertkit.data import DataWarning
+from bertkit.errors import BertkitError
+from bertkit.tasks import (Answer, FinetuneSettings, QAExample, TaggedSentence, answer, classify, evaluate, finetune,
+                           load_examples, tag)
+from bertkit.tasks.classification import ClassificationObjective
+from bertkit.tasks.qa import SpanObjective
+from bertkit.tasks.tagging import TaggingObjective
+from bertkit.train import Trainer, TrainSettings
+
+pytestmark = pytest.mark.filterwarnings("ignore::bertkit.data.DataWarning")  # truncation counts, expected here
+
+TINY = dict(num_layers=2, hidden_size=32, num_heads=4, intermediate_size=64, max_positions=128)
+
+
+def tiny(head, tokenizer, num_labels=2, seed=0):
+    torch.manual_seed(seed)
+    model = bertkit.build("bert-base", head=head, num_labels=num_labels, **TINY)
+    model.tokenizer = tokenizer
+    return model
+
+
+@pytest.fixture(scope="module")
+def sentiment():
+    train = load_examples("classification", "rotten-tomatoes", "train")[::50]  # both classes, real text
+    dev = load_examples("classification", "rotten-tomatoes", "dev")[::20]
+    return train, dev
+
+
+def quiet(**kw):
+    base = dict(batch_size=16, max_length=32, progress=False)
+    return FinetuneSettings(**{**base, **kw})
+
+
+# ---- heads and objectives ---------------------------------------------------------------------
+def test_each_task_head_and_objective_shapes(tokenizer):
+    batch = tokenizer(["a good film", "a bad one, really"], max_length=16)
+    B, T = batch["input_ids"].shape
+    cls = tiny("classification", tokenizer, num_labels=3)
+    assert cls(batch["input_ids"], batch["attention_mask"]).logits.shape == (B, 3)
+    step = ClassificationObjective(cls)({**batch, "label": torch.tensor([0, 2])})
+    assert step.loss.ndim == 0 and set(step.metrics) == {"loss", "accuracy"}
+    reg = tiny("classification", tokenizer, num_labels=1).eval()  # no dropout: the loss is comparable
+    step = ClassificationObjective(reg)({**batch, "label": torch.tensor([0.5, -1.0])})
+    out = reg(batch["input_ids"], batch["attention_mask"]).logits.squeeze(-1)
+    assert step.loss.item() == pytest.approx(((out - torch.tensor([0.5, -1.0])) ** 2).mean().item(), rel=1e-4)
+    tagger = tiny("token-classification", tokenizer, num_labels=5)
+    assert tagger(batch["input_ids"], batch["attention_mask"]).logits.shape == (B, T, 5)
+    labels = torch.full((B, T), -100)
+    labels[:, 1] = torch.tensor([1, 4])
+    tagger.eval()
+    step = TaggingObjective(tagger)({**batch, "labels": labels})
+    logits = tagger(batch["input_ids"], batch["attention_mask"]).logits[:, 1]  # only position 1 has a label
+    assert step.loss.item() == pytest.approx(torch.nn.functional.cross_entropy(logits, torch.tensor([1, 4])).item(),
+                                             rel=1e-4)
+    qa = tiny("qa", tokenizer)
+    out = qa(batch["input_ids"], batch["attention_mask"])
+    assert out.start_logits.shape == out.end_logits.shape == (B, T)
+    step = SpanObjective(qa)({**batch, "start_positions": torch.tensor([1, 0]), "end_positions": torch.tensor([2, 0])})
+    assert set(step.metrics) == {"loss", "span_accuracy"}
+    with pytest.raises(BertkitError, match="needs a qa head"):
+        SpanObjective(cls)
+
+
+# ---- the Trainer hook -------------------------------------------------------------------------
+def test_on_eval_hook_adds_scores_to_the_log_and_stops_training(tokenizer, tmp_path):
+    model = tiny("classification", tokenizer)
+    batch = {**tokenizer(["good", "bad"], max_length=8), "label": torch.tensor([1, 0])}
+    calls = []
+
+    def on_eval(step, metrics):
+        calls.append(step)
+        metrics["custom"] = float(step)
+        return step >= 4
+
+    trainer = Trainer(ClassificationObjective(model), lambda i: batch,
+                      TrainSettings(steps=10, eval_every=2, save_every=100, progress=False, lr=1e-3), tmp_path,
+                      on_eval=on_eval)
+    final = trainer.fit()
+    assert calls == [2, 4] and trainer.step == 4  # stopped at the second evaluation, not evaluated twice
+    evals = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["split"] == "eval"]
+    assert [(r["step"], r["custom"]) for r in evals] == [(2, 2.0), (4, 4.0)]
+    assert final["custom"] == 4.0 and json.loads((tmp_path / "metrics.json").read_text())["custom"] == 4.0
+
+
+# ---- finetune ---------------------------------------------------------------------------------
+def test_early_stopping_counts_evaluations_without_improvement(tokenizer, sentiment, tmp_path):
+    train, dev = sentiment
+    model = tiny("classification", tokenizer)
+    metrics = finetune("classification", model, train, dev, tmp_path,
+                       quiet(steps=40, eval_every=2, patience=2, lr=1e-12, warmup=0.0))
+    # a learning rate of 1e-12 changes nothing: the first evaluation stays best, two more end it
+    assert metrics["best_step"] == 2 and metrics["steps"] == 6
+    evals = [r for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines()) if r["split"] == "eval"]
+    assert [r["step"] for r in evals] == [2, 4, 6] and all("accuracy" in r for r in evals)
+
+
+def test_the_best_checkpoint_is_kept_at_the_root_in_hf_format(tokenizer, sentiment, tmp_path):
+    import transformers
+
+    train, dev = sentiment
+    metrics = finetune("classification", tiny("classification", tokenizer), train, dev, tmp_path,
+                       quiet(steps=24, eval_every=2, patience=None, lr=3e-3))
+    evals = [r for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines()) if r["split"] == "eval"]
+    best = max(evals, key=lambda r: r["accuracy"])  # the first of the best
+    assert metrics["best_step"] == best["step"] and metrics["accuracy"] == best["accuracy"]
+    on_disk = json.loads((tmp_path / "metrics.json").read_text())
+    assert on_disk == metrics
+    assert set(on_disk) >= {"accuracy", "f1", "mcc", "eval_examples"} and on_disk["eval_examples"] == len(dev)
+    assert all(0 <= on_disk[k] <= 1 for k in ("accuracy", "f1"))
+    task = json.loads((tmp_path / "task.json").read_text())
+    assert task["task"] == "classification" and task["labels"] == ["negative", "positive"]
+    assert not (tmp_path / "checkpoints").exists()  # only the best model is kept
+
+    again = evaluate(tmp_path, None, dev)  # the root model reproduces the best dev scores
+    assert again == {k: on_disk[k] for k in again}
+
+    ours = bertkit.from_pretrained(tmp_path)
+    assert ours.config.labels == ("negative", "positive")
+    reference = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
+    assert reference.config.id2label == {0: "negative", 1: "positive"}
+    batch = ours.tokenizer([e.text for e in dev[:4]], max_length=32)
+    with torch.no_grad():
+        expected = reference(**batch).logits
+        got = ours(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+    predictions = classify(tmp_path, [e.text for e in dev])
+    assert set(predictions[0]) == {"text", "label", "score", "scores"}
+    json.dumps(predictions)  # plain data, printable as JSON lines
+    right = np.mean([p["label"] == e.label for p, e in zip(predictions, dev)])
+    assert right == pytest.approx(on_disk["accuracy"])
+    assert all(abs(sum(p["scores"].values()) - 1) < 1e-5 and p["score"] == max(p["scores"].values())
+               for p in predictions)
+
+
+def test_a_preset_needs_a_tokenizer_and_a_directory_must_exist(sentiment, tmp_path, minilm_dir):
+    train, dev = sentiment
+    with pytest.raises(BertkitError, match="no tokenizer"):
+        finetune("classification", "mini-bert", train, dev, tmp_path, quiet(steps=1))
+    with pytest.raises(BertkitError, match="neither a preset"):
+        finetune("classification", tmp_path / "nothing", train, dev, tmp_path, quiet(steps=1))
+    with pytest.raises(BertkitError, match="cannot follow 'mse' for regression; choose one of pearson, spearman"):
+        finetune("regression", minilm_dir, load_examples("regression", "rotten-tomatoes", "dev")[:4],
+                 load_examples("regression", "rotten-tomatoes", "dev")[:4], tmp_path, quiet(steps=1, metric="mse"))
+
+
+def test_regression_and_pair_inputs_run_through_finetune(tokenizer, sentiment, tmp_path):
+    train, dev = sentiment
+    pairs = [type(e)(e.text, "second part", float(e.label == "positive")) for e in train]
+    dev_pairs = [type(e)(e.text, "second part", float(e.label == "positive")) for e in dev]
+    metrics = finetune("regression", tiny("classification", tokenizer, num_labels=1), pairs, dev_pairs,
+                       tmp_path, quiet(steps=4))
+    assert set(metrics) >= {"pearson", "spearman", "mse", "eval_examples"}
+    [prediction] = classify(tmp_path, ["a film"], ["second part"])
+    assert set(prediction) == {"text", "text_pair", "value"} and isinstance(prediction["value"], float)
+
+
+def test_tag_and_answer_helpers_return_plain_spans(tokenizer, tmp_path):
+    sentences = [TaggedSentence(("The", "film", "runs", "95", "minutes", "."), ("DT", "NN", "VBZ", "CD", "NNS", "."))] * 8
+    finetune("token-classification", tiny("token-classification", tokenizer, num_labels=6), sentences, sentences,
+             tmp_path / "tagger", quiet(steps=2))
+    text = "The film, well-known in the U.S., runs 95 minutes."
+    [result] = tag(tmp_path / "tagger", [text])
+    assert len(result["tokens"]) == len(result["tags"]) == len(result["offsets"])
+    assert all(text[s:e] == w for w, (s, e) in zip(result["tokens"], result["offsets"]))
+    assert set(result["tags"]) <= {"DT", "NN", "VBZ", "CD", "NNS", "."}
+    [words] = tag(tmp_path / "tagger", [["A", "short", "one"]])
+    assert words["tokens"] == ["A", "short", "one"] and "offsets" not in words
+
+    context = "The Eiffel Tower, in Paris, opened in 1889 and is 330 metres tall. " * 6
+    qas = [QAExample(str(i), "When did it open?", context, (Answer("1889", context.index("1889")),)) for i in range(8)]
+    finetune("qa", tiny("qa", tokenizer), qas, qas, tmp_path / "qa", quiet(steps=2, max_length=48, doc_stride=8,
+                                                                           max_query_length=8))
+    results = answer(tmp_path / "qa", ["When did it open?", "How tall is it?"], [context, context[:70]], top_k=3)
+    for r, c in zip(results, [context, context[:70]]):
+        assert set(r) == {"question", "answer", "start", "end", "score", "alternatives"}
+        assert c[r["start"]:r["end"]] == r["answer"] and r["answer"] == r["answer"].strip()
+        assert len(r["alternatives"]) == 2 and all(a["score"] <= r["score"] for a in r["alternatives"])
+    json.dumps(results)
+
+
+def test_truncation_during_finetuning_is_a_counted_warning(tokenizer, sentiment, tmp_path):
+    train, dev = sentiment
+    long = [type(e)(e.text + " and more" * 20, None, e.label) for e in train]
+    with pytest.warns(DataWarning, match=rf"{len(long)} of {len(long)} texts were longer than 16 tokens"):
+        finetune("classification", tiny("classification", tokenizer), long, dev, tmp_path, quiet(steps=1, max_length=16))
