@@ -164,6 +164,23 @@ class DisentangledAttention(SelfAttention):
             bias = bias + p2c.transpose(-1, -2)  # (B, N, T, T), rows = queries
         return bias * self.scale if torch.is_tensor(bias) else None
 
+    @torch.no_grad()
+    def score_terms(self, x: torch.Tensor, **context) -> dict[str, torch.Tensor]:
+        """The three terms of eq. 2 apart, for reading (bertkit.viz): "c2c", and "c2p" / "p2c"
+        where configured, each (B, N, T, T), already scaled as in eq. 4. x is this attention's
+        input (B, T, H) and `context` what the encoder's `context` hook gives; their sum plus the
+        padding mask is what forward's softmax sees. The forward path does not use this."""
+        q, k, _ = self.project(x)
+        q, k = self.split_heads(q), self.split_heads(k)  # (B, N, T, D)
+        terms = {"c2c": torch.matmul(q, k.transpose(-1, -2)) * self.scale}  # (B, N, T, T)
+        inputs = self.score_inputs(**context)
+        # score_bias with one position projection left out is exactly the other term.
+        if inputs.get("pos_k") is not None:
+            terms["c2p"] = self.score_bias(q, k, rel_pos=inputs["rel_pos"], pos_k=inputs["pos_k"])
+        if inputs.get("pos_q") is not None:
+            terms["p2c"] = self.score_bias(q, k, rel_pos=inputs["rel_pos"], pos_q=inputs["pos_q"])
+        return terms
+
 
 class ConvLayer(nn.Module):
     """v2's convolution beside the first block (n-gram information): LN(block output +
