@@ -425,6 +425,8 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
     g.add_argument("--config", default=S, metavar="FILE", help="settings from a TOML or JSON file")
     s.set_defaults(func=cmd_pretrain)
 
+    from .viz.commands import add_parsers; add_parsers(sub)  # visualize, compare
+
     s = sub.add_parser("predict", help="run a model on text")
     modes = s.add_subparsers(dest="mode", metavar="MODE", required=True)
     m = modes.add_parser("fill-mask", help="top predictions for each [MASK] (table, or --json lines)")
