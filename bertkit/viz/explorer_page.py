@@ -21,7 +21,9 @@ header { padding: 14px 22px 10px; background: #fff; border-bottom: 1px solid var
 header h1 { font-size: 18px; margin: 0 0 4px; }
 header .meta { color: var(--muted); font-size: 13px; }
 header .sentence { margin-top: 4px; font-size: 13px; }
-header .sentence b { display: inline-block; width: 1.4em; }
+header .sentence b { display: inline-block; width: 1.9em; border-left: 3px solid transparent; padding-left: 4px; }
+header .sentence b.pair-A { border-color: #9ecae1; }
+header .sentence b.pair-B { border-color: #fdae6b; }
 nav { display: flex; gap: 4px; padding: 10px 22px 0; }
 nav button { border: 1px solid var(--line); border-bottom: none; background: #eceef2; padding: 6px 14px;
              border-radius: 6px 6px 0 0; cursor: pointer; font: inherit; color: var(--muted); }
@@ -146,13 +148,14 @@ JS = r"""
     if (p[1] === null) return;
     var div = document.createElement("div"), b = document.createElement("b");
     b.textContent = p[0];
+    if (PAIR) b.className = "pair-" + p[0];  // the colour of the bars beside that sentence's tokens
     div.appendChild(b);
     div.appendChild(document.createTextNode(p[1]));
     $("sentences").appendChild(div);
   });
 
   // ---- head view ------------------------------------------------------------------------
-  var HV = {rowH: T > 40 ? 16 : 22, font: T > 40 ? 11 : 13, width: 660, leftX: 240, rightX: 420, top: 28};
+  var HV = {rowH: T > 40 ? 16 : 22, font: T > 40 ? 11 : 13, width: 780, leftX: 260, rightX: 520, top: 28};
   function rowY(i) { return HV.top + i * HV.rowH + HV.rowH / 2; }
   function focus() { return state.pinned || state.hover; }
 
@@ -163,11 +166,11 @@ JS = r"""
     ctx.fillStyle = "#687083";
     ctx.font = "600 12px system-ui, sans-serif";
     ctx.textAlign = "right";
-    ctx.fillText("queries (attend from)", HV.leftX - 8, 14);
+    ctx.fillText("queries (attend from)", HV.leftX - 10, 14);
     ctx.textAlign = "left";
-    ctx.fillText("keys (attended to)", HV.rightX + 8, 14);
+    ctx.fillText("keys (attended to)", HV.rightX + 10, 14);
     var f = focus();
-    ctx.lineWidth = 2;
+    ctx.lineWidth = T > 40 ? 1.5 : 2;
     ctx.lineCap = "round";
     for (var h = 0; h < N; h++) {
       if (!state.heads[h]) continue;
@@ -197,16 +200,16 @@ JS = r"""
   }
 
   function drawToken(ctx, i, side, f) {
-    var left = side === "from", y = rowY(i), x = left ? HV.leftX - 8 : HV.rightX + 8;
+    var left = side === "from", y = rowY(i), x = left ? HV.leftX - 10 : HV.rightX + 10;
     var text = shortToken(D.tokens[i]), w = ctx.measureText(text).width;
     var shown = inSegment(i, left ? state.from : state.to);
     if (f && f.side === side && f.index === i) {
       ctx.fillStyle = "#ffe89a";
       ctx.fillRect(left ? x - w - 4 : x - 4, y - HV.rowH / 2 + 1, w + 8, HV.rowH - 2);
     }
-    if (PAIR) {  // which sentence: a thin bar beside the token
+    if (PAIR) {  // which sentence: a thin bar between the token and its lines
       ctx.fillStyle = D.segments[i] === 0 ? "#9ecae1" : "#fdae6b";
-      ctx.fillRect(left ? 4 : HV.width - 7, y - HV.rowH / 2 + 2, 3, HV.rowH - 4);
+      ctx.fillRect(left ? HV.leftX - 6 : HV.rightX + 3, y - HV.rowH / 2 + 1, 3, HV.rowH - 2);
     }
     ctx.fillStyle = shown ? "#1d2330" : "#c3c8d2";
     ctx.textAlign = left ? "right" : "left";
