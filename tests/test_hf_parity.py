@@ -7,8 +7,10 @@ bertkit model saved with save_pretrained loads back into transformers with the s
 import pytest
 import torch
 import transformers
+from safetensors.torch import load_file, save_file
 
 import bertkit
+from bertkit.errors import BertkitError
 from conftest import make_batch, max_diff_on_real, randomize
 
 TOL = 1e-4
@@ -254,6 +256,25 @@ def test_head_override_initializes_only_the_new_head(tmp_path):
     ids, mask, types = make_batch(99, 2)
     expected = reference_outputs(ref, ids, mask, types)["last_hidden_state"]
     assert max_diff_on_real(ours(ids, mask, types).last_hidden_state, expected, mask) <= TOL
+
+
+def test_a_classifier_on_a_masked_lm_checkpoint_gets_a_fresh_pooler_as_in_transformers(tmp_path):
+    """BertForMaskedLM has no pooler, and that is what pre-training saves; fine-tuning a classifier
+    on it must start from its encoder with a new pooler, as transformers does, not fail."""
+    mlm = hf_model("BertForMaskedLM", tiny_hf_config())
+    path = _saved(mlm, tmp_path)
+    with pytest.warns(UserWarning, match="pooler.dense.weight"):
+        ours = bertkit.from_pretrained(path, head="classification", num_labels=3)
+    ref = transformers.BertModel.from_pretrained(path, add_pooling_layer=False).eval()
+    ids, mask, types = make_batch(99, 2)
+    with torch.no_grad():
+        expected = ref(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+    assert max_diff_on_real(ours(ids, mask, types).last_hidden_state, expected, mask) <= TOL
+    tensors = load_file(path / "model.safetensors")
+    del tensors[next(k for k in tensors if k.endswith("attention.self.query.weight"))]
+    save_file(tensors, path / "model.safetensors")
+    with pytest.raises(BertkitError, match="missing 1 tensor"):  # any other encoder tensor must be there
+        bertkit.from_pretrained(path, head="classification", num_labels=3)
 
 
 def test_label_names_survive_a_round_trip(tmp_path):

@@ -329,13 +329,16 @@ def load_state(model: Model, state: dict[str, torch.Tensor], source: Path, head_
         loaded[ours] = tensor
 
     missing = [n for n in params if n not in loaded]
-    missing_encoder = [n for n in missing if n.startswith("backbone.")]
+    # The pooler serves the classification heads: a masked-LM checkpoint (BertForMaskedLM, what
+    # pre-training saves) has none, so a new classifier on it starts with a fresh one, as in
+    # transformers. Any other encoder tensor must be there.
+    missing_encoder = [n for n in missing if n.startswith("backbone.") and not n.startswith("backbone.pooler.")]
     if missing_encoder or (missing and head_from_file):
         shown = [names.to_hf(n) or n for n in missing_encoder or missing]
         raise BertkitError(f"{source}: missing {len(shown)} tensor(s): {', '.join(shown[:5])}"
                            + (" ..." if len(shown) > 5 else ""))
     if missing:
-        warnings.warn(f"{source}: {len(missing)} head parameter(s) not in the checkpoint are freshly "
+        warnings.warn(f"{source}: {len(missing)} head (or pooler) parameter(s) not in the checkpoint are freshly "
                       f"initialized: {', '.join(missing)}", stacklevel=3)
     with torch.no_grad():
         for name, tensor in loaded.items():
