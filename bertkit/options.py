@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BertkitError
+from .files import read_text
 
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
 
@@ -144,12 +145,7 @@ def key_values(pairs: list[str], where: str) -> dict[str, str]:
 def read_config(path: str | Path) -> dict[str, Any]:
     """A config file as a dict: TOML (.toml) or JSON (anything else)."""
     path = Path(path)
-    if not path.is_file():
-        raise BertkitError(f"{path}: no such config file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise BertkitError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    text = read_text(path, "config file")
     if path.suffix.lower() == ".toml":
         import tomllib
 

@@ -16,7 +16,7 @@ from bertkit.objectives import ReplacedTokenDetection, build_objective
 from bertkit.objectives.gdes import GradientDisentangledEmbedding
 from bertkit.train import Trainer
 from conftest import max_diff_on_real
-from test_train import batches_from, settings
+from test_train import batches_from, interrupted_at, settings
 
 TINY = dict(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_positions=64, position_buckets=16)
 # The v3 presets have no absolute positions and no token types; a config may add both, and GDES
@@ -194,11 +194,6 @@ def test_the_saved_root_is_the_merged_discriminator_and_loads_in_transformers(va
 def test_a_resumed_run_equals_an_uninterrupted_one_bit_for_bit(reviews, tokenizer, tmp_path):
     batch_at, _ = batches_from(reviews, tokenizer)
 
-    def crash_at_step_7(i):  # micro-batch i belongs to step i // 2 (accumulation 2)
-        if i // 2 == 7:
-            raise KeyboardInterrupt
-        return batch_at(i)
-
     def run(out, data, resume=False):
         torch.manual_seed(0)
         objective = tiny_pair(tokenizer, hidden_dropout=0.1, attention_dropout=0.1)  # dropout: RNG in play
@@ -214,7 +209,7 @@ def test_a_resumed_run_equals_an_uninterrupted_one_bit_for_bit(reviews, tokenize
 
     full, full_trainer = run(tmp_path / "full", batch_at)
     with pytest.raises(KeyboardInterrupt):
-        run(tmp_path / "cut", crash_at_step_7)  # dies in step 8; its newest checkpoint is step 6
+        run(tmp_path / "cut", interrupted_at(batch_at, 7))  # dies in step 8; its newest checkpoint is step 6
     resumed, resumed_trainer = run(tmp_path / "cut", batch_at, resume=True)
 
     # every parameter of both models (E_G in the generator, E_Delta and the RTD head in the

@@ -44,6 +44,16 @@ def batches_from(texts, tokenizer, B=8, T=32, pairs=False):
     return masked, len(out)
 
 
+def interrupted_at(batch_at, step, accumulation=2):
+    """batch_at that raises KeyboardInterrupt (Ctrl-C) when training reaches optimizer step
+    `step` (0-based: micro-batch i belongs to step i // accumulation)."""
+    def data(i):
+        if i // accumulation == step:
+            raise KeyboardInterrupt
+        return batch_at(i)
+    return data
+
+
 def settings(**kw):
     base = dict(steps=40, lr=3e-3, warmup=0.1, eval_every=1000, save_every=1000, progress=False)
     return TrainSettings(**{**base, **kw})
@@ -154,11 +164,6 @@ def test_distillation_learns_from_a_teacher(reviews, tokenizer, tmp_path):
 def test_resumed_run_equals_an_uninterrupted_one_bit_for_bit(reviews, tokenizer, tmp_path):
     batch_at, _ = batches_from(reviews, tokenizer)
 
-    def crash_at_step_7(i):  # micro-batch i belongs to step i // 2 (accumulation 2)
-        if i // 2 == 7:
-            raise KeyboardInterrupt
-        return batch_at(i)
-
     def run(out, data, resume=False):
         torch.manual_seed(0)
         model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size,
@@ -176,7 +181,7 @@ def test_resumed_run_equals_an_uninterrupted_one_bit_for_bit(reviews, tokenizer,
     log = [json.loads(line) for line in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log if r["split"] == "train"] == list(range(1, 11))
     with pytest.raises(KeyboardInterrupt):
-        run(tmp_path / "cut", crash_at_step_7)  # dies in step 8; its newest checkpoint is step 6
+        run(tmp_path / "cut", interrupted_at(batch_at, 7))  # dies in step 8; its newest checkpoint is step 6
     resumed = run(tmp_path / "cut", batch_at, resume=True)
     for (name, a), b in zip(full.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(a, b), name

@@ -34,7 +34,8 @@ import torch.distributed as dist
 
 from ..errors import BertkitError
 from . import checkpoint
-from .optim import SCHEDULES, lr_factor, param_groups
+from ..schedules import check_training
+from .optim import lr_factor, param_groups
 
 
 @dataclass(frozen=True)
@@ -61,19 +62,10 @@ class TrainSettings:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        if self.steps is None and self.time_budget is None:
-            raise BertkitError("give a number of steps or a time budget")
-        if self.steps is not None and self.steps < 1:
-            raise BertkitError(f"steps must be at least 1, got {self.steps}")
-        if self.time_budget is not None and self.time_budget <= 0:
-            raise BertkitError(f"time budget must be positive, got {self.time_budget}")
-        if self.schedule not in SCHEDULES:
-            raise BertkitError(f"unknown schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}")
-        for name in ("accumulation", "eval_every", "save_every", "keep"):
+        check_training(self)
+        for name in ("eval_every", "save_every", "keep"):
             if getattr(self, name) < 1:
                 raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if not 0 <= self.warmup < 1:
-            raise BertkitError(f"warmup is a fraction of training in [0, 1), got {self.warmup}")
 
 
 class Trainer:
