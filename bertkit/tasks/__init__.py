@@ -4,9 +4,9 @@ classification, extractive QA), their data readers and metrics, and sentence emb
     from bertkit.tasks import finetune, evaluate, classify, tag, answer, FinetuneSettings
 """
 
-from .embedding import embed, mean_pool
+from .embedding import embed, mean_pool, search
 from .finetune import FinetuneSettings, answer, classify, evaluate, finetune, load_model, make_task, tag
 from .readers import TASKS, Answer, Columns, QAExample, TaggedSentence, TextExample, load_examples
 
 __all__ = ["TASKS", "Answer", "Columns", "FinetuneSettings", "QAExample", "TaggedSentence", "TextExample", "answer",
-           "classify", "embed", "evaluate", "finetune", "load_examples", "load_model", "make_task", "mean_pool", "tag"]
+           "classify", "embed", "evaluate", "finetune", "load_examples", "load_model", "make_task", "mean_pool", "search", "tag"]

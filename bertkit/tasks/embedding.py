@@ -1,5 +1,6 @@
-"""Sentence embeddings: mean of the token vectors over real tokens, then L2-normalized
-(Reimers & Gurevych, 2019, sec. 3: MEAN pooling was their best strategy).
+"""Sentence embeddings: mean of the token vectors over real tokens (Reimers & Gurevych, 2019,
+sec. 3: MEAN pooling was their best strategy) or the first token's vector (CLS, as BERT's
+classifier reads it), then L2-normalized; and cosine search of a corpus for the nearest texts.
 
 Shapes: B batch, T sequence length, H hidden size.
 """
@@ -19,10 +20,17 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
     return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
 
 
+POOLING = ("mean", "cls")
+
+
 @torch.no_grad()
 def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None = None,
-          normalize: bool = True, progress: bool = False) -> torch.Tensor:
+          normalize: bool = True, progress: bool = False, pooling: str = "mean") -> torch.Tensor:
     """(len(texts), H) sentence embeddings from a model that carries its tokenizer."""
+    if pooling not in POOLING:
+        raise BertkitError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLING)}")
+    if batch_size < 1:
+        raise BertkitError(f"batch size must be at least 1, got {batch_size}")
     if model.tokenizer is None:
         raise BertkitError("this model has no tokenizer; load one with bertkit.load_tokenizer and set model.tokenizer")
     max_length = min(max_length or model.config.max_positions, model.config.max_positions)
@@ -33,8 +41,23 @@ def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None 
     for start in tqdm(range(0, len(texts), batch_size), disable=not progress, desc="embedding", unit="batch"):
         batch = model.tokenizer([texts[i] for i in order[start:start + batch_size]], max_length=max_length)
         out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        chunks.append(mean_pool(out.last_hidden_state, batch["attention_mask"]))
+        hidden = out.last_hidden_state.float()
+        chunks.append(mean_pool(hidden, batch["attention_mask"]) if pooling == "mean" else hidden[:, 0])
     vectors = torch.cat(chunks) if chunks else torch.zeros(0, model.config.hidden_size)
     result = torch.empty_like(vectors)
     result[torch.tensor(order, dtype=torch.long)] = vectors
     return F.normalize(result, dim=-1) if normalize else result
+
+
+def search(model, queries: list[str], corpus: list[str], top_k: int = 5, **embedding) -> list[list[dict]]:
+    """For each query, the `top_k` corpus texts by cosine similarity of their embeddings, best
+    first: [{"index", "text", "score"}]. `embedding` goes to embed() (pooling, max_length, ...)."""
+    if top_k < 1:
+        raise BertkitError(f"top_k must be at least 1, got {top_k}")
+    if not corpus:
+        raise BertkitError("the corpus to search is empty")
+    embedding["normalize"] = True  # cosine = dot product of unit vectors
+    q, c = embed(model, queries, **embedding), embed(model, corpus, **embedding)
+    best = (q @ c.T).topk(min(top_k, len(corpus)), dim=1)
+    return [[{"index": i, "text": corpus[i], "score": round(v, 6)} for v, i in zip(vs, ix)]
+            for vs, ix in zip(best.values.tolist(), best.indices.tolist())]

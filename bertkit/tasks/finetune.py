@@ -39,7 +39,7 @@ from ..errors import BertkitError
 from .base import TrainBatches, label_index, model_max_length
 from .classification import Regression, SequenceClassification
 from .qa import Decoding, QuestionAnswering, Windowing
-from .readers import TASKS, Columns, QAExample, TaggedSentence, TextExample, load_examples
+from .readers import TASKS, Columns, QAExample, TaggedSentence, TextExample, load_examples, sample
 from .tagging import TokenClassification, split_words
 
 TASK_FILE = "task.json"
@@ -72,6 +72,9 @@ class FinetuneSettings:
     n_best: int = 20
     null_answers: bool | None = None     # SQuAD v2 empty answers; None: if the training data has any
     null_threshold: float = 0.0
+    # a seeded random sample of the data (None: all of it)
+    train_limit: int | None = None
+    eval_limit: int | None = None
 
     def __post_init__(self) -> None:
         if self.epochs <= 0:
@@ -79,7 +82,7 @@ class FinetuneSettings:
         for name in ("batch_size", "eval_batch_size", "n_best", "max_answer_length", "max_query_length"):
             if getattr(self, name) < 1:
                 raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("steps", "eval_every", "patience"):
+        for name in ("steps", "eval_every", "patience", "train_limit", "eval_limit"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise BertkitError(f"{name} must be at least 1, got {value}")
@@ -132,7 +135,7 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
         if not (hf / "config.json").exists():
             raise BertkitError(f"{source}: neither a preset ({', '.join(sorted(PRESETS))}) nor a model directory")
         with warnings.catch_warnings():  # a new head is what fine-tuning starts from, not news
-            warnings.filterwarnings("ignore", message=".*head parameter.*freshly initialized")
+            warnings.filterwarnings("ignore", message=".*not in the checkpoint are freshly initialized")
             model = from_pretrained(hf, head=task.head, num_labels=len(labels) if sized else None)
     if sized:
         if model.config.num_labels != len(labels):
@@ -217,8 +220,8 @@ def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneS
     from ..train import Trainer, TrainSettings
 
     out = Path(out)
-    train_examples = load_examples(task, train, "train", columns)
-    eval_examples = load_examples(task, eval, "dev", columns)
+    train_examples = sample(load_examples(task, train, "train", columns), settings.train_limit, settings.seed)
+    eval_examples = sample(load_examples(task, eval, "dev", columns), settings.eval_limit, settings.seed)
     if not train_examples or not eval_examples:
         raise BertkitError("no training examples" if not train_examples else "no evaluation examples")
     null_answers = settings.null_answers
@@ -278,23 +281,27 @@ def _prepared(source, task: str | None, tokenizer, overrides: dict, data_has_nul
     if null_answers is None:
         null_answers = saved.get("null_answers", data_has_null)
     job = make_task(name, settings, bool(null_answers))
+    if model.head_kind != job.head:
+        raise BertkitError(f"the model has a {model.head_kind!r} head (task {saved.get('task', 'unknown')}); "
+                           f"{name} needs a {job.head!r} head")
     max_length = model_max_length(model, settings.max_length, DEFAULT_LENGTH[name])
     model.to(_device(settings))
     return model, name, job, settings, max_length
 
 
 def evaluate(model, task: str | None, data, split: str = "test", tokenizer=None, columns: Columns = Columns(),
-             **overrides) -> dict:
+             limit: int | None = None, **overrides) -> dict:
     """Scores of a fine-tuned model (a directory or a Model) on `data` (a built-in name, whose
     `split` is used, a file or a hub name): the same flat keys as finetune's metrics.json. The
     task and the settings (max_length, bf16, QA windows and decoding) default to those the model
-    was fine-tuned with (task.json); `overrides` are FinetuneSettings fields, e.g. max_length=256."""
+    was fine-tuned with (task.json); `overrides` are FinetuneSettings fields, e.g. max_length=256.
+    `limit` scores a seeded random sample of that many examples."""
     unknown = sorted(set(overrides) - set(FinetuneSettings.__dataclass_fields__))
     if unknown:
         raise BertkitError(f"unknown setting(s) {', '.join(unknown)}; known: "
                            f"{', '.join(FinetuneSettings.__dataclass_fields__)}")
     name = task or _task_settings(model).get("task") or _task_of(load_model(model, tokenizer), None, {})
-    examples = load_examples(name, data, split, columns)
+    examples = sample(load_examples(name, data, split, columns), limit)
     has_null = name == "qa" and any(e.is_impossible for e in examples)
     model, name, job, settings, length = _prepared(model, name, tokenizer, overrides, has_null)
     predictions = job.predict(model, examples, settings.eval_batch_size, length, settings.bf16)

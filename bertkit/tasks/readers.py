@@ -487,6 +487,19 @@ def hub_examples(task: str, name: str, split: str, columns: Columns = Columns())
     return examples
 
 
+def sample(examples: list, limit: int | None, seed: int = 0) -> list:
+    """At most `limit` examples, a seeded random choice kept in the data's order (the built-in
+    train splits are grouped by label, so the first N would be one class)."""
+    if limit is None or len(examples) <= limit:
+        return list(examples)
+    if limit < 1:
+        raise BertkitError(f"a sample limit must be at least 1, got {limit}")
+    import random
+
+    keep = sorted(random.Random(seed).sample(range(len(examples)), limit))
+    return [examples[i] for i in keep]
+
+
 def load_examples(task: str, source, split: str = "train", columns: Columns = Columns(), labelled: bool = True):
     """Examples for `task` from a list of examples (returned as is), a built-in name (`imdb`,
     `rotten-tomatoes`; `oanc` for token classification; `split` picks train / dev / test), a

