@@ -11,7 +11,7 @@ import pytest
 import bertkit
 from bertkit.tasks import FinetuneSettings, answer, evaluate, finetune, load_examples
 from bertkit.tasks.metrics import squad_scores
-from tasks_support import minilm_lower_layers, review_questions
+from tasks_support import FAST_BF16, minilm_lower_layers, review_questions
 
 pytestmark = pytest.mark.filterwarnings("ignore::bertkit.data.DataWarning")  # truncation counts, expected here
 
@@ -40,7 +40,7 @@ def test_extractive_qa_learns_with_windows_and_null_answers(minilm_dir, tmp_path
 
     untrained = evaluate(minilm_lower_layers(minilm_dir, "qa"), "qa", dev, **WINDOWS)
     metrics = finetune("qa", minilm_lower_layers(minilm_dir, "qa"), train_file, dev_file, tmp_path / "run",
-                       FinetuneSettings(epochs=2, lr=5e-4, batch_size=32, bf16=True, progress=False, **WINDOWS))
+                       FinetuneSettings(epochs=2, lr=5e-4, batch_size=32, bf16=FAST_BF16, progress=False, **WINDOWS))
     assert metrics["exact_match"] >= 0.8 and metrics["f1"] >= 0.8, metrics
     assert untrained["exact_match"] <= 0.4  # at most the unanswerable share, by always answering nothing
 

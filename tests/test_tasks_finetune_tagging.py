@@ -10,13 +10,13 @@ from seqeval.metrics import f1_score as seqeval_f1
 from sklearn.metrics import accuracy_score
 
 from bertkit.tasks import FinetuneSettings, finetune, load_examples, tag
-from tasks_support import minilm_lower_layers, tagged_sentences
+from tasks_support import FAST_BF16, minilm_lower_layers, tagged_sentences
 
 pytestmark = pytest.mark.filterwarnings("ignore::bertkit.data.DataWarning")  # truncation counts, expected here
 
 
 def settings(**kw):
-    return FinetuneSettings(**{**dict(epochs=2, lr=5e-4, batch_size=16, max_length=48, bf16=True, progress=False),
+    return FinetuneSettings(**{**dict(epochs=2, lr=5e-4, batch_size=16, max_length=48, bf16=FAST_BF16, progress=False),
                                **kw})
 
 
