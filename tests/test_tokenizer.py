@@ -194,14 +194,15 @@ def test_trained_tokenizers_round_trip_through_transformers(kind, lowercase, cor
     expected = text.lower() if lowercase and kind != "bpe" else text
     assert decoded == expected.replace(" ", "")
     cls = {"wordpiece": "BertTokenizer", "bpe": "RobertaTokenizer", "unigram": "DebertaV2Tokenizer"}[kind]
-    tok.save(tmp_path, cls, 128)
-    reloaded = bertkit.load_tokenizer(tmp_path)
-    reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    out = tmp_path / "not" / "there" / "yet"  # save makes the directory, as save_pretrained does
+    tok.save(out, cls, 128)
+    reloaded = bertkit.load_tokenizer(out)
+    reference = transformers.AutoTokenizer.from_pretrained(out)
     for t in HARD[:20] + [text]:
         assert reloaded.encode(t) == tok.encode(t) == reference.encode(t), repr(t)
     if kind == "wordpiece":  # the vocab.txt alone, with the saved config's casing
-        (tmp_path / "tokenizer.json").unlink()
-        assert bertkit.load_tokenizer(tmp_path / "vocab.txt").encode(text) == ids
+        (out / "tokenizer.json").unlink()
+        assert bertkit.load_tokenizer(out / "vocab.txt").encode(text) == ids
 
 
 def test_continuation_table_marks_word_pieces(minilm_dir, roberta_files):

@@ -213,12 +213,14 @@ def test_nonfinite_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(review
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
-def test_time_budget_stops_and_schedules_by_elapsed_seconds(reviews, tokenizer, tmp_path):
+def test_time_budget_stops_and_schedules_by_elapsed_seconds(reviews, tokenizer, tmp_path, capsys):
     batch_at, _ = batches_from(reviews, tokenizer)
     model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, **TINY)
-    trainer = Trainer(MaskedLM(model), batch_at, settings(steps=None, time_budget=1.5), tmp_path / "run")
+    trainer = Trainer(MaskedLM(model), batch_at, settings(steps=None, time_budget=1.5, progress=True), tmp_path / "run")
     trainer.fit()
     assert 1.5 <= trainer.elapsed < 1.5 + 2.0 and trainer.step >= 2
+    bar = capsys.readouterr().err.strip().split("\r")[-1]  # the progress bar's last state: seconds of the budget
+    assert "/2 s of training" in bar and f"step={trainer.step}," in bar, bar
     saved = torch.load(sorted((tmp_path / "run" / "checkpoints").glob("step-*"))[-1] / "trainer_state.pt",
                        weights_only=False)
     assert saved["elapsed"] == trainer.elapsed

@@ -191,6 +191,7 @@ class Tokenizer:
         """Write tokenizer.json, tokenizer_config.json and special_tokens_map.json (plus vocab.txt
         for WordPiece), the files `transformers.AutoTokenizer` reads. Returns the paths written."""
         directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
         written = [directory / "tokenizer.json", directory / "tokenizer_config.json",
                    directory / "special_tokens_map.json"]
         self.backend.save(str(written[0]))

@@ -270,8 +270,11 @@ class Trainer:
         if self.step == 0 and self.is_main:
             self.log_path.unlink(missing_ok=True)  # a fresh run does not append to an old run's log
         self.objective.train()
-        total = s.steps if s.time_budget is None else None
-        bar = tqdm(total=total, initial=self.step, disable=not (s.progress and self.is_main), unit="step", dynamic_ncols=True)
+        timed = s.time_budget is not None  # then the bar counts training seconds against the budget
+        bar = tqdm(total=s.time_budget if timed else s.steps, initial=self.elapsed if timed else self.step,
+                   unit="step", disable=not (s.progress and self.is_main), dynamic_ncols=True,
+                   bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s of training [{elapsed}<{remaining}{postfix}]"
+                   if timed else None)
         last_eval: dict[str, float] = {}
         while not self.done():
             lr = self._set_lr()
@@ -288,8 +291,9 @@ class Trainer:
                 record = {"step": self.step, "split": "train", "lr": lr, "tokens": self.tokens,
                           "elapsed": round(self.elapsed, 3), **metrics}
                 self._log(record)
-                bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{self.tokens / max(self.elapsed, 1e-9):,.0f}")
-            bar.update(1)
+                bar.set_postfix(**({"step": self.step} if timed else {}), loss=f"{metrics['loss']:.3f}",
+                                tok_s=f"{self.tokens / max(self.elapsed, 1e-9):,.0f}")
+            bar.update(seconds if timed else 1)
             if self.step % s.eval_every == 0 and not self.done():
                 last_eval = self._evaluate_and_log()
             if self.step % s.save_every == 0 and not self.done():
