@@ -292,7 +292,7 @@ class Trainer:
                           "elapsed": round(self.elapsed, 3), **metrics}
                 self._log(record)
                 bar.set_postfix(**({"step": self.step} if timed else {}), loss=f"{metrics['loss']:.3f}",
-                                tok_s=f"{self.tokens / max(self.elapsed, 1e-9):,.0f}")
+                                tok_s=f"{self.tokens / max(self.elapsed, 1e-9):,.0f}", refresh=False)
             bar.update(seconds if timed else 1)
             if self.step % s.eval_every == 0 and not self.done():
                 last_eval = self._evaluate_and_log()
