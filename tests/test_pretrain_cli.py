@@ -278,8 +278,9 @@ def test_demo_pretrains_on_imdb_then_shows_the_finished_run(tmp_path, capsys):
     sentiment = json.loads((out / "sentiment" / "metrics.json").read_text())
     assert sentiment["train_examples"] == 200 and sentiment["eval_examples"] > 2000
     assert "IMDB sentiment, test split: accuracy" in first.out and (out / "sentiment" / "loss_curve.png").exists()
-    shown = [line for line in first.out.splitlines() if any(r[:40] in line for r in DEMO_REVIEWS)]
-    assert len(shown) == len(DEMO_REVIEWS) and all(" positive " in l or " negative " in l for l in shown)
+    shown = [line.split() for line in first.out.splitlines() if any(r[:40] in line for r, _ in DEMO_REVIEWS)]
+    assert [words[-3] for words in shown] == [reader for _, reader in DEMO_REVIEWS]
+    assert len(shown) == len(DEMO_REVIEWS) and all(words[-2] in ("positive", "negative") for words in shown)
     assert main(["demo", "--out", str(out)]) == 0  # again: shown, not retrained, not overwritten
     again = capsys.readouterr()
     assert "holds a finished pre-training run" in again.err and "finished sentiment model" in again.err
