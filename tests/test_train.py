@@ -213,6 +213,7 @@ def test_nonfinite_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(review
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
+@pytest.mark.filterwarnings("error")  # e.g. tqdm's warning when a bar overshoots its total
 def test_time_budget_stops_and_schedules_by_elapsed_seconds(reviews, tokenizer, tmp_path, capsys):
     batch_at, _ = batches_from(reviews, tokenizer)
     model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, **TINY)

@@ -271,8 +271,9 @@ class Trainer:
             self.log_path.unlink(missing_ok=True)  # a fresh run does not append to an old run's log
         self.objective.train()
         timed = s.time_budget is not None  # then the bar counts training seconds against the budget
-        bar = tqdm(total=s.time_budget if timed else s.steps, initial=self.elapsed if timed else self.step,
-                   unit="step", disable=not (s.progress and self.is_main), dynamic_ncols=True,
+        bar = tqdm(total=s.time_budget if timed else s.steps,
+                   initial=min(self.elapsed, s.time_budget) if timed else self.step, unit="step",
+                   disable=not (s.progress and self.is_main), dynamic_ncols=True,
                    bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s of training [{elapsed}<{remaining}{postfix}]"
                    if timed else None)
         last_eval: dict[str, float] = {}
@@ -293,7 +294,7 @@ class Trainer:
                 self._log(record)
                 bar.set_postfix(**({"step": self.step} if timed else {}), loss=f"{metrics['loss']:.3f}",
                                 tok_s=f"{self.tokens / max(self.elapsed, 1e-9):,.0f}", refresh=False)
-            bar.update(seconds if timed else 1)
+            bar.update(min(seconds, s.time_budget - bar.n) if timed else 1)  # the last step overshoots the budget
             if self.step % s.eval_every == 0 and not self.done():
                 last_eval = self._evaluate_and_log()
             if self.step % s.save_every == 0 and not self.done():
