@@ -48,8 +48,14 @@ def machine() -> str:
         pass
     import transformers
 
-    return (f"{cpu}, {len(os.sched_getaffinity(0))} cores, torch {torch.__version__}, "
+    from .pretraining import native_bf16
+
+    bf16 = "bf16 in hardware" if native_bf16(torch.device("cpu")) else EMULATED_BF16
+    return (f"{cpu}, {len(os.sched_getaffinity(0))} cores, {bf16}, torch {torch.__version__}, "
             f"transformers {transformers.__version__}")
+
+
+EMULATED_BF16 = "bf16 emulated (no AVX512-BF16 or AMX: bf16 rows time the emulation, several times slower than fp32)"
 
 
 def pair(preset: str, head: str | None, dtype: torch.dtype):

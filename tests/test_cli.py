@@ -86,6 +86,15 @@ def test_bench_records_say_ratio_above_one_means_better(tmp_path):
     assert main(["bench", "--quick", "--only", "deberta"]) == 2  # not in the quick set: one line, exit 2
 
 
+def test_bench_says_whether_bf16_is_emulated(monkeypatch):
+    from bertkit import bench, pretraining
+
+    for native in (True, False):
+        monkeypatch.setattr(pretraining, "native_bf16", lambda device, native=native: native)
+        assert (bench.EMULATED_BF16 in bench.machine()) != native
+        assert ("bf16 in hardware" in bench.machine()) == native
+
+
 def test_bench_memory_runs_each_side_in_its_own_process():
     from bertkit import bench
 
