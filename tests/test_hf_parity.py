@@ -277,6 +277,31 @@ def test_a_classifier_on_a_masked_lm_checkpoint_gets_a_fresh_pooler_as_in_transf
         bertkit.from_pretrained(path, head="classification", num_labels=3)
 
 
+def test_a_classifier_re_headed_for_another_label_count_keeps_its_encoder(tmp_path):
+    """A 2-label classifier fine-tuned again for 3 labels: encoder and pooler load, the classifier
+    (another shape) starts fresh with a warning naming it; read from the file as it is, the same
+    checkpoint must still match exactly, and an encoder tensor of the wrong shape is still an error."""
+    ref = hf_model("BertForSequenceClassification", tiny_hf_config(num_labels=2))
+    path = _saved(ref, tmp_path)
+    with pytest.warns(UserWarning, match="head.classifier.weight"):
+        ours = bertkit.from_pretrained(path, head="classification", num_labels=3)
+    assert ours.head.classifier.out_features == 3
+    ids, mask, types = make_batch(99, 2)
+    with torch.no_grad():
+        expected = ref.bert(input_ids=ids, attention_mask=mask, token_type_ids=types)
+    out = ours(ids, mask, types)
+    assert max_diff_on_real(out.last_hidden_state, expected.last_hidden_state, mask) <= TOL
+    assert (out.pooler_output - expected.pooler_output).abs().max().item() <= TOL
+    with pytest.raises(BertkitError, match="has shape"):  # the file's own head must fit exactly
+        bertkit.from_pretrained(path, num_labels=3)
+    tensors = load_file(path / "model.safetensors")
+    name = next(k for k in tensors if k.endswith("attention.self.query.bias"))
+    tensors[name] = tensors[name][:-1]
+    save_file(tensors, path / "model.safetensors")
+    with pytest.raises(BertkitError, match="has shape"):
+        bertkit.from_pretrained(path, head="classification", num_labels=3)
+
+
 def test_label_names_survive_a_round_trip(tmp_path):
     config = tiny_hf_config(id2label={0: "neg", 1: "neutral", 2: "pos"})
     ours = bertkit.from_pretrained(_saved(hf_model("BertForSequenceClassification", config), tmp_path / "a"))

@@ -320,6 +320,8 @@ def load_state(model: Model, state: dict[str, torch.Tensor], source: Path, head_
             raise BertkitError(f"{source}: unexpected tensor {raw_name!r}, not part of a "
                                f"{architecture_name(config.family, model.head_kind)}")
         expected = tuple(params[ours].shape)
+        if tuple(tensor.shape) != expected and not head_from_file and ours.startswith("head."):
+            continue  # a head asked for with another label count: freshly initialized (warned below)
         if tuple(tensor.shape) != expected:
             raise BertkitError(f"{source}: tensor {raw_name!r} has shape {tuple(tensor.shape)} but the "
                                f"config needs {expected}")
@@ -338,8 +340,9 @@ def load_state(model: Model, state: dict[str, torch.Tensor], source: Path, head_
         raise BertkitError(f"{source}: missing {len(shown)} tensor(s): {', '.join(shown[:5])}"
                            + (" ..." if len(shown) > 5 else ""))
     if missing:
-        warnings.warn(f"{source}: {len(missing)} head (or pooler) parameter(s) not in the checkpoint are freshly "
-                      f"initialized: {', '.join(missing)}", stacklevel=3)
+        warnings.warn(f"{source}: {len(missing)} head (or pooler) parameter(s) not in the checkpoint, or there "
+                      f"with another shape (another label count), are freshly initialized: {', '.join(missing)}",
+                      stacklevel=3)
     with torch.no_grad():
         for name, tensor in loaded.items():
             params[name].copy_(tensor.to(params[name].dtype))
