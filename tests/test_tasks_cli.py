@@ -152,6 +152,8 @@ def test_finetune_bad_data_is_one_line(capsys, encoder_dir, sentiment_files, tmp
     assert code == 2 and "neutral" in one_error(err)
     code, _, err = run(capsys, *base, "--eval", dev, "--out", tmp_path / "c", "--set", "warmup=lots")
     assert code == 2 and "warmup" in one_error(err)
+    code, _, err = run(capsys, *base, "--eval", dev, "--out", tmp_path / "d", "--truncation", "middle")
+    assert code == 2 and "unknown truncation 'middle'" in one_error(err)
     assert not (tmp_path / "a" / "metrics.json").exists()
 
 

@@ -13,9 +13,9 @@ import torch
 
 from bertkit.data import DataWarning, builtin
 from bertkit.errors import BertkitError
-from bertkit.tasks import Answer, Columns, QAExample, TaggedSentence, TextExample, load_examples
+from bertkit.tasks import Answer, Columns, FinetuneSettings, QAExample, TaggedSentence, TextExample, load_examples
 from bertkit.tasks import readers
-from bertkit.tasks.base import IGNORE, TrainBatches, collate, label_index, ordered_labels
+from bertkit.tasks.base import IGNORE, TrainBatches, collate, keep_part, label_index, ordered_labels
 from bertkit.tasks.classification import SequenceClassification, encode_texts
 from bertkit.tasks.qa import Windowing, windows
 from bertkit.tasks.tagging import TokenClassification, encode_sentences, split_words
@@ -254,6 +254,26 @@ def test_truncation_is_longest_first_like_transformers_and_counted(tokenizer, mi
         assert f["input_ids"].tolist() == ref["input_ids"]
         assert f["token_type_ids"].tolist() == ref["token_type_ids"]
     assert [f["label"] for f in features] == [1, 0, 1, 0]
+
+
+def test_tail_truncation_equals_transformers_left_side_and_head_plus_tail_keeps_both_ends(tokenizer, minilm_dir):
+    import transformers
+
+    reference = transformers.AutoTokenizer.from_pretrained(minilm_dir, truncation_side="left")
+    long_text = " ".join(builtin("imdb").train[0].text.split()[:80])
+    examples = [TextExample(long_text), TextExample("short", long_text), TextExample(long_text, "a b c")]
+    features, cut = encode_texts(examples, tokenizer, 32, "tail")
+    assert cut == 3
+    for f, e in zip(features, examples):
+        ref = reference(e.text, e.text_pair, truncation="longest_first", max_length=32)
+        assert f["input_ids"].tolist() == ref["input_ids"] and f["token_type_ids"].tolist() == ref["token_type_ids"]
+    plain = tokenizer.encode_plain([long_text])[0]
+    [feature], _ = encode_texts(examples[:1], tokenizer, 32, "head+tail")
+    cls, sep = tokenizer.backend.token_to_id("[CLS]"), tokenizer.backend.token_to_id("[SEP]")
+    assert feature["input_ids"].tolist() == [cls] + plain[:7] + plain[-23:] + [sep]  # 30 = a quarter + the rest
+    assert keep_part([1, 2, 3], 5, "tail") == [1, 2, 3] and keep_part([1, 2, 3, 4], 0, "head+tail") == []
+    with pytest.raises(BertkitError, match="unknown truncation 'middle'; choose one of head, tail, head\\+tail"):
+        FinetuneSettings(truncation="middle")
 
 
 def test_token_labels_sit_on_the_first_subword_as_tokenizers_word_ids_say(tokenizer):

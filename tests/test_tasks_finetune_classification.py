@@ -70,3 +70,26 @@ def test_regression_learns(tokenizer, tmp_path):
     assert metrics["pearson"] >= 0.45 and metrics["spearman"] >= 0.45, metrics
     values = [p["value"] for p in classify(tmp_path, [e.text for e in dev])]
     assert metrics["pearson"] == pytest.approx(pearsonr([e.label for e in dev], values)[0], abs=1e-6)
+
+
+def verdict_at_the_end(split, n):
+    """A real review sentence (longer than the window) followed by a verdict word that alone
+    decides the label: only a window that keeps the end of the text can see it."""
+    out = []
+    for i, record in enumerate(load_examples("classification", "rotten-tomatoes", split)):
+        if len(record.text.split()) >= 20:
+            out.append(TextExample(f"{record.text} verdict : {'excellent' if i % 2 else 'dreadful'}",
+                                   label="up" if i % 2 else "down"))
+    return out[:n]
+
+
+def test_tail_truncation_reads_the_end_and_prediction_keeps_the_setting(tokenizer, tmp_path):
+    train, dev = verdict_at_the_end("train", 1000), verdict_at_the_end("dev", 200)
+    assert all(len(tokenizer.encode(e.text)) > 24 for e in dev)  # the verdict lies past the first 24 tokens
+    head = finetune("classification", tiny(tokenizer, 2), train, dev, tmp_path / "head", settings(max_length=24))
+    for truncation in ("tail", "head+tail"):
+        kept = finetune("classification", tiny(tokenizer, 2), train, dev, tmp_path / truncation,
+                        settings(max_length=24, truncation=truncation))
+        assert kept["accuracy"] >= 0.95 and kept["accuracy"] >= head["accuracy"] + 0.25, (truncation, head, kept)
+        predictions = classify(tmp_path / truncation, [e.text for e in dev])  # the saved setting, not the default
+        assert sum(p["label"] == e.label for p, e in zip(predictions, dev)) / len(dev) == pytest.approx(kept["accuracy"])

@@ -12,14 +12,17 @@ import torch.nn.functional as F
 
 from ..errors import BertkitError
 from ..objectives.base import Objective, Step
-from .base import Task, label_index, model_max_length, ordered_labels, report_truncated, run_batches, truncate_pair
+from .base import (TRUNCATIONS, Task, label_index, model_max_length, ordered_labels, report_truncated, run_batches,
+                   truncate_pair)
 from .metrics import classification_scores, regression_scores
 from .readers import TextExample
 
 
-def encode_texts(examples: list[TextExample], tokenizer, max_length: int) -> tuple[list[dict], int]:
+def encode_texts(examples: list[TextExample], tokenizer, max_length: int,
+                 truncation: str = "head") -> tuple[list[dict], int]:
     """Features (input_ids, token_type_ids) with the family's special tokens; texts (pairs) longer
-    than max_length are cut, longest part first. Returns the features and how many were cut."""
+    than max_length are cut, longest part first, keeping the part `truncation` names (head, tail,
+    head+tail). Returns the features and how many were cut."""
     frame = tokenizer.frame
     firsts = tokenizer.encode_plain([e.text for e in examples])
     pairs = [e.text_pair is not None for e in examples]
@@ -27,7 +30,7 @@ def encode_texts(examples: list[TextExample], tokenizer, max_length: int) -> tup
     features, cut = [], 0
     for a, has_pair in zip(firsts, pairs):
         b = next(seconds) if has_pair else None
-        a, b, was_cut = truncate_pair(a, b, max_length - frame.specials(b is not None))
+        a, b, was_cut = truncate_pair(a, b, max_length - frame.specials(b is not None), truncation)
         cut += was_cut
         ids, types = frame.apply(np.asarray(a), None if b is None else np.asarray(b))
         features.append({"input_ids": ids, "token_type_ids": types})
@@ -64,6 +67,11 @@ class SequenceClassification(Task):
     metric = "accuracy"
     metrics = ("accuracy", "f1", "mcc")
 
+    def __init__(self, truncation: str = "head"):
+        if truncation not in TRUNCATIONS:
+            raise BertkitError(f"unknown truncation {truncation!r}; choose one of {', '.join(TRUNCATIONS)}")
+        self.truncation = truncation  # which part of a text longer than max_length is kept
+
     def labels_of(self, examples) -> tuple[str, ...]:
         labels = ordered_labels(e.label for e in examples)
         if len(labels) < 2:
@@ -75,7 +83,7 @@ class SequenceClassification(Task):
         return [index[e.label] for e in examples]
 
     def features(self, examples, tokenizer, labels, max_length, source):
-        features, cut = encode_texts(examples, tokenizer, max_length)
+        features, cut = encode_texts(examples, tokenizer, max_length, self.truncation)
         report_truncated(cut, len(features), max_length)
         for f, target in zip(features, self.targets(examples, labels, source)):
             f["label"] = target
@@ -87,7 +95,7 @@ class SequenceClassification(Task):
     def predict(self, model, examples, batch_size=64, max_length=None, bf16=False):
         """{"label": the most probable class, "score": its probability, "scores": every class's}."""
         max_length = model_max_length(model, max_length)
-        features, cut = encode_texts(examples, model.tokenizer, max_length)
+        features, cut = encode_texts(examples, model.tokenizer, max_length, self.truncation)
         report_truncated(cut, len(features), max_length)
         logits = np.zeros((len(features), model.config.num_labels), dtype=np.float32)  # (N, C)
         for chunk, out in run_batches(model, features, batch_size, bf16, ("logits",)):

@@ -89,7 +89,7 @@ def _columns(args):
 
 # ---- finetune / evaluate ------------------------------------------------------------------------
 SETTING_FLAGS = ("epochs", "steps", "batch_size", "lr", "weight_decay", "warmup", "schedule", "max_length",
-                 "eval_every", "patience", "metric", "seed", "eval_batch_size", "device", "doc_stride",
+                 "truncation", "eval_every", "patience", "metric", "seed", "eval_batch_size", "device", "doc_stride",
                  "max_query_length", "max_answer_length", "n_best", "null_answers", "null_threshold",
                  "train_limit", "eval_limit")
 
@@ -269,6 +269,8 @@ def add_parsers(sub, predict_modes) -> None:
     g.add_argument("--warmup", type=float, help="warmup, a fraction of training (0.1)")
     g.add_argument("--schedule", help="linear (default), cosine or constant")
     g.add_argument("--max-length", dest="max_length", type=int, help="tokens per example (128; QA 384)")
+    g.add_argument("--truncation", help="classification and regression: the part of a longer "
+                   "text kept: head (default), tail, or head+tail (its first quarter and last three quarters)")
     g.add_argument("--train-limit", dest="train_limit", type=int, metavar="N",
                    help="train on a seeded random sample of N examples")
     g.add_argument("--eval-limit", dest="eval_limit", type=int, metavar="N", help="early-stop on a sample of N dev examples")

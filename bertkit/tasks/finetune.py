@@ -36,7 +36,7 @@ from ..config import PRESETS
 from ..data.corpora import DataWarning
 from ..data.tokenizer import Tokenizer, check_vocab_fits, load_tokenizer
 from ..errors import BertkitError
-from .base import TrainBatches, label_index, model_max_length
+from .base import TRUNCATIONS, TrainBatches, label_index, model_max_length
 from .classification import Regression, SequenceClassification
 from .qa import Decoding, QuestionAnswering, Windowing
 from .readers import TASKS, Columns, QAExample, TaggedSentence, TextExample, load_examples, sample
@@ -57,6 +57,7 @@ class FinetuneSettings:
     warmup: float = 0.1                  # fraction of training
     schedule: str = "linear"
     max_length: int | None = None        # None: 128 (384 for QA), at most the model's maximum
+    truncation: str = "head"             # classification/regression, texts over max_length: head, tail, head+tail
     eval_every: int | None = None        # optimizer steps between dev evaluations; None: once an epoch
     patience: int | None = 3             # evaluations without a better dev score before stopping
     metric: str | None = None            # dev score to follow; None: the task's (accuracy, pearson, f1)
@@ -90,13 +91,15 @@ class FinetuneSettings:
             raise BertkitError(f"doc_stride must be >= 0, got {self.doc_stride}")
         if self.lr <= 0:
             raise BertkitError(f"lr must be positive, got {self.lr}")
+        if self.truncation not in TRUNCATIONS:
+            raise BertkitError(f"unknown truncation {self.truncation!r}; choose one of {', '.join(TRUNCATIONS)}")
 
 
 def make_task(name: str, settings: FinetuneSettings = FinetuneSettings(), null_answers: bool = False):
     if name == "classification":
-        return SequenceClassification()
+        return SequenceClassification(settings.truncation)
     if name == "regression":
-        return Regression()
+        return Regression(settings.truncation)
     if name == "token-classification":
         return TokenClassification()
     if name == "qa":
