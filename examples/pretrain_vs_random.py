@@ -4,6 +4,7 @@ sentiment (the fixed train split, early stopping on dev) and scored on the test 
 seeds. Prints the table, writes OUT/summary.json and OUT/pretrain_vs_random.png.
 
     python examples/pretrain_vs_random.py [--pretrained runs/mini-40m] [--budget 40m] [--out runs/pretrain-vs-random]
+                                          [--truncation head|tail|head+tail]
 
 The random side is built from the pre-trained checkpoint's own config (same widths, vocabulary,
 dropout), a new initialization per seed. Without an existing --pretrained run it first pre-trains
@@ -27,13 +28,15 @@ from bertkit.tasks import FinetuneSettings, evaluate, finetune
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--pretrained", default="runs/mini-40m")
 p.add_argument("--budget", default="40m", help="pre-training time when --pretrained does not exist yet")
-p.add_argument("--out", default="runs/pretrain-vs-random")
+p.add_argument("--out", help="default runs/pretrain-vs-random, with -tail or -head-tail for those truncations")
 p.add_argument("--seeds", default="0,1,2")
 p.add_argument("--epochs", type=float, default=2)
 p.add_argument("--lr", type=float, default=5e-4)
+p.add_argument("--truncation", default="head", help="the part of a review over 64 tokens kept: head, tail, head+tail")
 args = p.parse_args()
 
-pretrained, out = Path(args.pretrained), Path(args.out)
+suffix = "" if args.truncation == "head" else "-" + args.truncation.replace("+", "-")
+pretrained, out = Path(args.pretrained), Path(args.out or f"runs/pretrain-vs-random{suffix}")
 if not (pretrained / "metrics.json").exists():
     subprocess.run([sys.executable, "-m", "bertkit", "pretrain", "--out", str(pretrained), "--time-budget", args.budget,
                     "--override", "hidden_dropout=0", "--override", "attention_dropout=0"], check=True)
@@ -41,7 +44,7 @@ config = bertkit.from_pretrained(pretrained).config
 results = {"pretrained": [], "random": []}
 for seed in [int(s) for s in args.seeds.split(",")]:
     settings = FinetuneSettings(epochs=args.epochs, lr=args.lr, batch_size=32, max_length=64, patience=2, seed=seed,
-                                bf16=native_bf16(torch.device("cpu")), progress=False)
+                                bf16=native_bf16(torch.device("cpu")), progress=False, truncation=args.truncation)
     for name in ("pretrained", "random"):
         run = out / f"{name}-seed{seed}"
         if not (run / "metrics.json").exists():
