@@ -115,6 +115,12 @@ class TrainBatches:
 TRUNCATIONS = ("head", "tail", "head+tail")
 
 
+def check_truncation(truncation: str) -> str:
+    if truncation not in TRUNCATIONS:
+        raise BertkitError(f"unknown truncation {truncation!r}; choose one of {', '.join(TRUNCATIONS)}")
+    return truncation
+
+
 def keep_part(ids: list[int], n: int, truncation: str = "head") -> list[int]:
     """`n` of the tokens: the first (head), the last (tail), or the first quarter and the last
     three quarters (head+tail; Sun et al., 2019, "How to Fine-Tune BERT for Text Classification",

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ..errors import BertkitError
 from ..objectives.base import Objective, Step
-from .base import (TRUNCATIONS, Task, label_index, model_max_length, ordered_labels, report_truncated, run_batches,
+from .base import (Task, check_truncation, label_index, model_max_length, ordered_labels, report_truncated, run_batches,
                    truncate_pair)
 from .metrics import classification_scores, regression_scores
 from .readers import TextExample
@@ -68,9 +68,7 @@ class SequenceClassification(Task):
     metrics = ("accuracy", "f1", "mcc")
 
     def __init__(self, truncation: str = "head"):
-        if truncation not in TRUNCATIONS:
-            raise BertkitError(f"unknown truncation {truncation!r}; choose one of {', '.join(TRUNCATIONS)}")
-        self.truncation = truncation  # which part of a text longer than max_length is kept
+        self.truncation = check_truncation(truncation)  # which part of a text longer than max_length is kept
 
     def labels_of(self, examples) -> tuple[str, ...]:
         labels = ordered_labels(e.label for e in examples)

@@ -36,7 +36,7 @@ from ..config import PRESETS
 from ..data.corpora import DataWarning
 from ..data.tokenizer import Tokenizer, check_vocab_fits, load_tokenizer
 from ..errors import BertkitError
-from .base import TRUNCATIONS, TrainBatches, label_index, model_max_length
+from .base import TrainBatches, check_truncation, label_index, model_max_length
 from .classification import Regression, SequenceClassification
 from .qa import Decoding, QuestionAnswering, Windowing
 from .readers import TASKS, Columns, QAExample, TaggedSentence, TextExample, load_examples, sample
@@ -91,8 +91,7 @@ class FinetuneSettings:
             raise BertkitError(f"doc_stride must be >= 0, got {self.doc_stride}")
         if self.lr <= 0:
             raise BertkitError(f"lr must be positive, got {self.lr}")
-        if self.truncation not in TRUNCATIONS:
-            raise BertkitError(f"unknown truncation {self.truncation!r}; choose one of {', '.join(TRUNCATIONS)}")
+        check_truncation(self.truncation)
 
 
 def make_task(name: str, settings: FinetuneSettings = FinetuneSettings(), null_answers: bool = False):
