@@ -147,6 +147,21 @@ def test_the_best_checkpoint_is_kept_at_the_root_in_hf_format(tokenizer, sentime
                for p in predictions)
 
 
+def test_a_new_head_for_fine_tuning_is_not_warned_about(minilm_dir, tmp_path):
+    """The encoder alone (a new head), and a 2-label classifier re-headed for 3 labels: a fresh
+    head is what fine-tuning starts from, so no warning, and the head fits the labels."""
+    import warnings
+
+    from bertkit.tasks.finetune import make_task, model_for
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model, _ = model_for(make_task("classification"), minilm_dir, ("neg", "pos"))
+        model.save_pretrained(tmp_path)
+        model, labels = model_for(make_task("classification"), tmp_path, ("a", "b", "c"))
+    assert model.head.classifier.out_features == 3 and model.config.labels == labels == ("a", "b", "c")
+
+
 def test_a_preset_needs_a_tokenizer_and_a_directory_must_exist(sentiment, tmp_path, minilm_dir):
     train, dev = sentiment
     with pytest.raises(BertkitError, match="no tokenizer"):

@@ -137,7 +137,7 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
         if not (hf / "config.json").exists():
             raise BertkitError(f"{source}: neither a preset ({', '.join(sorted(PRESETS))}) nor a model directory")
         with warnings.catch_warnings():  # a new head is what fine-tuning starts from, not news
-            warnings.filterwarnings("ignore", message=".*not in the checkpoint are freshly initialized")
+            warnings.filterwarnings("ignore", message=r".*head \(or pooler\) parameter\(s\) not in the checkpoint")
             model = from_pretrained(hf, head=task.head, num_labels=len(labels) if sized else None)
     if sized:
         if model.config.num_labels != len(labels):
