@@ -48,14 +48,19 @@ def machine() -> str:
         pass
     import transformers
 
-    from .pretraining import native_bf16
-
-    bf16 = "bf16 in hardware" if native_bf16(torch.device("cpu")) else EMULATED_BF16
+    bf16 = EMULATED_BF16 if bf16_emulated() else "bf16 in hardware"
     return (f"{cpu}, {len(os.sched_getaffinity(0))} cores, {bf16}, torch {torch.__version__}, "
             f"transformers {transformers.__version__}")
 
 
 EMULATED_BF16 = "bf16 emulated (no AVX512-BF16 or AMX: bf16 rows time the emulation, several times slower than fp32)"
+
+
+def bf16_emulated() -> bool:
+    """Whether this CPU lacks bf16 matmul hardware, so bf16 rows time a slow emulation."""
+    from .pretraining import native_bf16
+
+    return not native_bf16(torch.device("cpu"))
 
 
 def pair(preset: str, head: str | None, dtype: torch.dtype):

@@ -305,7 +305,7 @@ def cmd_bench(args) -> None:
     print("\n" + _table(rows, right={2, 3, 5, 6}))
     print("\nratio > 1: bertkit is better (more tokens/s, fewer MiB); same weights and batches; "
           "times alternate in one process, memory sides run in their own processes")
-    if any(r.dtype == "bf16" for r in records) and bench.EMULATED_BF16 in bench.machine():
+    if any(r.dtype == "bf16" for r in records) and bench.bf16_emulated():
         print(f"this CPU: {bench.EMULATED_BF16}")
 
 

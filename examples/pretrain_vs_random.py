@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 import bertkit
-from bertkit.pretraining import native_bf16
+from bertkit.pretraining import native_bf16, pick_device
 from bertkit.tasks import FinetuneSettings, evaluate, finetune
 
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -44,7 +44,7 @@ config = bertkit.from_pretrained(pretrained).config
 results = {"pretrained": [], "random": []}
 for seed in [int(s) for s in args.seeds.split(",")]:
     settings = FinetuneSettings(epochs=args.epochs, lr=args.lr, batch_size=32, max_length=64, patience=2, seed=seed,
-                                bf16=native_bf16(torch.device("cpu")), progress=False, truncation=args.truncation)
+                                bf16=native_bf16(pick_device("auto")), progress=False, truncation=args.truncation)
     for name in ("pretrained", "random"):
         run = out / f"{name}-seed{seed}"
         if not (run / "metrics.json").exists():

@@ -297,6 +297,11 @@ def derived_tensors(model: Model) -> dict[str, torch.Tensor]:
     return found
 
 
+class FreshHeadWarning(UserWarning):
+    """Head (or pooler) weights the checkpoint lacks, or holds with another shape, were freshly
+    initialized: news when loading a model to use it, expected when fine-tuning a new head."""
+
+
 def load_state(model: Model, state: dict[str, torch.Tensor], source: Path, head_from_file: bool) -> None:
     config = model.config
     spec = FAMILIES[config.family]
@@ -342,7 +347,7 @@ def load_state(model: Model, state: dict[str, torch.Tensor], source: Path, head_
     if missing:
         warnings.warn(f"{source}: {len(missing)} head (or pooler) parameter(s) not in the checkpoint, or there "
                       f"with another shape (another label count), are freshly initialized: {', '.join(missing)}",
-                      stacklevel=3)
+                      FreshHeadWarning, stacklevel=3)
     with torch.no_grad():
         for name, tensor in loaded.items():
             params[name].copy_(tensor.to(params[name].dtype))

@@ -122,7 +122,7 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
     """A model with `task`'s head for `labels`: a Model as is, a preset name (fresh weights), or a
     checkpoint directory (its encoder; its head too when it already has this task's head and
     labels, otherwise a new head). Returns (model, labels in the model's order)."""
-    from ..interop.hf import from_pretrained
+    from ..interop.hf import FreshHeadWarning, from_pretrained
     from ..model import Model, build
 
     sized = task.head != "qa"  # a span head always has two outputs
@@ -137,7 +137,7 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
         if not (hf / "config.json").exists():
             raise BertkitError(f"{source}: neither a preset ({', '.join(sorted(PRESETS))}) nor a model directory")
         with warnings.catch_warnings():  # a new head is what fine-tuning starts from, not news
-            warnings.filterwarnings("ignore", message=r".*head \(or pooler\) parameter\(s\) not in the checkpoint")
+            warnings.simplefilter("ignore", FreshHeadWarning)
             model = from_pretrained(hf, head=task.head, num_labels=len(labels) if sized else None)
     if sized:
         if model.config.num_labels != len(labels):
