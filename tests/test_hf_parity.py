@@ -11,6 +11,7 @@ from safetensors.torch import load_file, save_file
 
 import bertkit
 from bertkit.errors import BertkitError
+from bertkit.interop.hf import load_state, read_weights
 from conftest import make_batch, max_diff_on_real, randomize
 
 TOL = 1e-4
@@ -225,6 +226,36 @@ def test_untied_decoder_round_trips(tmp_path):
     ours.save_pretrained(tmp_path / "b")
     back = transformers.BertForMaskedLM.from_pretrained(tmp_path / "b").eval()
     assert_same(ours(ids, mask, types), reference_outputs(back, ids, mask, types), mask)
+
+
+def sharing(model):
+    """Parameter names grouped by the tensor they are: tied and shared weights form groups."""
+    groups = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(param), []).append(name)
+    return sorted(tuple(names) for names in groups.values())
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_loading_skips_initialization_but_not_ties_shares_or_frozen_weights(family, tmp_path):
+    """from_pretrained builds on the meta device and takes the file's tensors: the result must be
+    the model that building and copying gives, tensor for tensor, with the same tied decoder,
+    ALBERT's shared blocks, DistilBERT's frozen sinusoidal positions, and nothing left on meta."""
+    prefix, _, variants = FAMILIES[family]
+    variant = list(variants)[-1]
+    config = hf_config(family, variant, prefix + "ForMaskedLM")
+    path = _saved(hf_model(prefix + "ForMaskedLM", config), tmp_path)
+    loaded = bertkit.from_pretrained(path)
+    built = bertkit.build(loaded.config, head=loaded.head_kind)
+    state, weights = read_weights(path)
+    load_state(built, state, weights, head_from_file=True)
+    assert sharing(loaded) == sharing(built)
+    assert len(sharing(loaded)) < len(list(loaded.named_parameters(remove_duplicate=False)))  # a tie is there
+    for (name, got), (_, expected) in zip(loaded.named_parameters(), built.named_parameters(), strict=True):
+        assert not got.is_meta and got.is_contiguous(), name
+        assert got.requires_grad == expected.requires_grad, name
+        assert torch.equal(got, expected), name
+    assert not any(b.is_meta for b in loaded.buffers())
 
 
 def test_pytorch_bin_checkpoint_with_extras_loads(tmp_path):

@@ -8,6 +8,7 @@ it, freshly initialized with a warning.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from ..config import EncoderConfig
 from ..errors import BertkitError
@@ -302,7 +304,11 @@ class FreshHeadWarning(UserWarning):
     initialized: news when loading a model to use it, expected when fine-tuning a new head."""
 
 
-def load_state(model: Model, state: dict[str, torch.Tensor], source: Path, head_from_file: bool) -> None:
+def match_state(model: Model, state: dict[str, torch.Tensor], source: Path,
+                head_from_file: bool) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Map a checkpoint's tensors onto `model`'s parameters, checking names and shapes: returns
+    (our name -> tensor for every parameter the file holds, the names of those it lacks). It reads
+    only names and shapes, so `model` may live on the meta device."""
     config = model.config
     spec = FAMILIES[config.family]
     names = name_map(spec, config, model.head_kind)
@@ -344,19 +350,68 @@ def load_state(model: Model, state: dict[str, torch.Tensor], source: Path, head_
         shown = [names.to_hf(n) or n for n in missing_encoder or missing]
         raise BertkitError(f"{source}: missing {len(shown)} tensor(s): {', '.join(shown[:5])}"
                            + (" ..." if len(shown) > 5 else ""))
+    return loaded, missing
+
+
+def load_state(model: Model, state: dict[str, torch.Tensor], source: Path, head_from_file: bool) -> None:
+    """Copy a checkpoint into a built `model`; parameters the file lacks (a new head, a pooler)
+    keep their fresh initialization, with a FreshHeadWarning."""
+    loaded, missing = match_state(model, state, source, head_from_file)
     if missing:
         warnings.warn(f"{source}: {len(missing)} head (or pooler) parameter(s) not in the checkpoint, or there "
                       f"with another shape (another label count), are freshly initialized: {', '.join(missing)}",
                       FreshHeadWarning, stacklevel=3)
+    params = dict(model.named_parameters())
     with torch.no_grad():
         for name, tensor in loaded.items():
             params[name].copy_(tensor.to(params[name].dtype))
 
 
+@contextlib.contextmanager
+def parameters_on_meta():
+    """Modules built inside get their parameters on the meta device: shapes without storage, so
+    the initializers (nn.Linear's own and ours) cost nothing. Only parameters move; tensors a
+    module computes in its constructor stay real."""
+    register = nn.Module.register_parameter
+
+    def register_on_meta(module, name, param):
+        if param is not None and not param.is_meta:
+            param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+        register(module, name, param)
+
+    nn.Module.register_parameter = register_on_meta
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = register
+
+
+def materialize(model: Model, loaded: dict[str, torch.Tensor]) -> None:
+    """Give a meta-built `model` the checkpoint's tensors as its parameters: each copied into its
+    own storage in the parameter's dtype (a file's tensors may be views of one memory-mapped
+    file), one new Parameter per shared one, so tied and shared weights stay shared."""
+    first_name = {id(p): n for n, p in model.named_parameters()}
+    made: dict[int, nn.Parameter] = {}
+    with torch.no_grad():
+        for module in model.modules():
+            for name, param in module._parameters.items():
+                if param is None:
+                    continue
+                if id(param) not in made:
+                    value = torch.empty(param.shape, dtype=param.dtype).copy_(loaded[first_name[id(param)]])
+                    made[id(param)] = nn.Parameter(value, requires_grad=param.requires_grad)
+                module._parameters[name] = made[id(param)]
+
+
 def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_labels: int | None = None,
                     dtype: torch.dtype | None = None) -> Model:
     """Load a Hugging Face-format checkpoint (or one bertkit wrote). The head comes from the
-    config's `architectures` unless `head` names one (then missing head weights are initialized)."""
+    config's `architectures` unless `head` names one (then missing head weights are initialized).
+
+    The model is built on the meta device and takes the file's tensors as they are, skipping a
+    random initialization the checkpoint would overwrite (most of the load time of bert-base);
+    only when the file lacks some head or pooler weights is it built for real, so that those
+    start from the family's initializer."""
     directory = resolve(path_or_id)
     config_path = directory / "config.json"
     if not config_path.exists():
@@ -369,8 +424,14 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
     if num_labels is not None and num_labels != config.num_labels:
         config = config.replace(num_labels=num_labels, label_names=())
     state, weights_path = read_weights(directory)
-    model = Model(config, head)
-    load_state(model, state, weights_path, head_from_file)
+    with parameters_on_meta():
+        model = Model(config, head)
+    loaded, missing = match_state(model, state, weights_path, head_from_file)
+    if missing:
+        model = Model(config, head)
+        load_state(model, state, weights_path, head_from_file)
+    else:
+        materialize(model, loaded)
     if dtype is not None:
         model.to(dtype)
     if any((directory / f).exists() for f in ("tokenizer.json", "vocab.txt")):
