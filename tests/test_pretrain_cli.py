@@ -273,7 +273,10 @@ def test_demo_pretrains_on_imdb_then_shows_the_finished_run(tmp_path, capsys):
     assert "held-out data: imdb" in first.err and "what it learned" in first.out
     metrics = json.loads((out / "metrics.json").read_text())
     assert 0 < metrics["train_seconds"] < 60 and 0 <= metrics["mlm_accuracy"] <= 1
-    assert bertkit.from_pretrained(out).config.num_layers == 3  # the Mini-BERT itself
+    config = bertkit.from_pretrained(out).config
+    assert config.num_layers == 3  # the Mini-BERT itself, dropout off for a budget of minutes
+    assert config.hidden_dropout == 0 and config.attention_dropout == 0
+    assert json.loads((out / "sentiment" / "task.json").read_text())["settings"]["truncation"] == "head+tail"
     # then fine-tuned on IMDB sentiment: test accuracy over the whole test split, predictions
     sentiment = json.loads((out / "sentiment" / "metrics.json").read_text())
     assert sentiment["train_examples"] == 200 and sentiment["eval_examples"] > 2000
