@@ -371,7 +371,8 @@ def load_state(model: Model, state: dict[str, torch.Tensor], source: Path, head_
 def parameters_on_meta():
     """Modules built inside get their parameters on the meta device: shapes without storage, so
     the initializers (nn.Linear's own and ours) cost nothing. Only parameters move; tensors a
-    module computes in its constructor stay real."""
+    module computes in its constructor stay real. (It patches nn.Module for the duration: build
+    nothing else in other threads meanwhile.)"""
     register = nn.Module.register_parameter
 
     def register_on_meta(module, name, param):
@@ -408,8 +409,8 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
     """Load a Hugging Face-format checkpoint (or one bertkit wrote). The head comes from the
     config's `architectures` unless `head` names one (then missing head weights are initialized).
 
-    The model is built on the meta device and takes the file's tensors as they are, skipping a
-    random initialization the checkpoint would overwrite (most of the load time of bert-base);
+    The model's parameters are built on the meta device and then made from the file's tensors,
+    skipping a random initialization the checkpoint would overwrite (most of bert-base's load time);
     only when the file lacks some head or pooler weights is it built for real, so that those
     start from the family's initializer."""
     directory = resolve(path_or_id)
