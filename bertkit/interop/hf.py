@@ -356,7 +356,11 @@ def match_state(model: Model, state: dict[str, torch.Tensor], source: Path,
 def load_state(model: Model, state: dict[str, torch.Tensor], source: Path, head_from_file: bool) -> None:
     """Copy a checkpoint into a built `model`; parameters the file lacks (a new head, a pooler)
     keep their fresh initialization, with a FreshHeadWarning."""
-    loaded, missing = match_state(model, state, source, head_from_file)
+    fill(model, *match_state(model, state, source, head_from_file), source)
+
+
+def fill(model: Model, loaded: dict[str, torch.Tensor], missing: list[str], source: Path) -> None:
+    """Copy matched tensors (match_state's) into a built `model`, warning about the `missing` ones."""
     if missing:
         warnings.warn(f"{source}: {len(missing)} head (or pooler) parameter(s) not in the checkpoint, or there "
                       f"with another shape (another label count), are freshly initialized: {', '.join(missing)}",
@@ -430,7 +434,7 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
     loaded, missing = match_state(model, state, weights_path, head_from_file)
     if missing:
         model = Model(config, head)
-        load_state(model, state, weights_path, head_from_file)
+        fill(model, loaded, missing, weights_path)
     else:
         materialize(model, loaded)
     if dtype is not None:
