@@ -6,6 +6,9 @@ import torch
 
 import bertkit
 from bertkit import PRESETS  # the public name: importing it registers every family's presets
+from bertkit.layers import FeedForward, activation, block
+from bertkit.config import ACTIVATIONS
+from bertkit.layers.activations import activation_in_place
 
 FAMILY_PRESETS = sorted({p.config.family: name for name, p in PRESETS.items()}.values())
 
@@ -125,6 +128,43 @@ def test_buckets_cover_every_token_once_and_bound_the_padding():
         assert n * L * L <= BUCKET_SLACK * (real_lengths ** 2).sum().item() + BUCKET_ALLOWANCE
     same = Packing.from_mask(torch.ones(8, 30, dtype=torch.bool))
     assert len(same.buckets) == 1 and same.buckets[0].keys is None
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16-autocast"])
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
+def test_inference_reuses_sublayer_outputs_with_the_same_numbers(name, autocast, monkeypatch):
+    """Without autograd recording, the activation and the residual sums are written in place
+    (block.py, feedforward.py): the numbers must equal those of the same forward with fresh
+    tensors, every layer's hidden state included (none may be overwritten later); a recorded
+    forward never writes in place."""
+    model = shrunk(name)
+    ids, mask = batch(model.config.pad_token_id)
+    ffns = [m for m in model.modules() if isinstance(m, FeedForward)]
+    calls = []
+    for ffn in ffns:
+        ffn.act_in_place = lambda h, f=ffn.act_in_place: calls.append(1) or f(h)
+    assert model(ids, mask).logits.requires_grad and not calls
+    with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+        reused = model(ids, mask, output_hidden_states=True)
+        assert len(calls) == model.config.num_layers
+        monkeypatch.setattr(block, "residual", lambda stream, update: stream + update)
+        for ffn in ffns:
+            ffn.act_in_place = None
+        fresh = model(ids, mask, output_hidden_states=True)
+    for a, b in [(fresh.logits, reused.logits)] + list(zip(fresh.hidden_states, reused.hidden_states)):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_in_place_activations_equal_the_plain_ones(name):
+    x = torch.randn(4, 33)
+    in_place = activation_in_place(name)
+    if name in ("gelu_fast", "quick_gelu"):  # composite formulas: the plain function runs
+        assert in_place is None
+        return
+    y = x.clone()
+    assert in_place(y).data_ptr() == y.data_ptr()
+    assert torch.equal(y, activation(name)(x))
 
 
 @pytest.mark.parametrize("name", ["bert-base", "albert-base", "deberta-v3-base"])

@@ -35,9 +35,40 @@ _ACTIVATIONS = {
     "tanh": torch.tanh,
 }
 
+
+# In-place versions, for inference: they overwrite their input instead of allocating a tensor
+# as large as the feed-forward's widest one (on CPU, touching fresh memory cost ~3x the GELU
+# itself, measured on (4096, 3072) fp32). Composite formulas have none.
+def _gelu_(x: torch.Tensor) -> torch.Tensor:
+    return torch.ops.aten.gelu_(x)
+
+
+def _gelu_tanh_(x: torch.Tensor) -> torch.Tensor:
+    return torch.ops.aten.gelu_(x, approximate="tanh")
+
+
+def _silu_(x: torch.Tensor) -> torch.Tensor:
+    return F.silu(x, inplace=True)
+
+
+_IN_PLACE = {
+    "gelu": _gelu_,
+    "gelu_new": _gelu_tanh_,
+    "gelu_pytorch_tanh": _gelu_tanh_,
+    "relu": torch.relu_,
+    "silu": _silu_,
+    "swish": _silu_,
+    "tanh": torch.tanh_,
+}
+
 assert math.isclose(0.7978845608028654, math.sqrt(2 / math.pi))
 
 
 def activation(name: str):
     """The function for a config's `hidden_act` (names are validated by the config)."""
     return _ACTIVATIONS[name]
+
+
+def activation_in_place(name: str):
+    """The in-place form of `activation(name)` (same numbers), or None where there is none."""
+    return _IN_PLACE.get(name)

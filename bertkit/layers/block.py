@@ -40,13 +40,24 @@ class TransformerBlock(nn.Module):
         if self.norm_first:
             q = None if query is None else self.attn_norm(query)
             a, probs = self.attn(self.attn_norm(x), mask, need_weights, query=q, **context)
-            y = stream + self.dropout(a)
-            y = y + self.dropout(self.ffn(self.ffn_norm(y)))
+            y = residual(stream, self.dropout(a))
+            y = residual(y, self.dropout(self.ffn(self.ffn_norm(y))))
         else:
             a, probs = self.attn(x, mask, need_weights, query=query, **context)
-            y = self.attn_norm(stream + self.dropout(a))
-            y = self.ffn_norm(y + self.dropout(self.ffn(y)))
+            y = self.attn_norm(residual(stream, self.dropout(a)))
+            y = self.ffn_norm(residual(y, self.dropout(self.ffn(y))))
         return y, probs
+
+
+def residual(stream: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
+    """stream + update. When autograd records neither (inference), the sum is written into
+    `update`, the fresh output of a sublayer that nothing else holds, instead of new memory;
+    not when the sum needs another shape or dtype (under autocast, a bf16 projection's output
+    added to an fp32 stream stays fp32)."""
+    if (stream.requires_grad or update.requires_grad or update.shape != stream.shape
+            or update.dtype != stream.dtype):
+        return stream + update
+    return update.add_(stream)
 
 
 class Encoder(nn.Module):
