@@ -301,7 +301,7 @@ def report(out: Path) -> None:
 def cmd_bench(args) -> None:
     from . import bench
 
-    records = bench.run(args.quick, args.repeats, args.json, only=args.only)
+    records = bench.run(args.quick, args.repeats, args.json, only=args.only, dtype=args.dtype)
     rows = [["workload", "dtype", "bertkit", "transformers", "unit", "ratio", "max |diff|"]]
     rows += [[r.name, r.dtype, f"{r.ours:,.0f}", f"{r.reference:,.0f}", r.unit, f"{r.ratio:.2f}",
               "-" if r.max_abs_diff is None else f"{r.max_abs_diff:.1e}"] for r in records]
@@ -351,6 +351,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--quick", action="store_true", help="the mini-bert subset (about 2 minutes on 2 cores)")
     s.add_argument("--only", metavar="TEXT", help="run only the workloads whose name contains TEXT "
                                                   "(e.g. 'memory', 'deberta', 'compiled')")
+    s.add_argument("--dtype", choices=["fp32", "bf16"], help="run only this dtype's rows (memory rows are "
+                   "fp32); e.g. fp32 on a CPU without bf16 hardware, where bf16 rows time an emulation")
     s.add_argument("--repeats", type=int, default=5, help="timed runs per side; medians are reported")
     s.add_argument("--json", metavar="PATH", help="also write the records (name, dtype, ours, reference, "
                                                   "unit, ratio, ...) as a JSON list")

@@ -86,6 +86,17 @@ def test_bench_records_say_ratio_above_one_means_better(tmp_path):
     assert main(["bench", "--quick", "--only", "deberta"]) == 2  # not in the quick set: one line, exit 2
 
 
+def test_bench_dtype_picks_rows(capsys):
+    from bertkit import bench
+
+    records = bench.run(True, 1, None, progress=lambda line: None, only="inference", dtype="fp32")
+    assert [(r.name, r.dtype) for r in records] == [("mini-bert inference, 32 seqs, lengths in [8, 64], padded", "fp32")]
+    assert main(["bench", "--quick", "--only", "memory", "--dtype", "bf16"]) == 2
+    assert "--only 'memory' and --dtype 'bf16' matches no workload" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # argparse: not a choice
+        main(["bench", "--dtype", "fp16"])
+
+
 def test_bench_says_whether_bf16_is_emulated(monkeypatch):
     from bertkit import bench, pretraining
 
