@@ -85,9 +85,9 @@ class Trainer:
             model.backbone.encoder.checkpointing = settings.activation_checkpointing
             if settings.compile:
                 model.compile()
-        # The fused kernel updates every tensor in one pass: on CPU 9.5x faster than the default
-        # per-tensor loop (bert-base: 49 vs 464 ms a step), same update; transformers' Trainer uses
-        # it too.
+        # The fused kernel updates every tensor in one pass: on CPU ~5x faster than the default
+        # per-tensor loop (bert-base MLM: 64 vs 333 ms of a ~8 s step), same update;
+        # transformers' Trainer uses it too.
         self.optimizer = torch.optim.AdamW(param_groups(objective, settings.weight_decay), lr=settings.lr,
                                            betas=settings.betas, eps=settings.eps,
                                            fused=self.device.type in ("cpu", "cuda"))
