@@ -134,19 +134,28 @@ def test_buckets_cover_every_token_once_and_bound_the_padding():
 @pytest.mark.parametrize("name", FAMILY_PRESETS)
 def test_inference_reuses_sublayer_outputs_with_the_same_numbers(name, autocast, monkeypatch):
     """Without autograd recording, the activation and the residual sums are written in place
-    (block.py, feedforward.py): the numbers must equal those of the same forward with fresh
-    tensors, every layer's hidden state included (none may be overwritten later); a recorded
-    forward never writes in place."""
+    and every layer's feed-forward intermediate goes into one shared buffer (block.py,
+    feedforward.py): the numbers must equal those of the same forward with fresh tensors, every
+    layer's hidden state included (none may be overwritten later); a recorded forward never
+    writes in place, and under autocast the buffer is not used (an out= matmul is not cast)."""
     model = shrunk(name)
     ids, mask = batch(model.config.pad_token_id)
     ffns = [m for m in model.modules() if isinstance(m, FeedForward)]
-    calls = []
+    calls, buffers = [], []
     for ffn in ffns:
         ffn.act_in_place = lambda h, f=ffn.act_in_place: calls.append(1) or f(h)
-    assert model(ids, mask).logits.requires_grad and not calls
+    shared = FeedForward._buffer
+    monkeypatch.setattr(FeedForward, "_buffer", lambda self, x: buffers.append(shared(self, x)) or buffers[-1])
+    assert model(ids, mask).logits.requires_grad and not calls and buffers == [None] * model.config.num_layers
+    buffers.clear()
     with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16, enabled=autocast):
         reused = model(ids, mask, output_hidden_states=True)
-        assert len(calls) == model.config.num_layers
+        assert len(calls) == len(buffers) == model.config.num_layers
+        if autocast:
+            assert buffers == [None] * model.config.num_layers
+        else:  # one buffer for all layers: (real tokens, intermediate size)
+            assert len({b.data_ptr() for b in buffers}) == 1
+            assert buffers[0].shape == (int(mask.sum()), model.config.intermediate_size)
         monkeypatch.setattr(block, "residual", lambda stream, update: stream + update)
         for ffn in ffns:
             ffn.act_in_place = None

@@ -15,7 +15,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..config import EncoderConfig
 from .attention import SelfAttention
-from .feedforward import FeedForward
+from .feedforward import FeedForward, shared_intermediate
 from .packing import Packing
 
 
@@ -101,17 +101,18 @@ class Encoder(nn.Module):
         inputs, context = x, self.context(length, x.device)
         if packing is not None:
             context["packing"] = packing
-        for i in range(self.num_layers):
-            block = self.layer_for(i)
-            if self.checkpointing and self.training and torch.is_grad_enabled():
-                x, probs = checkpoint(block, x, mask, output_attentions, use_reentrant=False, **context)
-            else:
-                x, probs = block(x, mask, output_attentions, **context)
-            x = self.after_layer(i, x, inputs, mask, packing)
-            if output_hidden_states:
-                states.append(x)
-            if output_attentions:
-                attentions.append(probs)
+        with shared_intermediate():
+            for i in range(self.num_layers):
+                block = self.layer_for(i)
+                if self.checkpointing and self.training and torch.is_grad_enabled():
+                    x, probs = checkpoint(block, x, mask, output_attentions, use_reentrant=False, **context)
+                else:
+                    x, probs = block(x, mask, output_attentions, **context)
+                x = self.after_layer(i, x, inputs, mask, packing)
+                if output_hidden_states:
+                    states.append(x)
+                if output_attentions:
+                    attentions.append(probs)
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x, tuple(attentions), tuple(states)
