@@ -28,20 +28,27 @@ class Model(nn.Module):
                 token_type_ids: torch.Tensor | None = None, output_attentions: bool = False,
                 output_hidden_states: bool = False, masked_positions: torch.Tensor | None = None) -> EncoderOutput:
         """`masked_positions` (B, T) bool: compute MLM logits only there; `logits` is then (K, V)
-        for the K True entries in row-major order (what an MLM loss needs, at a fraction of the cost)."""
-        if masked_positions is not None and (self.head is None or not self.head.predicts_tokens):
-            raise BertkitError(f"masked_positions needs a masked-LM head; this model's head is {self.head_kind!r}")
-        head_needs_states = self.head is not None and self.head.uses_hidden_states
-        out = self.backbone(input_ids, attention_mask, token_type_ids, output_attentions,
-                            output_hidden_states or head_needs_states)
+        and `last_hidden_state` (K, H) for the K True entries in row-major order (what an MLM loss
+        needs, at a fraction of the cost: the vocabulary projection and the last block's
+        feed-forward run on those rows only)."""
         if masked_positions is not None:
+            if self.head is None or not self.head.predicts_tokens:
+                raise BertkitError(f"masked_positions needs a masked-LM head; this model's head is {self.head_kind!r}")
             if masked_positions.shape != input_ids.shape:
                 raise BertkitError(f"masked_positions has shape {tuple(masked_positions.shape)} but input_ids "
                                    f"has {tuple(input_ids.shape)}")
-            out.masked_positions = masked_positions.to(device=input_ids.device, dtype=torch.bool)
+            masked_positions = masked_positions.to(device=input_ids.device, dtype=torch.bool)
+        head_needs_states = self.head is not None and self.head.uses_hidden_states
+        # A head that reads every layer (DeBERTa's enhanced mask decoder) needs the full last one.
+        out = self.backbone(input_ids, attention_mask, token_type_ids, output_attentions,
+                            output_hidden_states or head_needs_states,
+                            rows=None if head_needs_states else masked_positions)
+        out.masked_positions = masked_positions
         if self.head is not None:
             for name, value in self.head(out).items():
                 setattr(out, name, value)
+        if masked_positions is not None and out.last_hidden_state.dim() == 3:
+            out.last_hidden_state = out.last_hidden_state[masked_positions]  # (K, H)
         if not output_hidden_states:
             out.hidden_states = None
         return out

@@ -76,18 +76,61 @@ def test_unpadded_training_step_matches_padded_gradients():
         assert (g - grads[1][name]).abs().max().item() <= 1e-5, name
 
 
+def no_dropout(model):
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    return model
+
+
 @pytest.mark.parametrize("name", FAMILY_PRESETS)
-def test_sparse_mlm_logits_equal_the_dense_ones_at_masked_positions(name):
-    model = shrunk(name)
+def test_sparse_mlm_equals_the_dense_path_at_masked_positions(name):
+    """masked_positions: logits (K, V) and last_hidden_state (K, H) equal the dense outputs at
+    those positions, and so do the gradients of a loss on them; the last block's feed-forward
+    runs on the K rows only, unless a row is padding or every layer's states are asked for
+    (then everything is computed and the rows picked)."""
+    model = no_dropout(shrunk(name).train())
     ids, mask = batch(model.config.pad_token_id)
     chosen = torch.zeros_like(mask, dtype=torch.bool)
     chosen[0, [1, 5, 9]] = True
     chosen[2, 3] = True
+    seen = []
+    last_ffn = model.backbone.encoder.layer_for(model.config.num_layers - 1).ffn
+    last_ffn.register_forward_hook(lambda m, args, out: seen.append(args[0].numel() // args[0].shape[-1]))
+
+    def run(**kw):
+        model.zero_grad()
+        out = model(ids, mask, **kw)
+        logits = out.logits if "masked_positions" in kw else out.logits[chosen]
+        logits.logsumexp(-1).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        hidden = out.last_hidden_state if "masked_positions" in kw else out.last_hidden_state[chosen]
+        return logits.detach(), hidden.detach(), grads
+
+    dense = run()
+    seen.clear()
+    sparse = run(masked_positions=chosen)
+    emd = model.head.uses_hidden_states  # DeBERTa's enhanced mask decoder reads the full last layer
+    assert seen[-1] == (int(mask.sum()) if emd else 4)  # ALBERT's shared block runs every layer
+    assert sparse[0].shape == (4, model.config.vocab_size) and sparse[1].shape == (4, model.config.hidden_size)
+    assert (sparse[0] - dense[0]).abs().max().item() <= 1e-5
+    assert (sparse[1] - dense[1]).abs().max().item() <= 1e-5
+    assert sparse[2].keys() == dense[2].keys()
+    for n, g in dense[2].items():
+        assert (sparse[2][n] - g).abs().max().item() <= 1e-5, n
+    padded_row = chosen.clone()
+    padded_row[1, 8] = True  # row 1 has 4 real tokens
     with torch.no_grad():
-        dense = model(ids, mask).logits
-        sparse = model(ids, mask, masked_positions=chosen).logits
-    assert sparse.shape == (4, model.config.vocab_size)
-    assert (sparse - dense[chosen]).abs().max().item() <= 1e-5
+        everything = model(ids, mask)
+        seen.clear()
+        with_padding = model(ids, mask, masked_positions=padded_row)
+        assert seen[-1] == int(mask.sum())
+        seen.clear()
+        with_states = model(ids, mask, masked_positions=chosen, output_hidden_states=True)
+        assert seen[-1] == int(mask.sum())
+    assert (with_padding.logits - everything.logits[padded_row]).abs().max().item() <= 1e-5
+    assert (with_states.logits - dense[0]).abs().max().item() <= 1e-5
+    assert (with_states.last_hidden_state - dense[1]).abs().max().item() <= 1e-5
 
 
 def test_sparse_positions_need_a_vocabulary_head():
@@ -98,6 +141,7 @@ def test_sparse_positions_need_a_vocabulary_head():
 
 
 def test_sparse_mlm_with_the_pretraining_head_and_emd():
+    """The pooler still reads each [CLS] when the last block computes only the masked rows."""
     from bertkit.models.deberta import DebertaConfig
 
     for model in (bertkit.build(PRESETS["mini-bert"].config.replace(num_layers=2), head="pretraining"),
@@ -105,11 +149,16 @@ def test_sparse_mlm_with_the_pretraining_head_and_emd():
                                               intermediate_size=40, max_positions=16, position_buckets=8,
                                               enhanced_mask_decoder=True), head="mlm")):
         model.eval()
-        ids = torch.randint(1, 100, (2, 9))
-        chosen = torch.rand(2, 9, generator=torch.Generator().manual_seed(0)) < 0.3
-        with torch.no_grad():
-            dense, sparse = model(ids), model(ids, masked_positions=chosen)
-        assert (sparse.logits - dense.logits[chosen]).abs().max().item() <= 1e-5
+        ids = torch.randint(1, 100, (3, 9))
+        chosen = torch.rand(3, 9, generator=torch.Generator().manual_seed(0)) < 0.3
+        chosen[0, 0] = True  # a masked [CLS] is both a row and the pooler's input
+        for mask in (None, (torch.arange(9)[None] < torch.tensor([[9], [5], [7]])).long()):
+            picked = chosen if mask is None else chosen & mask.bool()
+            with torch.no_grad():
+                dense, sparse = model(ids, mask), model(ids, mask, masked_positions=picked)
+            assert (sparse.logits - dense.logits[picked]).abs().max().item() <= 1e-5
+            if dense.pair_logits is not None:
+                assert (sparse.pair_logits - dense.pair_logits).abs().max().item() <= 1e-5
 
 
 def test_buckets_cover_every_token_once_and_bound_the_padding():

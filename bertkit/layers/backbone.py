@@ -41,7 +41,10 @@ class EncoderModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_attentions: bool = False,
-                output_hidden_states: bool = False) -> EncoderOutput:
+                output_hidden_states: bool = False, rows: torch.Tensor | None = None) -> EncoderOutput:
+        """`rows` (B, T) bool: the positions whose final states the caller needs (MLM: the masked
+        ones); last_hidden_state is then (K, H), those states in row-major order, and the last
+        block computes little else (Encoder.forward)."""
         keys = key_padding_mask(attention_mask, input_ids)  # (B, T) bool or None
         x = self.embeddings(input_ids, token_type_ids)      # (B, T, E)
         if self.projection is not None:
@@ -49,14 +52,44 @@ class EncoderModel(nn.Module):
         packing = Packing.from_mask(keys) if self.unpad and keys is not None and not keys.all() else None
         if packing is not None:
             x = packing.unpad(x)                            # (total, H)
+        wanted = None if rows is None else self._wanted(rows)  # (B, T) bool
+        needed = None if rows is None else _indices(wanted, keys if packing is not None else None)
         x, attentions, states = self.encoder(x, attention_mask_4d(keys), output_attentions, packing,
-                                             output_hidden_states)
+                                             output_hidden_states, rows=needed)
         if packing is not None:
-            x, states = packing.pad(x), tuple(packing.pad(s) for s in states)  # (B, T, H)
+            states = tuple(packing.pad(s) for s in states)  # (B, T, H)
+        if needed is None:
+            x = x if packing is None else packing.pad(x)    # (B, T, H)
+            pooled = self.pooler(x) if self.pooler is not None else None
+            x = x if rows is None else x[rows]              # (K, H)
+        else:  # x: (K', H), the states at `wanted`
+            first = torch.zeros_like(wanted)
+            first[:, 0] = True
+            pooled = self.pooler(x[first[wanted]][:, None]) if self.pooler is not None else None  # (B, H)
+            x = x[rows[wanted]]                             # (K, H)
         return EncoderOutput(
             last_hidden_state=x,
-            pooler_output=self.pooler(x) if self.pooler is not None else None,
+            pooler_output=pooled,
             attentions=attentions if output_attentions else None,
             hidden_states=states if output_hidden_states else None,
             attention_mask=keys,
         )
+
+    def _wanted(self, rows: torch.Tensor) -> torch.Tensor:
+        """The positions whose final states this forward needs: `rows` and, for the pooler, each
+        first ([CLS]) token."""
+        wanted = rows.clone()
+        if self.pooler is not None:
+            wanted[:, 0] = True
+        return wanted
+
+
+def _indices(wanted: torch.Tensor, real: torch.Tensor | None) -> torch.Tensor | None:
+    """(B, T) bool -> indices into the encoder's flattened tokens: all B * T of them, or only the
+    real ones when the stream is packed (`real`). None when a wanted position is padding, which
+    the packed stream does not hold: then every token is computed and the rows picked after."""
+    if real is not None:
+        if (wanted & ~real).any():
+            return None
+        wanted = wanted[real]  # (total,)
+    return wanted.flatten().nonzero().squeeze(1)

@@ -32,21 +32,29 @@ class TransformerBlock(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False,
-                query: torch.Tensor | None = None, **context) -> tuple[torch.Tensor, torch.Tensor | None]:
+                query: torch.Tensor | None = None, rows: torch.Tensor | None = None,
+                **context) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x: (B, T, H); mask: (B, 1, 1, T) bool; `context` goes to the attention's score hook.
         With `query` (B, T, H), queries and the residual stream come from it while keys and
-        values come from x. Returns (B, T, H) and optional (B, N, T, T)."""
+        values come from x. With `rows` (K,), indices into the flattened tokens, attention still
+        reads every token but the rest of the block runs on those K only (see Encoder.forward).
+        Returns (B, T, H), or (K, H) with rows, and optional (B, N, T, T)."""
         stream = x if query is None else query
         if self.norm_first:
             q = None if query is None else self.attn_norm(query)
             a, probs = self.attn(self.attn_norm(x), mask, need_weights, query=q, **context)
-            y = residual(stream, self.dropout(a))
+            y = residual(take(stream, rows), self.dropout(take(a, rows)))
             y = residual(y, self.dropout(self.ffn(self.ffn_norm(y))))
         else:
             a, probs = self.attn(x, mask, need_weights, query=query, **context)
-            y = self.attn_norm(residual(stream, self.dropout(a)))
+            y = self.attn_norm(residual(take(stream, rows), self.dropout(take(a, rows))))
             y = self.ffn_norm(residual(y, self.dropout(self.ffn(y))))
         return y, probs
+
+
+def take(x: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    """x (..., H) -> (K, H), the flattened tokens at `rows`; x itself when rows is None."""
+    return x if rows is None else x.reshape(-1, x.shape[-1]).index_select(0, rows)
 
 
 def residual(stream: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
@@ -90,29 +98,41 @@ class Encoder(nn.Module):
         return x
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, output_attentions: bool = False,
-                packing: Packing | None = None, output_hidden_states: bool = False
+                packing: Packing | None = None, output_hidden_states: bool = False,
+                rows: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
         """x: (B, T, H) or, with `packing`, (total, H); mask: (B, 1, 1, T) bool or None. Returns
         the output (x's shape), the attention probabilities per layer and the stream before each
         layer and at the end (embeddings first, num_layers + 1 tensors), each empty unless asked:
-        keeping every layer's output alive costs memory in inference."""
+        keeping every layer's output alive costs memory in inference.
+        `rows` (K,): indices into x's flattened tokens whose output is all the caller needs (an
+        MLM loss reads only the masked ones). The output is then (K, H), and the last block
+        computes only those rows after its attention (MosaicBERT): in BERT-base MLM training,
+        ~6% of the encoder's matmul work never happens. Not when every layer's states are asked
+        for, nor when a one-layer stack has an `after_layer` change, which needs every token."""
         attentions, states = [], [x] if output_hidden_states else []
         length = x.shape[1] if packing is None else packing.length
         inputs, context = x, self.context(length, x.device)
         if packing is not None:
             context["packing"] = packing
+        last = self.num_layers - 1
+        rows_in_block = rows is not None and not output_hidden_states and (
+            last > 0 or type(self).after_layer is Encoder.after_layer)
         with shared_intermediate():
             for i in range(self.num_layers):
                 block = self.layer_for(i)
+                kwargs = {**context, "rows": rows} if rows_in_block and i == last else context
                 if self.checkpointing and self.training and torch.is_grad_enabled():
-                    x, probs = checkpoint(block, x, mask, output_attentions, use_reentrant=False, **context)
+                    x, probs = checkpoint(block, x, mask, output_attentions, use_reentrant=False, **kwargs)
                 else:
-                    x, probs = block(x, mask, output_attentions, **context)
+                    x, probs = block(x, mask, output_attentions, **kwargs)
                 x = self.after_layer(i, x, inputs, mask, packing)
                 if output_hidden_states:
                     states.append(x)
                 if output_attentions:
                     attentions.append(probs)
+        if rows is not None and not rows_in_block:
+            x = take(x, rows)
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x, tuple(attentions), tuple(states)

@@ -24,10 +24,13 @@ class Head(nn.Module):
 
 
 def at_masked(out: EncoderOutput, states: torch.Tensor) -> torch.Tensor:
-    """(B, T, H) states -> (K, H) at the K masked positions, or unchanged when none are given:
-    the vocabulary projection, the costliest matmul of MLM training, then skips the ~85% of
+    """(B, T, H) states -> (K, H) at the K masked positions; unchanged when no positions are
+    given or the states are already those K rows (the backbone's output under masked_positions).
+    The vocabulary projection, the costliest matmul of MLM training, then skips the ~85% of
     tokens that carry no loss (MosaicBERT; Geiping & Goldstein 2023, Cramming)."""
-    return states if out.masked_positions is None else states[out.masked_positions]
+    if out.masked_positions is None or states.dim() == 2:
+        return states
+    return states[out.masked_positions]
 
 
 def classifier_dropout(config: EncoderConfig) -> float:

@@ -16,7 +16,7 @@ class EncoderOutput:
     hold what the padded computation gives there, as in `transformers`.
     """
 
-    last_hidden_state: torch.Tensor                      # (B, T, H)
+    last_hidden_state: torch.Tensor                      # (B, T, H); (K, H) with masked_positions
     pooler_output: torch.Tensor | None = None            # (B, H), models with a pooler
     attentions: tuple[torch.Tensor, ...] | None = None   # per layer (B, N, T, T), on request
     hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings + each layer (B, T, H), on request

@@ -60,7 +60,7 @@ class Distillation(Objective):
         ce = F.kl_div(F.log_softmax(s.logits.float() / tau, -1), F.softmax(t.logits.float() / tau, -1),
                       reduction="batchmean") * tau ** 2
         mlm, accuracy = masked_lm_terms(s.logits[masked], labels[real][masked])  # (K, V)
-        s_h, t_h = s.last_hidden_state[real], t.last_hidden_state[real]  # (R, H)
+        s_h, t_h = s.last_hidden_state, t.last_hidden_state  # (R, H): masked_positions=real
         cos = (1.0 - F.cosine_similarity(s_h.float(), t_h.float(), dim=-1)).mean()
         loss = self.alpha_ce * ce + self.alpha_mlm * mlm + self.alpha_cos * cos
         return Step(loss, {"loss": loss.detach(), "distill_ce": ce.detach(), "mlm_loss": mlm.detach(),
