@@ -8,7 +8,7 @@ import bertkit
 from bertkit import PRESETS  # the public name: importing it registers every family's presets
 from bertkit.layers import FeedForward, activation, block
 from bertkit.config import ACTIVATIONS
-from bertkit.layers.activations import activation_in_place
+from bertkit.layers.activations import activation_backward_into, activation_in_place
 
 FAMILY_PRESETS = sorted({p.config.family: name for name, p in PRESETS.items()}.values())
 
@@ -195,7 +195,7 @@ def test_inference_reuses_sublayer_outputs_with_the_same_numbers(name, autocast,
         ffn.act_in_place = lambda h, f=ffn.act_in_place: calls.append(1) or f(h)
     shared = FeedForward._buffer
     monkeypatch.setattr(FeedForward, "_buffer", lambda self, x: buffers.append(shared(self, x)) or buffers[-1])
-    assert model(ids, mask).logits.requires_grad and not calls and buffers == [None] * model.config.num_layers
+    assert model(ids, mask).logits.requires_grad and not calls and all(b is None for b in buffers)
     buffers.clear()
     with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16, enabled=autocast):
         reused = model(ids, mask, output_hidden_states=True)
@@ -223,6 +223,44 @@ def test_in_place_activations_equal_the_plain_ones(name):
     y = x.clone()
     assert in_place(y).data_ptr() == y.data_ptr()
     assert torch.equal(y, activation(name)(x))
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_training_feed_forward_reusing_its_memory_equals_autograd(name):
+    """A recorded feed-forward goes through _Recycling (its backward writes the gradients into
+    the saved intermediates) wherever the activation has a known backward: the output and every
+    gradient equal plain autograd's, frozen weights get none, and a second backward through the
+    same graph is refused instead of reading overwritten memory. Under autocast, autograd's."""
+    config = PRESETS["mini-bert"].config.replace(hidden_act=name)
+    torch.manual_seed(0)
+    ffn = FeedForward(config)
+    ffn.up.weight.requires_grad_(False)
+    x = torch.randn(3, 5, config.hidden_size)
+    g = torch.randn(3, 5, config.hidden_size)
+    runs = {}
+    for recycle in (True, False):
+        ffn.recycle = recycle
+        xr = x.clone().requires_grad_()
+        y = ffn(xr)
+        y.backward(g)
+        runs[recycle] = type(y.grad_fn).__name__, y.detach(), xr.grad, [p.grad for p in ffn.parameters()]
+        ffn.zero_grad(set_to_none=True)
+    known = activation_backward_into(name) is not None
+    assert known == (name not in ("gelu_fast", "quick_gelu", "tanh"))
+    assert ("_Recycling" in runs[True][0]) == known and "_Recycling" not in runs[False][0]
+    torch.testing.assert_close(runs[True][1], runs[False][1], rtol=0, atol=0)
+    torch.testing.assert_close(runs[True][2], runs[False][2])
+    assert runs[True][3][0] is None and runs[False][3][0] is None  # the frozen up-projection
+    for a, b in zip(runs[True][3][1:], runs[False][3][1:]):
+        torch.testing.assert_close(a, b)
+    if known:
+        ffn.recycle = True
+        y = ffn(x.clone().requires_grad_())
+        y.backward(g, retain_graph=True)
+        with pytest.raises(RuntimeError, match="backward only once"):
+            y.backward(g)
+        with torch.autocast("cpu", torch.bfloat16):
+            assert "_Recycling" not in type(ffn(x.clone().requires_grad_()).grad_fn).__name__
 
 
 @pytest.mark.parametrize("name", ["bert-base", "albert-base", "deberta-v3-base"])

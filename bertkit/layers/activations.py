@@ -72,3 +72,22 @@ def activation(name: str):
 def activation_in_place(name: str):
     """The in-place form of `activation(name)` (same numbers), or None where there is none."""
     return _IN_PLACE.get(name)
+
+
+# Gradients with respect to the activation's input, written into `out`, for training code that
+# reuses memory it already holds (feedforward.py): the same kernels autograd calls.
+_BACKWARD_INTO = {
+    "gelu": lambda grad, pre, out: torch.ops.aten.gelu_backward.grad_input(grad, pre, grad_input=out),
+    "gelu_new": lambda grad, pre, out: torch.ops.aten.gelu_backward.grad_input(
+        grad, pre, approximate="tanh", grad_input=out),
+    "relu": lambda grad, pre, out: torch.ops.aten.threshold_backward.grad_input(grad, pre, 0, grad_input=out),
+    "silu": lambda grad, pre, out: torch.ops.aten.silu_backward.grad_input(grad, pre, grad_input=out),
+}
+_BACKWARD_INTO["gelu_pytorch_tanh"] = _BACKWARD_INTO["gelu_new"]
+_BACKWARD_INTO["swish"] = _BACKWARD_INTO["silu"]
+
+
+def activation_backward_into(name: str):
+    """(grad, pre, out) -> out = d act(pre) / d pre * grad, or None where there is none."""
+    return _BACKWARD_INTO.get(name)
+
