@@ -74,7 +74,7 @@ class Encoder(nn.Module):
     `context(length, device)`: extra inputs computed once per forward for every attention layer
     (DeBERTa's relative positions and their embeddings);
     `after_layer(i, x, inputs, mask, packing)`: a change to the stream after block i (DeBERTa's
-    convolution).
+    convolution); after the last block under `rows` (see forward), x holds only those rows.
     With a `packing`, the stream holds only the real tokens, (total, H); see packing.py."""
 
     def __init__(self, blocks: list[nn.Module], num_layers: int | None = None,
