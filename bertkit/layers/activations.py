@@ -90,4 +90,3 @@ _BACKWARD_INTO["swish"] = _BACKWARD_INTO["silu"]
 def activation_backward_into(name: str):
     """(grad, pre, out) -> out = d act(pre) / d pre * grad, or None where there is none."""
     return _BACKWARD_INTO.get(name)
-
