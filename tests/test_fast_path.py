@@ -31,6 +31,14 @@ def batch(pad_id, left=False):
     return ids.masked_fill(mask == 0, pad_id), mask
 
 
+def no_dropout(model):
+    """Dropout off everywhere, so two paths can be compared in training mode."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    return model
+
+
 @pytest.mark.parametrize("left", [False, True], ids=["right-pad", "left-pad"])
 @pytest.mark.parametrize("name", FAMILY_PRESETS)
 def test_unpadded_path_equals_padded_path(name, left):
@@ -60,10 +68,7 @@ def test_unpadded_attention_maps_come_from_the_explicit_path():
 
 def test_unpadded_training_step_matches_padded_gradients():
     torch.manual_seed(0)
-    model = shrunk("bert-base").train()  # training mode, with dropout switched off to compare
-    for m in model.modules():
-        if isinstance(m, torch.nn.Dropout):
-            m.p = 0.0
+    model = no_dropout(shrunk("bert-base").train())
     ids, mask = batch(0)
     keep = mask.bool()
     grads = []
@@ -74,13 +79,6 @@ def test_unpadded_training_step_matches_padded_gradients():
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     for name, g in grads[0].items():
         assert (g - grads[1][name]).abs().max().item() <= 1e-5, name
-
-
-def no_dropout(model):
-    for m in model.modules():
-        if isinstance(m, torch.nn.Dropout):
-            m.p = 0.0
-    return model
 
 
 @pytest.mark.parametrize("name", FAMILY_PRESETS)
@@ -267,10 +265,7 @@ def test_training_feed_forward_reusing_its_memory_equals_autograd(name):
 
 @pytest.mark.parametrize("name", ["bert-base", "albert-base", "deberta-v3-base"])
 def test_activation_checkpointing_gives_the_same_gradients(name):
-    model = shrunk(name).train()
-    for m in model.modules():
-        if isinstance(m, torch.nn.Dropout):
-            m.p = 0.0
+    model = no_dropout(shrunk(name).train())
     ids, mask = batch(model.config.pad_token_id)
     grads = []
     for checkpointing in (False, True):
@@ -292,10 +287,7 @@ def test_fused_qkv_gives_the_same_outputs_and_gradients(name):
                                               intermediate_size=40, max_positions=40), head="mlm")
     else:
         model = shrunk(name)
-    model.train()
-    for m in model.modules():
-        if isinstance(m, torch.nn.Dropout):
-            m.p = 0.0
+    no_dropout(model.train())
     ids, mask = batch(model.config.pad_token_id)
     keep = mask.bool()
     runs = []
