@@ -39,16 +39,14 @@ class Model(nn.Module):
                                    f"has {tuple(input_ids.shape)}")
             masked_positions = masked_positions.to(device=input_ids.device, dtype=torch.bool)
         head_needs_states = self.head is not None and self.head.uses_hidden_states
-        # A head that reads every layer (DeBERTa's enhanced mask decoder) needs the full last one.
+        # A head that reads every layer (DeBERTa's enhanced mask decoder) gets them in full: the
+        # backbone then computes every token and picks the rows at the end.
         out = self.backbone(input_ids, attention_mask, token_type_ids, output_attentions,
-                            output_hidden_states or head_needs_states,
-                            rows=None if head_needs_states else masked_positions)
+                            output_hidden_states or head_needs_states, rows=masked_positions)
         out.masked_positions = masked_positions
         if self.head is not None:
             for name, value in self.head(out).items():
                 setattr(out, name, value)
-        if masked_positions is not None and out.last_hidden_state.dim() == 3:
-            out.last_hidden_state = out.last_hidden_state[masked_positions]  # (K, H)
         if not output_hidden_states:
             out.hidden_states = None
         return out

@@ -52,7 +52,13 @@ class EncoderModel(nn.Module):
         packing = Packing.from_mask(keys) if self.unpad and keys is not None and not keys.all() else None
         if packing is not None:
             x = packing.unpad(x)                            # (total, H)
-        wanted = None if rows is None else self._wanted(rows)  # (B, T) bool
+        # The positions whose final states this forward needs: `rows` and, for the pooler, each
+        # first ([CLS]) token.
+        wanted, first = rows, None
+        if rows is not None and self.pooler is not None:
+            first = torch.zeros_like(rows)
+            first[:, 0] = True
+            wanted = rows | first
         needed = None if rows is None else _indices(wanted, keys if packing is not None else None)
         x, attentions, states = self.encoder(x, attention_mask_4d(keys), output_attentions, packing,
                                              output_hidden_states, rows=needed)
@@ -63,9 +69,7 @@ class EncoderModel(nn.Module):
             pooled = self.pooler(x) if self.pooler is not None else None
             x = x if rows is None else x[rows]              # (K, H)
         else:  # x: (K', H), the states at `wanted`
-            first = torch.zeros_like(wanted)
-            first[:, 0] = True
-            pooled = self.pooler(x[first[wanted]][:, None]) if self.pooler is not None else None  # (B, H)
+            pooled = self.pooler(x[first[wanted]][:, None]) if first is not None else None  # (B, H)
             x = x[rows[wanted]]                             # (K, H)
         return EncoderOutput(
             last_hidden_state=x,
@@ -74,14 +78,6 @@ class EncoderModel(nn.Module):
             hidden_states=states if output_hidden_states else None,
             attention_mask=keys,
         )
-
-    def _wanted(self, rows: torch.Tensor) -> torch.Tensor:
-        """The positions whose final states this forward needs: `rows` and, for the pooler, each
-        first ([CLS]) token."""
-        wanted = rows.clone()
-        if self.pooler is not None:
-            wanted[:, 0] = True
-        return wanted
 
 
 def _indices(wanted: torch.Tensor, real: torch.Tensor | None) -> torch.Tensor | None:
