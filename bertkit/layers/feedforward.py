@@ -60,22 +60,23 @@ class FeedForward(nn.Module):
                 h = self.act(h)
         return self.down(h)
 
-    def _recycles(self, x: torch.Tensor) -> bool:
-        """Whether a recorded forward goes through _Recycling: plain linears with biases, an
-        activation with a known backward, no autocast (its casts are autograd's business) and not
-        while torch.compile traces (it plans the memory itself)."""
-        return (self.recycle and torch.is_grad_enabled() and self.act_backward_into is not None
-                and type(self.up) is nn.Linear and type(self.down) is nn.Linear
-                and self.up.bias is not None and self.down.bias is not None
+    def _hand_written(self, x: torch.Tensor, *linears: nn.Linear) -> bool:
+        """Whether this call may run its own matmuls instead of the modules': plain `linears`
+        with biases, no autocast (an out= or hand-differentiated matmul would not be cast) and
+        not while torch.compile traces (it fuses and plans the memory itself)."""
+        return (all(type(m) is nn.Linear and m.bias is not None for m in linears)
                 and not torch.is_autocast_enabled(x.device.type) and not torch.compiler.is_compiling())
 
+    def _recycles(self, x: torch.Tensor) -> bool:
+        """Whether a recorded forward goes through _Recycling: an activation with a known
+        backward and both projections hand-written."""
+        return (self.recycle and torch.is_grad_enabled() and self.act_backward_into is not None
+                and self._hand_written(x, self.up, self.down))
+
     def _buffer(self, x: torch.Tensor) -> torch.Tensor | None:
-        """The shared (tokens, I) buffer, when this call may write into it: no autograd, a plain
-        up-projection with a bias, an in-place activation, no autocast (an out= matmul would not
-        be cast) and not while torch.compile traces (it fuses this itself)."""
-        if (torch.compiler.is_compiling() or torch.is_grad_enabled() or self.act_in_place is None
-                or type(self.up) is not nn.Linear or self.up.bias is None
-                or torch.is_autocast_enabled(x.device.type)):
+        """The shared (tokens, I) buffer, when this call may write into it: no autograd, an
+        in-place activation and a hand-written up-projection."""
+        if torch.is_grad_enabled() or self.act_in_place is None or not self._hand_written(x, self.up):
             return None
         buffers = _buffers.get()
         if buffers is None:
