@@ -263,6 +263,47 @@ def test_training_feed_forward_reusing_its_memory_equals_autograd(name):
             assert "_Recycling" not in type(ffn(x.clone().requires_grad_()).grad_fn).__name__
 
 
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
+def test_tied_decoder_gradient_is_summed_in_place(name, monkeypatch):
+    """The MLM decoder's own backward (heads._Decoder) gives autograd's gradients, and its weight
+    gradient is one autograd can add the word embedding's into in place: no out-of-place (V, E)
+    add in the step, where F.linear's transposed gradient costs one."""
+    from torch.profiler import profile
+
+    from bertkit.layers import heads
+
+    model = no_dropout(shrunk(name).train())
+    ids, mask = batch(model.config.pad_token_id)
+    masked = mask.bool() & (torch.rand(ids.shape, generator=torch.Generator().manual_seed(1)) < 0.5)
+    weight = model.head.decoder.weight
+    tied = weight is model.backbone.embeddings.word.weight
+    runs = {}
+    for own in (True, False):
+        monkeypatch.setattr(heads, "plain_eager", lambda x, own=own: own)
+        model.zero_grad(set_to_none=True)
+        with profile(record_shapes=True) as prof:
+            logits = model(ids, mask, masked_positions=masked).logits
+            torch.nn.functional.cross_entropy(logits, ids[masked]).backward()
+        adds = [e for e in prof.events() if e.name == "aten::add" and e.input_shapes[:2] == [list(weight.shape)] * 2]
+        runs[own] = logits.grad_fn.name(), adds, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    assert "_Decoder" in runs[True][0] and "_Decoder" not in runs[False][0]
+    assert not runs[True][1]
+    assert bool(runs[False][1]) == tied  # the check can see the copy it removes
+    assert runs[True][2].keys() == runs[False][2].keys()
+    for key, value in runs[True][2].items():
+        torch.testing.assert_close(value, runs[False][2][key], msg=key)
+
+
+def test_decoder_backward_is_differentiable_twice():
+    torch.manual_seed(0)
+    args = (torch.randn(3, 2, 4, dtype=torch.double, requires_grad=True),
+            torch.randn(6, 4, dtype=torch.double, requires_grad=True),
+            torch.randn(6, dtype=torch.double, requires_grad=True))
+    from bertkit.layers.heads import _Decoder
+    assert torch.autograd.gradcheck(_Decoder.apply, args)
+    assert torch.autograd.gradgradcheck(_Decoder.apply, args)
+
+
 @pytest.mark.parametrize("name", ["bert-base", "albert-base", "deberta-v3-base"])
 def test_activation_checkpointing_gives_the_same_gradients(name):
     model = no_dropout(shrunk(name).train())

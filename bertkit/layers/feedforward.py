@@ -22,6 +22,13 @@ from .activations import activation, activation_backward_into, activation_in_pla
 _buffers: contextvars.ContextVar[dict | None] = contextvars.ContextVar("ffn_buffers", default=None)
 
 
+def plain_eager(x: torch.Tensor) -> bool:
+    """Whether hand-written matmuls may stand in for modules on `x`: no autocast (an out= or
+    hand-differentiated matmul would not be cast) and not while torch.compile traces (it fuses
+    and plans the memory itself)."""
+    return not torch.is_autocast_enabled(x.device.type) and not torch.compiler.is_compiling()
+
+
 @contextlib.contextmanager
 def shared_intermediate():
     """Within it, feed-forward layers that run without autograd share one intermediate buffer
@@ -62,10 +69,8 @@ class FeedForward(nn.Module):
 
     def _hand_written(self, x: torch.Tensor, *linears: nn.Linear) -> bool:
         """Whether this call may run its own matmuls instead of the modules': plain `linears`
-        with biases, no autocast (an out= or hand-differentiated matmul would not be cast) and
-        not while torch.compile traces (it fuses and plans the memory itself)."""
-        return (all(type(m) is nn.Linear and m.bias is not None for m in linears)
-                and not torch.is_autocast_enabled(x.device.type) and not torch.compiler.is_compiling())
+        with biases, and `plain_eager`."""
+        return all(type(m) is nn.Linear and m.bias is not None for m in linears) and plain_eager(x)
 
     def _recycles(self, x: torch.Tensor) -> bool:
         """Whether a recorded forward goes through _Recycling: an activation with a known

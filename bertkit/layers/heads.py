@@ -10,6 +10,7 @@ from torch import nn
 
 from ..config import EncoderConfig
 from .activations import activation
+from .feedforward import plain_eager
 from .output import EncoderOutput
 
 
@@ -58,10 +59,35 @@ class MLMHead(Head):
     def predict(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., H) hidden states -> (..., V) vocabulary logits."""
         x = self.norm(self.act(self.transform(hidden)))  # (..., E)
+        if torch.is_grad_enabled() and plain_eager(x):
+            return _Decoder.apply(x, self.decoder.weight, self.bias)
         return F.linear(x, self.decoder.weight, self.bias)  # (..., V)
 
     def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
         return {"logits": self.predict(at_masked(out, out.last_hidden_state))}  # (B, T, V) or (K, V)
+
+
+class _Decoder(torch.autograd.Function):
+    """F.linear(x, W, b) whose weight gradient is a plain contiguous (V, E) tensor. A tied W gets
+    two gradients, the decoder's and the word embedding's, and autograd adds them in place only
+    into a contiguous tensor; F.linear's comes out as a transposed view, so every step paid for a
+    third (V, E) tensor (bert-base: 94 MB, fresh, page-faulted in). Same matmuls otherwise, and
+    differentiable twice (the backward is made of differentiable ops)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        return F.linear(x, weight, bias)  # (..., V)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        g = grad.reshape(-1, grad.shape[-1])                                       # (N, V)
+        g_x = grad @ weight if need[0] else None                                   # (..., E)
+        g_weight = g.t().mm(x.reshape(-1, x.shape[-1])) if need[1] else None       # (V, E)
+        g_bias = g.sum(0) if need[2] else None
+        return g_x, g_weight, g_bias
 
 
 class PairHead(Head):
