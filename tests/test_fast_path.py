@@ -81,20 +81,25 @@ def test_unpadded_training_step_matches_padded_gradients():
         assert (g - grads[1][name]).abs().max().item() <= 1e-5, name
 
 
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "full-length"])
 @pytest.mark.parametrize("name", FAMILY_PRESETS)
-def test_sparse_mlm_equals_the_dense_path_at_masked_positions(name):
+def test_sparse_mlm_equals_the_dense_path_at_masked_positions(name, padded):
     """masked_positions: logits (K, V) and last_hidden_state (K, H) equal the dense outputs at
     those positions, and so do the gradients of a loss on them; the last block's feed-forward
     runs on the K rows only, unless a row is padding or every layer's states are asked for
-    (then everything is computed and the rows picked)."""
+    (then everything is computed and the rows picked). Without padding, plain attention also
+    computes only the K queries (two sequences have none)."""
     model = no_dropout(shrunk(name).train())
     ids, mask = batch(model.config.pad_token_id)
+    if not padded:
+        mask = torch.ones_like(mask)
     chosen = torch.zeros_like(mask, dtype=torch.bool)
     chosen[0, [1, 5, 9]] = True
     chosen[2, 3] = True
-    seen = []
-    last_ffn = model.backbone.encoder.layer_for(model.config.num_layers - 1).ffn
-    last_ffn.register_forward_hook(lambda m, args, out: seen.append(args[0].numel() // args[0].shape[-1]))
+    seen, queries = [], []
+    last = model.backbone.encoder.layer_for(model.config.num_layers - 1)
+    last.ffn.register_forward_hook(lambda m, args, out: seen.append(args[0].numel() // args[0].shape[-1]))
+    last.attn.query.register_forward_hook(lambda m, args, out: queries.append(args[0].numel() // args[0].shape[-1]))
 
     def run(**kw):
         model.zero_grad()
@@ -106,10 +111,12 @@ def test_sparse_mlm_equals_the_dense_path_at_masked_positions(name):
         return logits.detach(), hidden.detach(), grads
 
     dense = run()
-    seen.clear()
+    seen.clear(), queries.clear()
     sparse = run(masked_positions=chosen)
     emd = model.head.uses_hidden_states  # DeBERTa's enhanced mask decoder reads the full last layer
     assert seen[-1] == (int(mask.sum()) if emd else 4)  # ALBERT's shared block runs every layer
+    if last.attn.plain_scores:  # (DeBERTa's query projection also projects its position embeddings)
+        assert queries[-1] == (int(mask.sum()) if padded else 4)
     assert sparse[0].shape == (4, model.config.vocab_size) and sparse[1].shape == (4, model.config.hidden_size)
     assert (sparse[0] - dense[0]).abs().max().item() <= 1e-5
     assert (sparse[1] - dense[1]).abs().max().item() <= 1e-5
@@ -122,7 +129,7 @@ def test_sparse_mlm_equals_the_dense_path_at_masked_positions(name):
         everything = model(ids, mask)
         seen.clear()
         with_padding = model(ids, mask, masked_positions=padded_row)
-        assert seen[-1] == int(mask.sum())
+        assert seen[-1] == (int(mask.sum()) if padded or emd else 5)
         seen.clear()
         with_states = model(ids, mask, masked_positions=chosen, output_hidden_states=True)
         assert seen[-1] == int(mask.sum())

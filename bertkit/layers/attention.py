@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import EncoderConfig
-from .packing import Packing
+from .packing import Packing, take
 
 try:  # varlen flash attention (CUDA, fp16/bf16) arrived in torch 2.10
     from torch.nn.attention.varlen import varlen_attn
@@ -68,15 +68,18 @@ class SelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False,
                 query: torch.Tensor | None = None, packing: Packing | None = None,
-                **context) -> tuple[torch.Tensor, torch.Tensor | None]:
+                rows: torch.Tensor | None = None, **context) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x: (B, T, H), or (total, H) real tokens only when `packing` is given; mask: (B, 1, 1, T)
         bool or None; `query`, shaped like x, when the queries come from another stream than the
-        keys and values (DeBERTa's enhanced mask decoder). Returns x's shape and, with
-        need_weights, the attention probabilities (B, N, T, T)."""
+        keys and values (DeBERTa's enhanced mask decoder); `rows` (K,), ascending indices into
+        x's flattened tokens, when only their outputs are wanted. Returns x's shape, or (K, H)
+        with rows, and, with need_weights, the attention probabilities (B, N, T, T)."""
+        if rows is not None and packing is None and not need_weights and self.plain_scores:
+            return self._at_rows(x, mask, query, rows), None
         q, k, v = self.project(x, query)
         context = self.score_inputs(**context)
         if packing is not None and not need_weights:
-            return self.out_proj(self._unpadded(q, k, v, packing, context)), None
+            return self.out_proj(take(self._unpadded(q, k, v, packing, context), rows)), None
         if packing is not None:  # the explicit path returns (B, N, T, T) maps: pad around it
             q, k, v = packing.pad(q), packing.pad(k), packing.pad(v)  # (B, T, H)
         q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # (B, N, T, D)
@@ -89,7 +92,29 @@ class SelfAttention(nn.Module):
         out = out.transpose(1, 2).reshape(B, T, N * D)  # (B, T, H)
         if packing is not None:
             out = packing.unpad(out)  # (total, H)
-        return self.out_proj(out), probs
+        return self.out_proj(take(out, rows)), probs
+
+    def _at_rows(self, x, mask, query, rows) -> torch.Tensor:
+        """Outputs at `rows` only, (K, H), computing only their queries: each sequence's queries
+        gathered into (B, M, H), M = the most any sequence has (the others repeat one of theirs,
+        dropped after), attend to all of that sequence's keys and values."""
+        B, T, _ = x.shape
+        counts = torch.bincount(rows // T, minlength=B)        # (B,) queries per sequence
+        M = max(int(counts.max()), 1)
+        slot = torch.arange(M, device=rows.device)
+        starts = counts.cumsum(0) - counts                     # (B,) first of each sequence's rows
+        gather = (starts[:, None] + torch.minimum(slot, (counts[:, None] - 1).clamp(min=0)))
+        gather = gather.clamp(max=rows.numel() - 1)            # (B, M) into the K rows
+        real = (slot < counts[:, None]).flatten().nonzero().squeeze(1)  # (K,) slots holding a row
+        q = self.query(take(x if query is None else query, rows))[gather]  # (B, M, H)
+        q, k, v = self.split_heads(q), self.split_heads(self.key(x)), self.split_heads(self.value(x))
+        out = self._fused(q, k, v, mask, None, self.dropout_p)  # (B, N, M, D)
+        return self.out_proj(out.transpose(1, 2).reshape(B * M, -1)[real])  # (K, H)
+
+    @property
+    def plain_scores(self) -> bool:
+        """Scores are scaled dot products only (no `score_bias` terms that need query positions)."""
+        return type(self).score_bias is SelfAttention.score_bias
 
     def project(self, x: torch.Tensor, query: torch.Tensor | None = None):
         """Q, K, V, each shaped like x. Fused (see `fuse_qkv`) only when the queries come from x
@@ -120,9 +145,8 @@ class SelfAttention(nn.Module):
         return self._bucketed(q, k, v, packing, context)
 
     def _varlen_runs(self, q: torch.Tensor) -> bool:
-        plain = type(self).score_bias is SelfAttention.score_bias
         return (varlen_attn is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
-                and plain and self.dropout_p == 0.0)
+                and self.plain_scores and self.dropout_p == 0.0)
 
     def _bucketed(self, q, k, v, packing, context) -> torch.Tensor:
         """Attention on unpadded tokens, (total, H) each, bucket by bucket (packing.py): every

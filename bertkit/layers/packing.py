@@ -94,3 +94,8 @@ class Packing:
         out = x.new_zeros(self.batch * self.length, *x.shape[1:])
         out.index_copy_(0, self.index, x)
         return out.view(self.batch, self.length, *x.shape[1:])
+
+
+def take(x: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    """x (..., H) -> (K, H), the flattened tokens at `rows`; x itself when rows is None."""
+    return x if rows is None else x.reshape(-1, x.shape[-1]).index_select(0, rows)
