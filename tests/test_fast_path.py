@@ -405,10 +405,11 @@ def test_varlen_plumbing_matches_the_buckets(monkeypatch):
     assert (got[keep] - expected[keep]).abs().max().item() <= 1e-5
 
 
-def _compile_case(name, train, freeze=False):
+def _compile_case(name, train, freeze=False, masked=False):
     import torch._dynamo
 
     torch._dynamo.reset()
+    torch._dynamo.utils.counters["graph_break"].clear()
     model = shrunk(name)
     eager = shrunk(name)
     for m in (model, eager):
@@ -426,8 +427,12 @@ def _compile_case(name, train, freeze=False):
         if i in (1, 4):
             mask[:] = 1  # full length: the padded path, its own graph
         keep = mask.bool()
+        kw = {}
+        if masked:  # an MLM step: the last block computes the masked rows only, K new each batch
+            kw["masked_positions"] = keep & (torch.rand(B, T, generator=g) < 0.3)
+            keep = torch.ones(int(kw["masked_positions"].sum()), dtype=torch.bool)
         with torch.set_grad_enabled(train), torch.inference_mode(freeze):
-            got, expected = model(ids, mask).logits, eager(ids, mask).logits
+            got, expected = model(ids, mask, **kw).logits, eager(ids, mask, **kw).logits
         assert (got[keep] - expected[keep]).abs().max().item() <= 1e-5
         if train:
             got[keep].logsumexp(-1).mean().backward()
@@ -438,10 +443,17 @@ def _compile_case(name, train, freeze=False):
         graphs.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
     # new lengths and batch sizes after the first packed and the first full-length batch compile nothing
     assert graphs[2:] == [graphs[1]] * 3
+    # and the graph breaks are the planned ones (the data-dependent parts of attention run eager)
+    breaks = torch._dynamo.utils.counters["graph_break"]
+    assert all("torch.compiler.disable" in reason for reason in breaks), list(breaks)
 
 
 def test_compiled_blocks_match_eager_without_recompiling_for_new_shapes():
     _compile_case("bert-base", train=False)
+
+
+def test_compiled_masked_lm_step_matches_eager_without_recompiling():
+    _compile_case("bert-base", train=True, masked=True)
 
 
 def test_frozen_compile_matches_eager_and_refuses_training_mode():

@@ -94,6 +94,7 @@ class SelfAttention(nn.Module):
             out = packing.unpad(out)  # (total, H)
         return self.out_proj(take(out, rows)), probs
 
+    @torch.compiler.disable  # the per-sequence query counts are data: compiled, they would break the graph
     def _at_rows(self, x, mask, query, rows) -> torch.Tensor:
         """Outputs at `rows` only, (K, H), computing only their queries: each sequence's queries
         gathered into (B, M, H), M = the most any sequence has (the others repeat one of theirs,
