@@ -29,8 +29,8 @@ class Model(nn.Module):
                 output_hidden_states: bool = False, masked_positions: torch.Tensor | None = None) -> EncoderOutput:
         """`masked_positions` (B, T) bool: compute MLM logits only there; `logits` is then (K, V)
         and `last_hidden_state` (K, H) for the K True entries in row-major order (what an MLM loss
-        needs, at a fraction of the cost: the vocabulary projection and the last block's
-        feed-forward run on those rows only)."""
+        needs, at a fraction of the cost: the vocabulary projection and the last block, all but
+        its keys and values, run on those rows only)."""
         if masked_positions is not None:
             if self.head is None or not self.head.predicts_tokens:
                 raise BertkitError(f"masked_positions needs a masked-LM head; this model's head is {self.head_kind!r}")
