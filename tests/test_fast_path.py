@@ -138,6 +138,22 @@ def test_sparse_mlm_equals_the_dense_path_at_masked_positions(name, padded):
     assert (with_states.last_hidden_state - dense[1]).abs().max().item() <= 1e-5
 
 
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
+def test_no_masked_positions_give_empty_outputs(name):
+    """A batch with nothing masked (K = 0) gives (0, V) logits and (0, H) states, in training (a
+    loss on them backpropagates) and in inference, with and without padding."""
+    model = no_dropout(shrunk(name).train())
+    ids, mask = batch(model.config.pad_token_id)
+    none = torch.zeros_like(mask, dtype=torch.bool)
+    for m in (mask, torch.ones_like(mask)):
+        out = model(ids, m, masked_positions=none)
+        assert out.logits.shape == (0, model.config.vocab_size)
+        assert out.last_hidden_state.shape == (0, model.config.hidden_size)
+        out.logits.sum().backward()
+        with torch.no_grad():
+            assert model(ids, m, masked_positions=none).logits.shape == (0, model.config.vocab_size)
+
+
 def test_sparse_positions_need_a_vocabulary_head():
     model = bertkit.build(PRESETS["mini-bert"].config.replace(num_layers=1), head="classification")
     ids = torch.randint(1, 100, (1, 5))

@@ -100,6 +100,8 @@ class SelfAttention(nn.Module):
         gathered into (B, M, H), M = the most any sequence has (the others repeat one of theirs,
         dropped after), attend to all of that sequence's keys and values."""
         B, T, _ = x.shape
+        if rows.numel() == 0:
+            return self.out_proj(take(x, rows))  # (0, H), still part of the graph
         counts = torch.bincount(rows // T, minlength=B)        # (B,) queries per sequence
         M = max(int(counts.max()), 1)
         slot = torch.arange(M, device=rows.device)

@@ -58,7 +58,7 @@ class FeedForward(nn.Module):
         buffer = self._buffer(x)
         if buffer is not None:
             h = torch.addmm(self.up.bias, x.reshape(-1, x.shape[-1]), self.up.weight.t(), out=buffer)
-            h = self.act_in_place(h).view(*x.shape[:-1], -1)  # (B, T, I)
+            h = self.act_in_place(h).view(*x.shape[:-1], h.shape[-1])  # (B, T, I)
         else:
             h = self.up(x)  # (B, T, I)
             if self.act_in_place is not None and not h.requires_grad:
@@ -110,7 +110,7 @@ class _Recycling(torch.autograd.Function):
         y = torch.addmm(b_down, act(pre), w_down.t())          # (N, H)
         ctx.save_for_backward(x2d, w_up, w_down, pre)
         ctx.act, ctx.act_backward_into, ctx.x_shape = act, act_backward_into, x.shape
-        return y.view(*x.shape[:-1], -1)
+        return y.view(*x.shape[:-1], y.shape[-1])
 
     @staticmethod
     @torch.autograd.function.once_differentiable
