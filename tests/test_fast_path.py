@@ -82,14 +82,14 @@ def test_unpadded_training_step_matches_padded_gradients():
 
 
 @pytest.mark.parametrize("padded", [True, False], ids=["padded", "full-length"])
-@pytest.mark.parametrize("name", FAMILY_PRESETS)
+@pytest.mark.parametrize("name", FAMILY_PRESETS + ["pre-ln"])
 def test_sparse_mlm_equals_the_dense_path_at_masked_positions(name, padded):
     """masked_positions: logits (K, V) and last_hidden_state (K, H) equal the dense outputs at
     those positions, and so do the gradients of a loss on them; the last block's feed-forward
     runs on the K rows only, unless a row is padding or every layer's states are asked for
     (then everything is computed and the rows picked). Without padding, plain attention also
-    computes only the K queries (two sequences have none)."""
-    model = no_dropout(shrunk(name).train())
+    computes only the K queries (two sequences have none). "pre-ln": a BERT with pre-LN blocks."""
+    model = no_dropout((shrunk("mini-bert", norm_first=True) if name == "pre-ln" else shrunk(name)).train())
     ids, mask = batch(model.config.pad_token_id)
     if not padded:
         mask = torch.ones_like(mask)
