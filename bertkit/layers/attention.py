@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import EncoderConfig
-from .packing import Packing, take
+from .packing import Packing, slots, take
 
 try:  # varlen flash attention (CUDA, fp16/bf16) arrived in torch 2.10
     from torch.nn.attention.varlen import varlen_attn
@@ -104,11 +104,9 @@ class SelfAttention(nn.Module):
             return self.out_proj(take(x, rows))  # (0, H), still part of the graph
         counts = torch.bincount(rows // T, minlength=B)        # (B,) queries per sequence
         M = max(int(counts.max()), 1)
-        slot = torch.arange(M, device=rows.device)
-        starts = counts.cumsum(0) - counts                     # (B,) first of each sequence's rows
-        gather = (starts[:, None] + torch.minimum(slot, (counts[:, None] - 1).clamp(min=0)))
-        gather = gather.clamp(max=rows.numel() - 1)            # (B, M) into the K rows
-        real = (slot < counts[:, None]).flatten().nonzero().squeeze(1)  # (K,) slots holding a row
+        gather, real = slots(counts.cumsum(0) - counts, counts, M)  # (B, M) into the K rows
+        gather = gather.clamp(0, rows.numel() - 1)             # a sequence without rows: any row
+        real = real.flatten().nonzero().squeeze(1)             # (K,) slots holding a row
         q = self.query(take(x if query is None else query, rows))[gather]  # (B, M, H)
         q, k, v = self.split_heads(q), self.split_heads(self.key(x)), self.split_heads(self.value(x))
         out = self._fused(q, k, v, mask, None, self.dropout_p)  # (B, N, M, D)

@@ -31,6 +31,15 @@ class Bucket:
     tokens: torch.Tensor  # (n,) their packed-token index
 
 
+def slots(starts: torch.Tensor, lengths: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Runs of a flat stream, (b,) starts and lengths, laid out in rows of `width` slots: the
+    (b, width) stream index per slot (slots past a run's end repeat its last element) and the
+    (b, width) bool mask of slots inside their run."""
+    slot = torch.arange(width, device=lengths.device)
+    real = slot < lengths[:, None]
+    return starts[:, None] + torch.minimum(slot, lengths[:, None] - 1), real
+
+
 def _buckets(lengths: list[int], starts: list[int], device) -> tuple[Bucket, ...]:
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     groups, current, exact = [], [], 0
@@ -46,11 +55,8 @@ def _buckets(lengths: list[int], starts: list[int], device) -> tuple[Bucket, ...
     buckets = []
     for group in groups:
         L = lengths[group[0]]
-        slot = torch.arange(L)
-        lens = torch.tensor([lengths[i] for i in group])
-        real = slot[None, :] < lens[:, None]  # (b, L)
-        start = torch.tensor([starts[i] for i in group])
-        rows = start[:, None] + torch.minimum(slot[None, :], lens[:, None] - 1)  # (b, L)
+        rows, real = slots(torch.tensor([starts[i] for i in group]),
+                           torch.tensor([lengths[i] for i in group]), L)  # (b, L) each
         keys = None if bool(real.all()) else real[:, None, None, :].to(device)
         flat = real.reshape(-1).nonzero().squeeze(1)
         buckets.append(Bucket(rows.to(device), keys, flat.to(device), rows.reshape(-1)[flat].to(device)))
