@@ -6,6 +6,9 @@ after a warm-up; medians are reported and ratio = reference time / our time, so 
 always means bertkit is better. Before timing, each workload checks that both sides compute the
 same thing (max |diff| on real tokens, or of the loss).
 
+On CUDA (`--device cuda`) the same workloads run on the GPU: every timed call is bracketed by
+torch.cuda.synchronize(), and memory rows read the allocator's peak instead of the process's.
+
 Shapes: B batch, T length.
 """
 
@@ -25,6 +28,7 @@ import torch
 from .errors import BertkitError
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+CPU = torch.device("cpu")
 
 
 @dataclass
@@ -37,20 +41,24 @@ class Record:
     ratio: float
     max_abs_diff: float | None  # ours vs reference on the same input; None where not a computation
     note: str = ""
+    device: str = "cpu"
 
 
-def machine() -> str:
+def machine(device: torch.device = CPU) -> str:
+    import transformers
+
+    versions = f"torch {torch.__version__}, transformers {transformers.__version__}"
+    if device.type == "cuda":
+        bf16 = "bf16 in hardware" if torch.cuda.is_bf16_supported() else "no bf16 support"
+        return f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda}), {bf16}, {versions}"
     cpu = platform.processor() or "cpu"
     try:
         with open("/proc/cpuinfo") as f:
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    import transformers
-
     bf16 = EMULATED_BF16 if bf16_emulated() else "bf16 in hardware"
-    return (f"{cpu}, {len(os.sched_getaffinity(0))} cores, {bf16}, torch {torch.__version__}, "
-            f"transformers {transformers.__version__}")
+    return f"{cpu}, {len(os.sched_getaffinity(0))} cores, {bf16}, {versions}"
 
 
 EMULATED_BF16 = "bf16 emulated (no AVX512-BF16 or AMX: bf16 rows time the emulation, several times slower than fp32)"
@@ -63,8 +71,8 @@ def bf16_emulated() -> bool:
     return not native_bf16(torch.device("cpu"))
 
 
-def pair(preset: str, head: str | None, dtype: torch.dtype):
-    """(ours, reference): the same seeded weights on both sides."""
+def pair(preset: str, head: str | None, dtype: torch.dtype, device: torch.device = CPU):
+    """(ours, reference): the same seeded weights on both sides, on `device`."""
     import transformers
 
     from .interop.hf import architecture_name
@@ -76,58 +84,60 @@ def pair(preset: str, head: str | None, dtype: torch.dtype):
         ours.save_pretrained(tmp)
         cls = getattr(transformers, architecture_name(ours.config.family, head))
         reference = cls.from_pretrained(tmp)
-    return ours.to(dtype), reference.to(dtype)
+    return ours.to(device, dtype), reference.to(device, dtype)
 
 
-def padded_batch(lengths: list[int], vocab: int, pad: int, seed: int = 0):
+def padded_batch(lengths: list[int], vocab: int, pad: int, seed: int = 0,
+                 device: torch.device = CPU):
     g = torch.Generator().manual_seed(seed)
     T = max(lengths)
     ids = torch.randint(0, vocab - 1, (len(lengths), T), generator=g)
     ids = ids + (ids >= pad).long()  # never the pad id
     mask = (torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]).long()
-    return ids.masked_fill(mask == 0, pad), mask
+    return ids.masked_fill(mask == 0, pad).to(device), mask.to(device)
 
 
 def uniform_lengths(n: int, low: int, high: int, seed: int = 1) -> list[int]:
     return torch.randint(low, high + 1, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-def compare(fn_ours: Callable[[], None], fn_ref: Callable[[], None], repeats: int) -> tuple[float, float]:
+def compare(fn_ours: Callable[[], None], fn_ref: Callable[[], None], repeats: int,
+            device: torch.device = CPU) -> tuple[float, float]:
     fn_ours(), fn_ref()  # warm-up
     ours, ref = [], []
     for _ in range(repeats):
-        ours.append(_seconds(fn_ours))
-        ref.append(_seconds(fn_ref))
+        ours.append(_seconds(fn_ours, device))
+        ref.append(_seconds(fn_ref, device))
     return statistics.median(ours), statistics.median(ref)
 
 
 def inference(preset: str, lengths: list[int], dtype: str, repeats: int, label: str,
-              compiled: bool = False) -> Record:
+              compiled: bool = False, device: torch.device = CPU) -> Record:
     """Forward passes; `compiled` runs ours through Model.compile(freeze=True) (blocks compiled
     once, the token count dynamic: the warm-up call compiles, the timed calls reuse it)."""
-    ours, ref = pair(preset, None, DTYPES[dtype])
+    ours, ref = pair(preset, None, DTYPES[dtype], device)
     ours.eval(), ref.eval()
     if compiled:
         ours.compile(freeze=True)
-    ids, mask = padded_batch(lengths, ours.config.vocab_size, ours.config.pad_token_id)
+    ids, mask = padded_batch(lengths, ours.config.vocab_size, ours.config.pad_token_id, device=device)
     keep = mask.bool()
     with torch.inference_mode():
         a = ours(ids, mask).last_hidden_state
         b = ref(input_ids=ids, attention_mask=mask).last_hidden_state
         diff = (a[keep].float() - b[keep].float()).abs().max().item()
-        o, r = compare(lambda: ours(ids, mask), lambda: ref(input_ids=ids, attention_mask=mask), repeats)
+        o, r = compare(lambda: ours(ids, mask), lambda: ref(input_ids=ids, attention_mask=mask), repeats, device)
     tokens = int(mask.sum())
     return Record(label, dtype, tokens / o, tokens / r, "tokens/s", r / o, diff,
                   note="ours compiled (Model.compile(freeze=True))" if compiled else "")
 
 
 def mlm_training_step(preset: str, B: int, T: int, dtype: str, repeats: int, label: str,
-                      compiled: bool = False) -> Record:
+                      compiled: bool = False, device: torch.device = CPU) -> Record:
     """One optimizer step of masked-LM training on 15% masked tokens (fused AdamW, the default of
     both libraries' trainers; autocast for bf16).
     transformers gets labels = -100 off the masked positions, its documented way; bertkit gets
     the positions and computes the vocabulary projection only there."""
-    ours, ref = pair(preset, "mlm", torch.float32)
+    ours, ref = pair(preset, "mlm", torch.float32, device)
     if compiled:
         ours.compile()
     for m in (ours, ref):
@@ -135,12 +145,12 @@ def mlm_training_step(preset: str, B: int, T: int, dtype: str, repeats: int, lab
         for module in m.modules():  # identical computation: no dropout on either side
             if isinstance(module, torch.nn.Dropout):
                 module.p = 0.0
-    ids, mask = padded_batch([T] * B, ours.config.vocab_size, ours.config.pad_token_id)
-    masked = torch.rand(B, T, generator=torch.Generator().manual_seed(3)) < 0.15
+    ids, mask = padded_batch([T] * B, ours.config.vocab_size, ours.config.pad_token_id, device=device)
+    masked = (torch.rand(B, T, generator=torch.Generator().manual_seed(3)) < 0.15).to(device)
     labels = ids.masked_fill(~masked, -100)
     opt_ours = torch.optim.AdamW(ours.parameters(), lr=1e-9, fused=True)
     opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-9, fused=True)
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16")
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16")
 
     def loss_ours():
         with autocast:
@@ -160,19 +170,21 @@ def mlm_training_step(preset: str, B: int, T: int, dtype: str, repeats: int, lab
 
     with torch.no_grad():
         diff = abs(loss_ours().item() - loss_ref().item())
-    o, r = compare(step(loss_ours, opt_ours), step(loss_ref, opt_ref), repeats)
+    o, r = compare(step(loss_ours, opt_ours), step(loss_ref, opt_ref), repeats, device)
     tokens = B * T
     note = "max_abs_diff is of the loss" + ("; ours compiled (Model.compile)" if compiled else "")
     return Record(label, dtype, tokens / o, tokens / r, "tokens/s", r / o, diff, note=note)
 
 
-def matmul_peak(tokens: int, hidden: int, intermediate: int, dtype: torch.dtype, repeats: int = 5) -> float:
+def matmul_peak(tokens: int, hidden: int, intermediate: int, dtype: torch.dtype, repeats: int = 5,
+                device: torch.device = CPU) -> float:
     """FLOP/s of this machine on exactly the model's projection matmuls (Q, K, V, output, FFN up
     and down) at this token count: the ceiling a transformer layer can approach."""
-    x = torch.randn(tokens, hidden, dtype=dtype)
-    h = torch.randn(tokens, intermediate, dtype=dtype)
-    weights = [(x, torch.randn(hidden, hidden, dtype=dtype))] * 4 + [
-        (x, torch.randn(intermediate, hidden, dtype=dtype)), (h, torch.randn(hidden, intermediate, dtype=dtype))]
+    x = torch.randn(tokens, hidden, dtype=dtype, device=device)
+    h = torch.randn(tokens, intermediate, dtype=dtype, device=device)
+    weights = [(x, torch.randn(hidden, hidden, dtype=dtype, device=device))] * 4 + [
+        (x, torch.randn(intermediate, hidden, dtype=dtype, device=device)),
+        (h, torch.randn(hidden, intermediate, dtype=dtype, device=device))]
     flops = sum(2 * a.shape[0] * w.shape[0] * w.shape[1] for a, w in weights)
 
     def layer():
@@ -180,13 +192,19 @@ def matmul_peak(tokens: int, hidden: int, intermediate: int, dtype: torch.dtype,
             torch.nn.functional.linear(a, w)
 
     layer()
-    best = min(_seconds(layer) for _ in range(repeats))
+    best = min(_seconds(layer, device) for _ in range(repeats))
     return flops / best
 
 
-def _seconds(fn) -> float:
+def _seconds(fn, device: torch.device = CPU) -> float:
+    """Wall time of fn(); on CUDA, of the GPU work it queued too (synchronized on both ends)."""
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
     start = time.perf_counter()
     fn()
+    if cuda:
+        torch.cuda.synchronize(device)
     return time.perf_counter() - start
 
 
@@ -197,16 +215,17 @@ def encoder_flops(config, B: int, T: int) -> int:
     return config.num_layers * (2 * B * T * (4 * H * H + 2 * H * I) + 4 * B * T * T * H)
 
 
-def flop_utilization(preset: str, B: int, T: int, dtype: str, repeats: int, label: str) -> Record:
+def flop_utilization(preset: str, B: int, T: int, dtype: str, repeats: int, label: str,
+                     device: torch.device = CPU) -> Record:
     """Model FLOP utilization of full-length inference against the measured matmul peak."""
-    ours, ref = pair(preset, None, DTYPES[dtype])
+    ours, ref = pair(preset, None, DTYPES[dtype], device)
     ours.eval(), ref.eval()
-    ids, mask = padded_batch([T] * B, ours.config.vocab_size, ours.config.pad_token_id)
+    ids, mask = padded_batch([T] * B, ours.config.vocab_size, ours.config.pad_token_id, device=device)
     c = ours.config
-    peak = matmul_peak(B * T, c.hidden_size, c.intermediate_size, DTYPES[dtype])
+    peak = matmul_peak(B * T, c.hidden_size, c.intermediate_size, DTYPES[dtype], device=device)
     with torch.inference_mode():
         diff = (ours(ids).last_hidden_state.float() - ref(input_ids=ids).last_hidden_state.float()).abs().max().item()
-        o, r = compare(lambda: ours(ids, mask), lambda: ref(input_ids=ids, attention_mask=mask), repeats)
+        o, r = compare(lambda: ours(ids, mask), lambda: ref(input_ids=ids, attention_mask=mask), repeats, device)
     flops = encoder_flops(c, B, T)
     mfu_ours, mfu_ref = 100 * flops / o / peak, 100 * flops / r / peak
     return Record(label, dtype, mfu_ours, mfu_ref, "% of matmul peak", mfu_ours / mfu_ref, diff,
@@ -218,12 +237,13 @@ def _status_kib(field: str) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
-def _memory_side(side: str, preset: str, B: int, T: int) -> dict:
+def _memory_side(side: str, preset: str, B: int, T: int, device: torch.device = CPU) -> dict:
     """Run in a fresh process (see `activation_memory`): one MLM forward and backward of a BERT.
-    Activation memory = the process's peak resident memory during the pass minus what it held
-    just before, minus the gradients' bytes (which both sides need alike). The kernel's peak
-    counter (VmHWM) is reset just before the pass (/proc/self/clear_refs), so a higher peak
-    while building or loading the model cannot hide the pass's own."""
+    Activation memory = the peak memory during the pass minus what was held just before, minus
+    the gradients' bytes (which both sides need alike). On CPU the memory is the process's
+    resident set, whose peak counter (VmHWM) is reset just before the pass
+    (/proc/self/clear_refs), so a higher peak while building or loading the model cannot hide the
+    pass's own; on CUDA it is the caching allocator's count of allocated bytes and its peak."""
     from .model import build
 
     torch.manual_seed(0)
@@ -233,25 +253,42 @@ def _memory_side(side: str, preset: str, B: int, T: int) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             model.save_pretrained(tmp)
             model = transformers.BertForMaskedLM.from_pretrained(tmp)
-    model.train()
+    model.to(device).train()
     if side == "bertkit+checkpointing":
         model.backbone.encoder.checkpointing = True
-    ids = torch.randint(1, model.config.vocab_size, (B, T), generator=torch.Generator().manual_seed(0))
-    masked = torch.rand(B, T, generator=torch.Generator().manual_seed(1)) < 0.15
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # reset the peak-RSS counter to the current RSS
-    before = _status_kib("VmRSS")
+    ids = torch.randint(1, model.config.vocab_size, (B, T), generator=torch.Generator().manual_seed(0)).to(device)
+    masked = (torch.rand(B, T, generator=torch.Generator().manual_seed(1)) < 0.15).to(device)
+    before = _memory_reset(device)
     if side == "transformers":
         loss = model(input_ids=ids, labels=ids.masked_fill(~masked, -100)).loss
     else:
         loss = torch.nn.functional.cross_entropy(model(ids, masked_positions=masked).logits, ids[masked])
     loss.backward()
-    peak = _status_kib("VmHWM")
+    peak = _memory_peak(device)
     grads = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters() if p.grad is not None)
-    return {"activation_mib": (peak - before) / 1024 - grads / 2**20, "peak_mib": peak / 1024}
+    return {"activation_mib": (peak - before - grads) / 2**20, "peak_mib": peak / 2**20}
 
 
-def activation_memory(preset: str, B: int, T: int, label: str) -> list[Record]:
+def _memory_reset(device: torch.device) -> int:
+    """Bytes held now, with the peak counter reset to them."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        return torch.cuda.memory_allocated(device)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset the peak-RSS counter to the current RSS
+    return _status_kib("VmRSS") * 1024
+
+
+def _memory_peak(device: torch.device) -> int:
+    """Peak bytes since `_memory_reset`."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device)
+    return _status_kib("VmHWM") * 1024
+
+
+def activation_memory(preset: str, B: int, T: int, label: str, device: torch.device = CPU) -> list[Record]:
     """Activation memory of a BERT MLM training step, each side in its own process (so no
     allocator cache or earlier peak of one side counts for the other): transformers, bertkit,
     and bertkit with activation checkpointing. ratio = transformers' MiB / ours."""
@@ -260,7 +297,7 @@ def activation_memory(preset: str, B: int, T: int, label: str) -> list[Record]:
 
     mib = {}
     for side in ("transformers", "bertkit", "bertkit+checkpointing"):
-        out = subprocess.run([sys.executable, "-m", "bertkit.bench", side, preset, str(B), str(T)],
+        out = subprocess.run([sys.executable, "-m", "bertkit.bench", side, preset, str(B), str(T), str(device)],
                              capture_output=True, text=True)
         if out.returncode != 0:
             last = (out.stderr.strip().splitlines() or ["no output"])[-1]
@@ -285,51 +322,56 @@ class Workload:
     run: Callable[[], "Record | list[Record]"]
 
 
-def workloads(quick: bool, repeats: int) -> list[Workload]:
+def workloads(quick: bool, repeats: int, device: torch.device = CPU) -> list[Workload]:
     """The named workloads; --quick is the mini-bert subset (under 2 minutes on 2 cores)."""
     short = uniform_lengths(32, 8, 64)
     mixed = uniform_lengths(32, 16, 256)
-    W = Workload
+    W, on = Workload, dict(device=device)
     name = "mini-bert inference, 32 seqs, lengths in [8, 64], padded"
-    quick_set = [W(name, dt, lambda dt=dt, n=name: inference("mini-bert", short, dt, repeats, n)) for dt in DTYPES]
+    quick_set = [W(name, dt, lambda dt=dt, n=name: inference("mini-bert", short, dt, repeats, n, **on))
+                 for dt in DTYPES]
     name = "mini-bert MLM training step, B=64 T=64"
-    quick_set += [W(name, dt, lambda dt=dt, n=name: mlm_training_step("mini-bert", 64, 64, dt, repeats, n))
+    quick_set += [W(name, dt, lambda dt=dt, n=name: mlm_training_step("mini-bert", 64, 64, dt, repeats, n, **on))
                   for dt in DTYPES]
     if quick:
         return quick_set
     full = []
-    for name, lengths in [("bert-base inference, 32 seqs, lengths in [16, 256]", mixed),
-                          ("bert-base inference, 16 x 256 full length", [256] * 16)]:
-        full += [W(name, dt, lambda dt=dt, n=name, l=lengths: inference("bert-base", l, dt, repeats, n))
-                 for dt in DTYPES]
-    for name, lengths in [("bert-base inference, 32 seqs, lengths in [16, 256], compiled", mixed),
-                          ("bert-base inference, 16 x 256 full length, compiled", [256] * 16)]:
-        full += [W(name, dt, lambda dt=dt, n=name, l=lengths: inference("bert-base", l, dt, repeats, n, compiled=True))
-                 for dt in DTYPES]
+    for name, lengths, compiled in [
+            ("bert-base inference, 32 seqs, lengths in [16, 256]", mixed, False),
+            ("bert-base inference, 16 x 256 full length", [256] * 16, False),
+            ("bert-base inference, 32 seqs, lengths in [16, 256], compiled", mixed, True),
+            ("bert-base inference, 16 x 256 full length, compiled", [256] * 16, True)]:
+        full += [W(name, dt, lambda dt=dt, n=name, l=lengths, c=compiled: inference(
+                   "bert-base", l, dt, repeats, n, compiled=c, **on)) for dt in DTYPES]
     name = "bert-base FLOP utilization, 16 x 256"
-    full += [W(name, dt, lambda dt=dt, n=name: flop_utilization("bert-base", 16, 256, dt, repeats, n))
+    full += [W(name, dt, lambda dt=dt, n=name: flop_utilization("bert-base", 16, 256, dt, repeats, n, **on))
              for dt in DTYPES]
     for compiled in (False, True):
         name = "bert-base MLM training step, B=16 T=128" + (", compiled" if compiled else "")
         full.append(W(name, "fp32", lambda n=name, c=compiled: mlm_training_step(
-            "bert-base", 16, 128, "fp32", repeats, n, compiled=c)))
+            "bert-base", 16, 128, "fp32", repeats, n, compiled=c, **on)))
     name = "deberta-v3-base inference, 16 seqs, lengths in [16, 256]"
     full.append(W(name, "fp32", lambda n=name: inference("deberta-v3-base", uniform_lengths(16, 16, 256),
-                                                        "fp32", repeats, n)))
+                                                        "fp32", repeats, n, **on)))
     name = "bert-base MLM training step, B=8 T=512, activation memory"
-    full.append(W(name, "fp32", lambda n=name: activation_memory("bert-base", 8, 512, n)))
+    full.append(W(name, "fp32", lambda n=name: activation_memory("bert-base", 8, 512, n, **on)))
     return quick_set + full
 
 
 def run(quick: bool, repeats: int, json_path: str | None, progress: Callable[[str], None] = print,
-        only: str | None = None, dtype: str | None = None) -> list[Record]:
+        only: str | None = None, dtype: str | None = None, device: str = "cpu") -> list[Record]:
     """Run the workloads (those whose name contains `only` and whose dtype is `dtype`, when
-    given) and return their records."""
+    given) on `device` (cpu, cuda, cuda:1, ...) and return their records."""
+    from .pretraining import pick_device
+
+    where = pick_device(device)
+    if where.type not in ("cpu", "cuda"):
+        raise BertkitError(f"--device {device}: bench runs on cpu or cuda")
     if repeats < 1:
         raise BertkitError(f"--repeats must be at least 1, got {repeats}")
     if dtype is not None and dtype not in DTYPES:
         raise BertkitError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    chosen = [w for w in workloads(quick, repeats) if (only is None or only.lower() in w.name.lower())
+    chosen = [w for w in workloads(quick, repeats, where) if (only is None or only.lower() in w.name.lower())
               and (dtype is None or w.dtype == dtype)]
     if not chosen:
         names = sorted({f"{w.name} [{w.dtype}]" for w in workloads(quick, repeats)})
@@ -341,11 +383,12 @@ def run(quick: bool, repeats: int, json_path: str | None, progress: Callable[[st
     except ImportError:
         raise BertkitError("bench compares against transformers: pip install 'bertkit[dev]'") from None
     torch.set_num_threads(len(os.sched_getaffinity(0)))
-    progress(machine())
+    progress(machine(where))
     records = []
     for workload in chosen:
         result = workload.run()
         for record in result if isinstance(result, list) else [result]:
+            record.device = str(where)
             records.append(record)
             progress(f"  {record.name} [{record.dtype}]: ours {record.ours:,.0f} {record.unit}, "
                      f"transformers {record.reference:,.0f}, ratio {record.ratio:.2f}")
@@ -358,5 +401,5 @@ def run(quick: bool, repeats: int, json_path: str | None, progress: Callable[[st
 if __name__ == "__main__":  # one side of `activation_memory`, in its own process
     import sys
 
-    side, preset, B, T = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    print(json.dumps(_memory_side(side, preset, B, T)))
+    side, preset, B, T, device = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    print(json.dumps(_memory_side(side, preset, B, T, torch.device(device))))

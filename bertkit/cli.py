@@ -301,14 +301,14 @@ def report(out: Path) -> None:
 def cmd_bench(args) -> None:
     from . import bench
 
-    records = bench.run(args.quick, args.repeats, args.json, only=args.only, dtype=args.dtype)
+    records = bench.run(args.quick, args.repeats, args.json, only=args.only, dtype=args.dtype, device=args.device)
     rows = [["workload", "dtype", "bertkit", "transformers", "unit", "ratio", "max |diff|"]]
     rows += [[r.name, r.dtype, f"{r.ours:,.0f}", f"{r.reference:,.0f}", r.unit, f"{r.ratio:.2f}",
               "-" if r.max_abs_diff is None else f"{r.max_abs_diff:.1e}"] for r in records]
     print("\n" + _table(rows, right={2, 3, 5, 6}))
     print("\nratio > 1: bertkit is better (more tokens/s, fewer MiB); same weights and batches; "
           "times alternate in one process, memory sides run in their own processes")
-    if any(r.dtype == "bf16" for r in records) and bench.bf16_emulated():
+    if any(r.dtype == "bf16" and r.device == "cpu" for r in records) and bench.bf16_emulated():
         print(f"this CPU: {bench.EMULATED_BF16}")
 
 
@@ -354,8 +354,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--dtype", choices=["fp32", "bf16"], help="run only this dtype's rows (memory rows are "
                    "fp32); e.g. fp32 on a CPU without bf16 hardware, where bf16 rows time an emulation")
     s.add_argument("--repeats", type=int, default=5, help="timed runs per side; medians are reported")
+    s.add_argument("--device", default="cpu", help="where both sides run: cpu (default), cuda, cuda:1, ..., "
+                   "or auto (cuda when available); on CUDA every timing is synchronized and memory rows "
+                   "read the CUDA allocator's peak")
     s.add_argument("--json", metavar="PATH", help="also write the records (name, dtype, ours, reference, "
-                                                  "unit, ratio, ...) as a JSON list")
+                                                  "unit, ratio, device, ...) as a JSON list")
     s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser(

@@ -125,6 +125,8 @@ def pick_device(name: str):
         raise BertkitError(f"unknown device {name!r} (use auto, cpu, cuda, cuda:1, ...)") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise BertkitError(f"device {name} asked for, but torch sees no CUDA device")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise BertkitError(f"device {name} asked for, but torch sees {torch.cuda.device_count()} CUDA device(s)")
     return device
 
 

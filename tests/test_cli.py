@@ -90,11 +90,31 @@ def test_bench_dtype_picks_rows(capsys):
     from bertkit import bench
 
     records = bench.run(True, 1, None, progress=lambda line: None, only="inference", dtype="fp32")
-    assert [(r.name, r.dtype) for r in records] == [("mini-bert inference, 32 seqs, lengths in [8, 64], padded", "fp32")]
+    assert [(r.name, r.dtype, r.device) for r in records] == [
+        ("mini-bert inference, 32 seqs, lengths in [8, 64], padded", "fp32", "cpu")]
     assert main(["bench", "--quick", "--only", "memory", "--dtype", "bf16"]) == 2
     assert "--only 'memory' and --dtype 'bf16' matches no workload" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # argparse: not a choice
         main(["bench", "--dtype", "fp16"])
+
+
+def test_bench_device_is_checked_and_cuda_timings_wait_for_the_gpu(capsys, monkeypatch):
+    from bertkit import bench
+
+    assert main(["bench", "--quick", "--device", "tpu9"]) == 2
+    assert "unknown device 'tpu9'" in capsys.readouterr().err
+    assert main(["bench", "--quick", "--device", "meta"]) == 2
+    assert "bench runs on cpu or cuda" in capsys.readouterr().err
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["bench", "--quick", "--device", "cuda"]) == 2
+    assert "torch sees no CUDA device" in capsys.readouterr().err
+    events = []  # a CUDA timing brackets the work with synchronizations, so queued kernels count
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append("sync"))
+    bench._seconds(lambda: events.append("work"), torch.device("cuda"))
+    assert events == ["sync", "work", "sync"]
+    events.clear()
+    bench._seconds(lambda: events.append("work"), torch.device("cpu"))
+    assert events == ["work"]
 
 
 def test_bench_says_whether_bf16_is_emulated(monkeypatch):

@@ -1,0 +1,106 @@
+"""The CUDA paths, checked on purpose on a machine with a GPU: `pytest -m cuda` (deselected by
+default; where torch sees no CUDA device, every test here fails and says so). The same checks as
+the CPU suite, on the device: parity with transformers, the unpadded path (varlen flash attention
+in bf16) against the padded one, a training step against the CPU's, compiled against eager, and
+the bench's CUDA timing and memory plumbing."""
+
+import pytest
+import torch
+
+import bertkit
+from bertkit import bench
+from bertkit.layers import attention
+from conftest import max_diff_on_real
+from test_fast_path import FAMILY_PRESETS, batch, no_dropout, shrunk
+from test_hf_parity import FAMILIES, TOL, assert_same, batch_for, hf_config, hf_model, reference_outputs
+
+pytestmark = pytest.mark.cuda
+CUDA = torch.device("cuda")
+
+
+@pytest.fixture(autouse=True)
+def exact_cuda_matmuls():
+    """Fail (not skip) without a GPU; TF32 off, so fp32 results can be held to the CPU's 1e-4."""
+    if not torch.cuda.is_available():
+        pytest.fail("this test needs a CUDA device: run `pytest -m cuda` on a machine with a GPU")
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def on_cuda(*tensors):
+    return [t.to(CUDA) for t in tensors]
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_checkpoints_give_transformers_outputs_on_cuda(family, tmp_path):
+    prefix, _, variants = FAMILIES[family]
+    cls_name = prefix + "ForMaskedLM"
+    config = hf_config(family, next(iter(variants)), cls_name)
+    ref = hf_model(cls_name, config)
+    ref.save_pretrained(tmp_path)
+    ours = bertkit.from_pretrained(tmp_path).eval().to(CUDA)
+    ids, mask, types = on_cuda(*batch_for(config))
+    with torch.no_grad():
+        out = ours(ids, mask, types)
+    assert out.logits.is_cuda
+    assert_same(out, reference_outputs(ref.to(CUDA), ids, mask, types), mask)
+
+
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
+def test_unpadded_bf16_path_equals_padded_path_on_cuda(name, monkeypatch):
+    """In bf16 on CUDA, plain attention runs varlen flash attention on the packed tokens (counted
+    here); its output must match the padded path's within bf16 rounding."""
+    model = shrunk(name).to(CUDA, torch.bfloat16)
+    ids, mask = on_cuda(*batch(model.config.pad_token_id))
+    calls = []
+    if attention.varlen_attn is not None:
+        real = attention.varlen_attn
+        monkeypatch.setattr(attention, "varlen_attn", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with torch.no_grad():
+        fast = model(ids, mask).last_hidden_state.float()
+        model.backbone.unpad = False
+        padded = model(ids, mask).last_hidden_state.float()
+    uses_varlen = attention.varlen_attn is not None and model.backbone.encoder.layer_for(0).attn.plain_scores
+    assert len(calls) == (model.config.num_layers if uses_varlen else 0)
+    assert max_diff_on_real(fast, padded, mask) <= 3e-2 * padded.abs().max().item()
+
+
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
+def test_masked_lm_training_step_on_cuda_equals_cpu(name):
+    """Loss and every gradient of a sparse-MLM step, fp32, padded batch: CUDA against CPU."""
+    ids, mask = batch(shrunk(name).config.pad_token_id)
+    chosen = mask.bool() & (torch.rand(mask.shape, generator=torch.Generator().manual_seed(1)) < 0.4)
+    results = []
+    for device in (torch.device("cpu"), CUDA):
+        model = no_dropout(shrunk(name).train()).to(device)
+        logits = model(ids.to(device), mask.to(device), masked_positions=chosen.to(device)).logits
+        loss = torch.nn.functional.cross_entropy(logits, ids[chosen].to(device))
+        loss.backward()
+        results.append((loss.item(), {n: p.grad.cpu() for n, p in model.named_parameters() if p.grad is not None}))
+    (cpu_loss, cpu_grads), (cuda_loss, cuda_grads) = results
+    assert abs(cpu_loss - cuda_loss) <= TOL
+    assert cpu_grads.keys() == cuda_grads.keys()
+    for n, g in cpu_grads.items():
+        assert (g - cuda_grads[n]).abs().max().item() <= TOL, n
+
+
+def test_compiled_model_matches_eager_on_cuda():
+    model, eager = shrunk("bert-base").to(CUDA), shrunk("bert-base").to(CUDA)
+    model.compile(freeze=True)
+    for lengths in ([11, 4, 7, 1], [9, 9, 2]):
+        T = max(lengths)
+        ids = torch.randint(3, 120, (len(lengths), T), device=CUDA)
+        mask = (torch.arange(T, device=CUDA)[None] < torch.tensor(lengths, device=CUDA)[:, None]).long()
+        with torch.inference_mode():
+            assert max_diff_on_real(model(ids, mask).logits, eager(ids, mask).logits, mask) <= TOL
+
+
+def test_bench_times_and_measures_memory_on_cuda():
+    records = bench.run(True, 1, None, progress=lambda line: None, device="cuda")
+    assert records and all(r.device.startswith("cuda") and r.ours > 0 and r.reference > 0 for r in records)
+    assert all(r.max_abs_diff <= 1e-4 for r in records if r.dtype == "fp32")
+    plain, checkpointed = bench.activation_memory("mini-bert", 8, 64, "tiny memory", device=CUDA)
+    assert plain.ours > checkpointed.ours > 0 and plain.reference > 0
+    assert torch.cuda.get_device_name(CUDA) in bench.machine(CUDA)
