@@ -373,6 +373,9 @@ def run(quick: bool, repeats: int, json_path: str | None, progress: Callable[[st
         raise BertkitError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     chosen = [w for w in workloads(quick, repeats, where) if (only is None or only.lower() in w.name.lower())
               and (dtype is None or w.dtype == dtype)]
+    skip_emulated = quick and dtype is None and where.type == "cpu" and bf16_emulated()
+    if skip_emulated:  # minutes spent timing an emulation no one would train with
+        chosen = [w for w in chosen if w.dtype != "bf16"]
     if not chosen:
         names = sorted({f"{w.name} [{w.dtype}]" for w in workloads(quick, repeats)})
         asked = " and ".join(f"{flag} {value!r}" for flag, value in (("--only", only), ("--dtype", dtype)) if value)
@@ -384,6 +387,9 @@ def run(quick: bool, repeats: int, json_path: str | None, progress: Callable[[st
         raise BertkitError("bench compares against transformers: pip install 'bertkit[dev]'") from None
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     progress(machine(where))
+    if skip_emulated:
+        progress("  bf16 rows skipped: this CPU emulates bf16, and timing the emulation would take --quick "
+                 "past 2 minutes (--dtype bf16 runs them anyway)")
     records = []
     for workload in chosen:
         result = workload.run()

@@ -348,7 +348,8 @@ def parser() -> argparse.ArgumentParser:
                                    "alternating runs in one process, medians, ratio > 1 = bertkit better. "
                                    "Memory rows run each side in its own process. The full run takes "
                                    "about 20 minutes on 2 cores; run it on an idle machine.")
-    s.add_argument("--quick", action="store_true", help="the mini-bert subset (about 2 minutes on 2 cores)")
+    s.add_argument("--quick", action="store_true", help="the mini-bert subset (under 2 minutes on 2 cores; "
+                   "without its bf16 rows on a CPU that emulates bf16, unless --dtype bf16)")
     s.add_argument("--only", metavar="TEXT", help="run only the workloads whose name contains TEXT "
                                                   "(e.g. 'memory', 'deberta', 'compiled')")
     s.add_argument("--dtype", choices=["fp32", "bf16"], help="run only this dtype's rows (memory rows are "

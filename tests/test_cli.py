@@ -126,6 +126,20 @@ def test_bench_says_whether_bf16_is_emulated(monkeypatch):
         assert ("bf16 in hardware" in bench.machine()) == native
 
 
+def test_quick_bench_skips_bf16_rows_only_where_bf16_is_emulated(monkeypatch):
+    from bertkit import bench, pretraining
+
+    def dtypes(native, **kw):
+        monkeypatch.setattr(pretraining, "native_bf16", lambda device: native)
+        lines = []
+        records = bench.run(True, 1, None, progress=lines.append, only="inference", **kw)
+        return [r.dtype for r in records], any("bf16 rows skipped" in line for line in lines)
+
+    assert dtypes(False) == (["fp32"], True)
+    assert dtypes(False, dtype="bf16") == (["bf16"], False)  # asked for: timed, emulated or not
+    assert dtypes(True) == (["fp32", "bf16"], False)
+
+
 def test_bench_memory_runs_each_side_in_its_own_process():
     from bertkit import bench
 
