@@ -13,6 +13,7 @@ length L.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -68,21 +69,26 @@ class Packing:
     index: torch.Tensor  # (total,) positions of the real tokens in the flattened (B * T) batch
     batch: int
     length: int
-    buckets: tuple[Bucket, ...]
+    lengths: tuple[int, ...]  # (B,) real tokens per sequence
 
     @classmethod
     def from_mask(cls, keys: torch.Tensor) -> "Packing":
         """keys: (B, T) bool, True = real token (anywhere: left or right padding both work)."""
         B, T = keys.shape
-        lengths = keys.sum(1).tolist()
-        starts = [0] * B
-        for i in range(1, B):
-            starts[i] = starts[i - 1] + lengths[i - 1]
-        return cls(keys.reshape(-1).nonzero().squeeze(1), B, T, _buckets(lengths, starts, keys.device))
+        return cls(keys.reshape(-1).nonzero().squeeze(1), B, T, tuple(keys.sum(1).tolist()))
+
+    @functools.cached_property
+    def buckets(self) -> tuple[Bucket, ...]:
+        """Built on first use, once per forward (every layer shares them); never when varlen
+        attention runs every layer (CUDA), which needs only the cumulative lengths."""
+        starts = [0] * self.batch
+        for i in range(1, self.batch):
+            starts[i] = starts[i - 1] + self.lengths[i - 1]
+        return _buckets(list(self.lengths), starts, self.index.device)
 
     @property
     def longest(self) -> int:
-        return max(bucket.rows.shape[1] for bucket in self.buckets)
+        return max(self.lengths)
 
     def cumulative_lengths(self) -> torch.Tensor:
         """(B + 1,) int32 offsets of each sequence in the packed tokens (varlen attention's
