@@ -200,33 +200,46 @@ def test_buckets_cover_every_token_once_and_bound_the_padding():
     assert len(same.buckets) == 1 and same.buckets[0].keys is None
 
 
-@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16-autocast"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16-autocast", "bf16"])
 @pytest.mark.parametrize("name", FAMILY_PRESETS)
-def test_inference_reuses_sublayer_outputs_with_the_same_numbers(name, autocast, monkeypatch):
-    """Without autograd recording, the activation and the residual sums are written in place
-    and every layer's feed-forward intermediate goes into one shared buffer (block.py,
-    feedforward.py): the numbers must equal those of the same forward with fresh tensors, every
-    layer's hidden state included (none may be overwritten later); a recorded forward never
-    writes in place, and under autocast the buffer is not used (an out= matmul is not cast)."""
+def test_inference_reuses_sublayer_outputs_with_the_same_numbers(name, precision, monkeypatch):
+    """Without autograd recording, the activation and the residual sums are written in place,
+    every layer's feed-forward intermediate goes into one shared scratch buffer (block.py,
+    feedforward.py, scratch.py), and so do the attention scores where attention runs as batched
+    matmuls (bf16 on CPU), softmax in place: the numbers must equal those of the same forward
+    with fresh tensors, every layer's hidden state included (none may be overwritten later); a
+    recorded forward never writes in place, and under autocast no scratch is used (an out=
+    matmul is not cast)."""
+    from bertkit.layers import attention, feedforward
+
     model = shrunk(name)
+    if precision == "bf16":
+        model.to(torch.bfloat16)
+    autocast = precision == "bf16-autocast"
     ids, mask = batch(model.config.pad_token_id)
     ffns = [m for m in model.modules() if isinstance(m, FeedForward)]
-    calls, buffers = [], []
+    calls, buffers, scores = [], [], []
     for ffn in ffns:
         ffn.act_in_place = lambda h, f=ffn.act_in_place: calls.append(1) or f(h)
     shared = FeedForward._buffer
     monkeypatch.setattr(FeedForward, "_buffer", lambda self, x: buffers.append(shared(self, x)) or buffers[-1])
-    assert model(ids, mask).logits.requires_grad and not calls and all(b is None for b in buffers)
-    buffers.clear()
+    real_scratch = attention.scratch
+    monkeypatch.setattr(attention, "scratch", lambda *a: scores.append(real_scratch(*a)) or scores[-1])
+    assert model(ids, mask).logits.requires_grad and not calls and all(b is None for b in buffers + scores)
+    buffers.clear(), scores.clear()
     with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16, enabled=autocast):
         reused = model(ids, mask, output_hidden_states=True)
         assert len(calls) == len(buffers) == model.config.num_layers
         if autocast:
-            assert buffers == [None] * model.config.num_layers
+            assert buffers == [None] * model.config.num_layers and all(b is None for b in scores)
         else:  # one buffer for all layers: (real tokens, intermediate size)
             assert len({b.data_ptr() for b in buffers}) == 1
             assert buffers[0].shape == (int(mask.sum()), model.config.intermediate_size)
+        if precision == "bf16":  # attention ran as batched matmuls, scores in scratch memory
+            assert scores and all(b is not None for b in scores)
         monkeypatch.setattr(block, "residual", lambda stream, update: stream + update)
+        monkeypatch.setattr(feedforward, "scratch", lambda *a: None)
+        monkeypatch.setattr(attention, "scratch", lambda *a: None)
         for ffn in ffns:
             ffn.act_in_place = None
         fresh = model(ids, mask, output_hidden_states=True)

@@ -21,6 +21,7 @@ from torch import nn
 
 from ..config import EncoderConfig
 from .packing import Packing, slots, take
+from .scratch import scratch
 
 try:  # varlen flash attention (CUDA, fp16/bf16) arrived in torch 2.10
     from torch.nn.attention.varlen import varlen_attn
@@ -173,7 +174,9 @@ class SelfAttention(nn.Module):
 
     def _bmm(self, q, k, v, attn_mask, dropout_p):
         """softmax(scale * Q K^T + mask) V as batched matmuls, the scale and the additive mask
-        folded into one baddbmm; the probabilities are not kept beyond this call."""
+        folded into one baddbmm; the probabilities are not kept beyond this call. In inference
+        the scores go into scratch memory shared by every layer and the softmax runs in place on
+        them (fresh (B * N, T, S) tensors are page-faulted in on CPU: scratch.py)."""
         B, N, T, D = q.shape
         S = k.shape[-2]
         if attn_mask is None:
@@ -184,9 +187,15 @@ class SelfAttention(nn.Module):
             add = attn_mask.to(q.dtype)
         if add.dim() == 4:
             add = add.expand(B, N, -1, -1).reshape(B * N, add.shape[-2], S)  # (B * N, T or 1, S)
+        buffer = scratch("attention scores", (B * N, T, S), q)
         scores = torch.baddbmm(add, q.reshape(B * N, T, D), k.reshape(B * N, S, D).transpose(1, 2),
-                               alpha=self.scale)  # (B * N, T, S)
-        probs = F.dropout(scores.softmax(dim=-1), dropout_p, training=dropout_p > 0)
+                               beta=0 if attn_mask is None else 1,  # beta=0: no pass to copy zeros in
+                               alpha=self.scale, out=buffer)  # (B * N, T, S)
+        if buffer is None:
+            probs = scores.softmax(dim=-1)
+        else:  # each row is read before it is written: safe in place
+            probs = torch.ops.aten._softmax.out(scores, -1, False, out=scores)
+        probs = F.dropout(probs, dropout_p, training=dropout_p > 0)
         return torch.bmm(probs, v.reshape(B * N, S, D)).view(B, N, T, D)  # (B, N, T, D)
 
     def _explicit(self, q, k, v, mask, bias, dropout_p):

@@ -15,7 +15,8 @@ from torch.utils.checkpoint import checkpoint
 
 from ..config import EncoderConfig
 from .attention import SelfAttention
-from .feedforward import FeedForward, shared_intermediate
+from . import scratch
+from .feedforward import FeedForward
 from .packing import Packing, take
 
 
@@ -114,7 +115,7 @@ class Encoder(nn.Module):
         last = self.num_layers - 1
         rows_in_block = rows is not None and not output_hidden_states and (
             last > 0 or type(self).after_layer is Encoder.after_layer)
-        with shared_intermediate():
+        with scratch.scope():
             for i in range(self.num_layers):
                 block = self.layer_for(i)
                 kwargs = {**context, "rows": rows} if rows_in_block and i == last else context

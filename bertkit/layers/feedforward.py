@@ -2,42 +2,18 @@
 (Vaswani et al., 2017, sec. 3.3). Shapes: (B, T, H) -> (B, T, I) -> (B, T, H).
 
 In inference (no autograd recording), the (tokens, I) intermediate, the widest tensor of a
-block, is written into one buffer that every layer of a forward reuses (`shared_intermediate`),
-and the activation runs in place on it: on CPU a fresh tensor that large is page-faulted in on
-first touch, which costs more than the activation itself.
+block, is written into scratch memory that every layer of a forward reuses (scratch.py), and the
+activation runs in place on it.
 """
 
 from __future__ import annotations
-
-import contextlib
-import contextvars
 
 import torch
 from torch import nn
 
 from ..config import EncoderConfig
 from .activations import activation, activation_backward_into, activation_in_place
-
-# Per thread (and per asyncio task): the buffers of the forward running there, by shape.
-_buffers: contextvars.ContextVar[dict | None] = contextvars.ContextVar("ffn_buffers", default=None)
-
-
-def plain_eager(x: torch.Tensor) -> bool:
-    """Whether hand-written matmuls may stand in for modules on `x`: no autocast (an out= or
-    hand-differentiated matmul would not be cast) and not while torch.compile traces (it fuses
-    and plans the memory itself)."""
-    return not torch.is_autocast_enabled(x.device.type) and not torch.compiler.is_compiling()
-
-
-@contextlib.contextmanager
-def shared_intermediate():
-    """Within it, feed-forward layers that run without autograd share one intermediate buffer
-    (the encoder opens it around its stack of blocks); it is dropped on exit."""
-    token = _buffers.set({})
-    try:
-        yield
-    finally:
-        _buffers.reset(token)
+from .scratch import plain_eager, scratch
 
 
 class FeedForward(nn.Module):
@@ -79,19 +55,11 @@ class FeedForward(nn.Module):
                 and self._hand_written(x, self.up, self.down))
 
     def _buffer(self, x: torch.Tensor) -> torch.Tensor | None:
-        """The shared (tokens, I) buffer, when this call may write into it: no autograd, an
-        in-place activation and a hand-written up-projection."""
-        if torch.is_grad_enabled() or self.act_in_place is None or not self._hand_written(x, self.up):
+        """The shared (tokens, I) scratch buffer, when this call may write into it: an in-place
+        activation, a hand-written up-projection, and what `scratch` asks (no autograd, ...)."""
+        if self.act_in_place is None or not self._hand_written(x, self.up):
             return None
-        buffers = _buffers.get()
-        if buffers is None:
-            return None
-        shape = (x.numel() // x.shape[-1], self.up.out_features)
-        key = (shape, x.dtype, x.device)
-        if key not in buffers:
-            buffers.clear()  # one buffer at a time
-            buffers[key] = x.new_empty(shape)
-        return buffers[key]
+        return scratch("feed-forward intermediate", (x.numel() // x.shape[-1], self.up.out_features), x)
 
 
 class _Recycling(torch.autograd.Function):

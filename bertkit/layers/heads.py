@@ -10,7 +10,7 @@ from torch import nn
 
 from ..config import EncoderConfig
 from .activations import activation
-from .feedforward import plain_eager
+from .scratch import plain_eager
 from .output import EncoderOutput
 
 
