@@ -196,6 +196,9 @@ def test_buckets_cover_every_token_once_and_bound_the_padding():
         n, L = b.rows.shape
         real_lengths = b.real.div(L, rounding_mode="floor").bincount(minlength=n)
         assert n * L * L <= BUCKET_SLACK * (real_lengths ** 2).sum().item() + BUCKET_ALLOWANCE
+    cu = packing.cumulative_lengths  # varlen attention's offsets: sequence i is tokens cu[i]:cu[i + 1]
+    assert cu.dtype == torch.int32 and cu.tolist() == [0] + lengths.cumsum(0).tolist()
+    assert (packing.index[cu[1:].long() - 1] // 200).tolist() == list(range(40))  # each run ends in its row
     same = Packing.from_mask(torch.ones(8, 30, dtype=torch.bool))
     assert len(same.buckets) == 1 and same.buckets[0].keys is None
 

@@ -141,7 +141,7 @@ class SelfAttention(nn.Module):
         if self._varlen_runs(q):
             total = q.shape[0]
             heads = (t.view(total, self.num_heads, self.head_dim) for t in (q, k, v))  # (total, N, D)
-            cu, longest = packing.cumulative_lengths(), packing.longest
+            cu, longest = packing.cumulative_lengths, packing.longest
             out = varlen_attn(*heads, cu, cu, longest, longest, scale=self.scale)  # (total, N, D)
             return out.reshape(total, -1)  # (total, H)
         return self._bucketed(q, k, v, packing, context)

@@ -14,6 +14,7 @@ length L.
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -81,21 +82,20 @@ class Packing:
     def buckets(self) -> tuple[Bucket, ...]:
         """Built on first use, once per forward (every layer shares them); never when varlen
         attention runs every layer (CUDA), which needs only the cumulative lengths."""
-        starts = [0] * self.batch
-        for i in range(1, self.batch):
-            starts[i] = starts[i - 1] + self.lengths[i - 1]
-        return _buckets(list(self.lengths), starts, self.index.device)
+        return _buckets(list(self.lengths), self._offsets()[:-1], self.index.device)
 
     @property
     def longest(self) -> int:
         return max(self.lengths)
 
+    @functools.cached_property
     def cumulative_lengths(self) -> torch.Tensor:
         """(B + 1,) int32 offsets of each sequence in the packed tokens (varlen attention's
-        cu_seqlens); sequences lie in batch order, each contiguous."""
-        counts = torch.zeros(self.batch, dtype=torch.int64, device=self.index.device)
-        counts.index_add_(0, self.index // self.length, torch.ones_like(self.index))
-        return torch.nn.functional.pad(counts.cumsum(0), (1, 0)).to(torch.int32)
+        cu_seqlens), on the tokens' device; sequences lie in batch order, each contiguous."""
+        return torch.tensor(self._offsets(), dtype=torch.int32).to(self.index.device)
+
+    def _offsets(self) -> list[int]:
+        return [0, *itertools.accumulate(self.lengths)]  # (B + 1,)
 
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) -> (total, ...)"""
