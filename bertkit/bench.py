@@ -132,19 +132,21 @@ def inference(preset: str, lengths: list[int], dtype: str, repeats: int, label: 
 
 
 def mlm_training_step(preset: str, B: int, T: int, dtype: str, repeats: int, label: str,
-                      compiled: bool = False, device: torch.device = CPU) -> Record:
+                      compiled: bool = False, device: torch.device = CPU, dropout: bool = False) -> Record:
     """One optimizer step of masked-LM training on 15% masked tokens (fused AdamW, the default of
     both libraries' trainers; autocast for bf16).
     transformers gets labels = -100 off the masked positions, its documented way; bertkit gets
-    the positions and computes the vocabulary projection only there."""
+    the positions and computes the vocabulary projection only there. Without `dropout` both
+    sides compute the same thing (every dropout off); with it, each keeps its configured
+    dropout, as trained, and draws its own masks (the loss check still runs with dropout off)."""
     ours, ref = pair(preset, "mlm", torch.float32, device)
     if compiled:
         ours.compile()
-    for m in (ours, ref):
-        m.train()
-        for module in m.modules():  # identical computation: no dropout on either side
-            if isinstance(module, torch.nn.Dropout):
-                module.p = 0.0
+    ours.train(), ref.train()
+    dropouts = [m for side in (ours, ref) for m in side.modules() if isinstance(m, torch.nn.Dropout)]
+    configured = [m.p for m in dropouts]
+    for module in dropouts:
+        module.p = 0.0
     ids, mask = padded_batch([T] * B, ours.config.vocab_size, ours.config.pad_token_id, device=device)
     masked = (torch.rand(B, T, generator=torch.Generator().manual_seed(3)) < 0.15).to(device)
     labels = ids.masked_fill(~masked, -100)
@@ -170,9 +172,13 @@ def mlm_training_step(preset: str, B: int, T: int, dtype: str, repeats: int, lab
 
     with torch.no_grad():
         diff = abs(loss_ours().item() - loss_ref().item())
+    if dropout:
+        for module, p in zip(dropouts, configured):
+            module.p = p
     o, r = compare(step(loss_ours, opt_ours), step(loss_ref, opt_ref), repeats, device)
     tokens = B * T
-    note = "max_abs_diff is of the loss" + ("; ours compiled (Model.compile)" if compiled else "")
+    note = ("max_abs_diff is of the loss (dropout off)" + ("; ours compiled (Model.compile)" if compiled else "")
+            + ("; timed with dropout on, as trained" if dropout else ""))
     return Record(label, dtype, tokens / o, tokens / r, "tokens/s", r / o, diff, note=note)
 
 
@@ -350,6 +356,9 @@ def workloads(quick: bool, repeats: int, device: torch.device = CPU) -> list[Wor
         name = "bert-base MLM training step, B=16 T=128" + (", compiled" if compiled else "")
         full.append(W(name, "fp32", lambda n=name, c=compiled: mlm_training_step(
             "bert-base", 16, 128, "fp32", repeats, n, compiled=c, **on)))
+    name = "bert-base MLM training step, B=16 T=128, dropout 0.1 as trained"
+    full.append(W(name, "fp32", lambda n=name: mlm_training_step("bert-base", 16, 128, "fp32", repeats, n,
+                                                                 dropout=True, **on)))
     name = "deberta-v3-base inference, 16 seqs, lengths in [16, 256]"
     full.append(W(name, "fp32", lambda n=name: inference("deberta-v3-base", uniform_lengths(16, 16, 256),
                                                         "fp32", repeats, n, **on)))

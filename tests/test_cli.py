@@ -86,6 +86,25 @@ def test_bench_records_say_ratio_above_one_means_better(tmp_path):
     assert main(["bench", "--quick", "--only", "deberta"]) == 2  # not in the quick set: one line, exit 2
 
 
+def test_bench_training_step_as_trained_keeps_dropout_on_both_sides(monkeypatch):
+    """dropout=True times both sides with their configured dropout (each drawing its own masks),
+    after checking the loss with dropout off; by default every dropout stays off."""
+    from bertkit import bench
+    from bertkit.layers import dropout as bertkit_dropout
+
+    seen = {"bertkit": [], "transformers": []}
+    ours, theirs = bertkit_dropout.dropout, torch.nn.functional.dropout
+    monkeypatch.setattr(bertkit_dropout, "dropout", lambda x, p, training=True: seen["bertkit"].append(
+        p * training) or ours(x, p, training))
+    monkeypatch.setattr(torch.nn.functional, "dropout", lambda x, p=0.5, training=True, inplace=False: seen[
+        "transformers"].append(p * training) or theirs(x, p, training, inplace))
+    for on in (False, True):
+        seen["bertkit"].clear(), seen["transformers"].clear()
+        record = bench.mlm_training_step("mini-bert", 4, 16, "fp32", 1, "tiny step", dropout=on)
+        assert record.max_abs_diff <= 1e-4
+        assert (max(seen["bertkit"]) > 0) == on and (max(seen["transformers"]) > 0) == on
+
+
 def test_bench_dtype_picks_rows(capsys):
     from bertkit import bench
 

@@ -250,6 +250,47 @@ def test_inference_reuses_sublayer_outputs_with_the_same_numbers(name, precision
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_cpu_dropout_keeps_the_distribution_and_its_gradient_uses_the_same_mask(p):
+    """The cheap CPU mask (dropout.py): each element kept with probability 1 - p (a binomial
+    count within 5 sigma over 2M elements), kept ones scaled by 1 / (1 - p), so the mean is kept;
+    the gradient is the same mask times the same scale; seeded like any torch random op."""
+    from bertkit.layers.dropout import Dropout, dropout
+
+    x = torch.rand(2 ** 21).add_(0.5).requires_grad_()
+    torch.manual_seed(3)
+    y = dropout(x, p)
+    kept = y != 0
+    n = x.numel()
+    assert abs(int(kept.sum()) - n * (1 - p)) <= 5 * (n * p * (1 - p)) ** 0.5
+    scale = (y[kept] / x[kept]).detach()
+    assert (scale * (1 - p) - 1).abs().max().item() <= 1e-4  # p is rounded to a multiple of 2^-16
+    assert abs(y.mean().item() - x.mean().item()) <= 5e-3
+    y.backward(torch.full_like(x, 2.0))
+    assert torch.equal(x.grad != 0, kept) and (x.grad[kept] - 2 * scale).abs().max().item() <= 1e-5
+    torch.manual_seed(3)
+    assert torch.equal(dropout(x, p), y)  # same seed, same mask
+    module = Dropout(p)  # an nn.Dropout: `.p` and train/eval switch it like torch's
+    assert isinstance(module, torch.nn.Dropout) and module.eval()(x) is x
+    assert dropout(x, 0.0) is x and dropout(x, p, training=False) is x
+    assert dropout(x, 1.0).abs().max().item() == 0.0  # F.dropout's all-zero case
+
+
+def test_attention_dropout_on_cpu_runs_batched_matmuls_with_the_cheap_mask(monkeypatch):
+    """In training with attention dropout, CPU attention takes the batched-matmul path (the flash
+    kernel has no dropout) and drops attention probabilities with dropout.py's mask."""
+    from bertkit.layers import attention
+
+    model = shrunk("bert-base").train()
+    ids, mask = batch(0)
+    seen = []
+    real = attention.dropout
+    monkeypatch.setattr(attention, "dropout", lambda x, p, *a: seen.append((x.dim(), p)) or real(x, p, *a))
+    model(ids, mask).logits.sum().backward()
+    assert seen == [(3, model.config.attention_dropout)] * model.config.num_layers  # (B * N, T, S) probs
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
 @pytest.mark.parametrize("name", ACTIVATIONS)
 def test_in_place_activations_equal_the_plain_ones(name):
     x = torch.randn(4, 33)

@@ -1,9 +1,11 @@
 """Multi-head self-attention (Vaswani et al., 2017, sec. 3.2) with two paths that agree.
 
 - fused: the fastest kernel measured for the device, dtype and length (`_fused`): torch's
-  scaled_dot_product_attention (flash kernels), or on CPU in bf16 for short sequences two batched
-  matmuls around a softmax, which measured faster there; on CUDA, packed (unpadded) tokens go
-  through varlen flash attention when this torch has it;
+  scaled_dot_product_attention (flash kernels), or on CPU two batched matmuls around a softmax
+  in bf16 for short sequences and whenever attention dropout is on (torch's CPU flash kernel has
+  no dropout: it falls back to unfused math with a slower random mask; dropout.py), which
+  measured faster there; on CUDA, packed (unpadded) tokens go through varlen flash attention
+  when this torch has it;
 - explicit: the textbook softmax(Q K^T / sqrt(d) + mask) V, which can return the probabilities.
 
 Both use the boolean mask from masks.py (True = attend). A family that changes the score (DeBERTa's
@@ -20,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import EncoderConfig
+from .dropout import Dropout, dropout
 from .packing import Packing, slots, take
 from .scratch import scratch
 
@@ -46,7 +49,7 @@ class SelfAttention(nn.Module):
         self.value = nn.Linear(H, H)
         self.out_proj = nn.Linear(H, H)
         # Attention dropout: kept as a module so one switch (Dropout.p) controls every dropout.
-        self.dropout = nn.Dropout(config.attention_dropout)
+        self.dropout = Dropout(config.attention_dropout)
         # Q, K and V as one matmul over the concatenated weights (same parameters, same
         # checkpoints). None = fuse on CUDA only: on the 2-core CPU one (N, 3H) matmul measured no
         # faster than three (N, H) ones (bf16) or slower (fp32, 4096 tokens), while on a GPU one
@@ -167,7 +170,7 @@ class SelfAttention(nn.Module):
         if bias is not None:
             # One additive mask: fold the boolean mask into the bias.
             attn_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
-        if not q.is_cuda and q.dtype == torch.bfloat16 and k.shape[-2] <= BMM_MAX_KEYS:
+        if not q.is_cuda and (dropout_p > 0 or q.dtype == torch.bfloat16 and k.shape[-2] <= BMM_MAX_KEYS):
             return self._bmm(q, k, v, attn_mask, dropout_p)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
                                               scale=self.scale)  # (B, N, T, D)
@@ -195,7 +198,7 @@ class SelfAttention(nn.Module):
             probs = scores.softmax(dim=-1)
         else:  # each row is read before it is written: safe in place
             probs = torch.ops.aten._softmax.out(scores, -1, False, out=scores)
-        probs = F.dropout(probs, dropout_p, training=dropout_p > 0)
+        probs = dropout(probs, dropout_p)
         return torch.bmm(probs, v.reshape(B * N, S, D)).view(B, N, T, D)  # (B, N, T, D)
 
     def _explicit(self, q, k, v, mask, bias, dropout_p):
@@ -205,5 +208,5 @@ class SelfAttention(nn.Module):
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         probs = scores.softmax(dim=-1)  # (B, N, T, T)
-        out = torch.matmul(F.dropout(probs, dropout_p, training=dropout_p > 0), v)  # (B, N, T, D)
+        out = torch.matmul(dropout(probs, dropout_p), v)  # (B, N, T, D)
         return out, probs

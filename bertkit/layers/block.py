@@ -15,6 +15,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..config import EncoderConfig
 from .attention import SelfAttention
+from .dropout import Dropout
 from . import scratch
 from .feedforward import FeedForward
 from .packing import Packing, take
@@ -30,7 +31,7 @@ class TransformerBlock(nn.Module):
         self.attn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.ffn = ffn if ffn is not None else FeedForward(config)
         self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False,
                 query: torch.Tensor | None = None, rows: torch.Tensor | None = None,

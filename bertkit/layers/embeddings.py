@@ -10,6 +10,7 @@ from torch import nn
 
 from ..config import EncoderConfig
 from ..errors import BertkitError
+from .dropout import Dropout
 
 
 class Embeddings(nn.Module):
@@ -23,7 +24,7 @@ class Embeddings(nn.Module):
         self.position = nn.Embedding(config.max_positions, dim)
         self.token_type = nn.Embedding(config.type_vocab_size, dim) if config.type_vocab_size else None
         self.norm = nn.LayerNorm(dim, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.dropout = Dropout(config.hidden_dropout)
 
     @property
     def max_length(self) -> int:

@@ -10,6 +10,7 @@ from torch import nn
 
 from ..config import EncoderConfig
 from .activations import activation
+from .dropout import Dropout
 from .scratch import plain_eager
 from .output import EncoderOutput
 
@@ -97,7 +98,7 @@ class PairHead(Head):
 
     def __init__(self, config: EncoderConfig, dropout: float = 0.0):
         super().__init__()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.classifier = nn.Linear(config.hidden_size, 2)
 
     def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
@@ -126,7 +127,7 @@ class SequenceClassificationHead(Head):
 
     def __init__(self, config: EncoderConfig):
         super().__init__()
-        self.dropout = nn.Dropout(classifier_dropout(config))
+        self.dropout = Dropout(classifier_dropout(config))
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
 
     def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
@@ -140,10 +141,10 @@ class FirstTokenHead(Head):
 
     def __init__(self, config: EncoderConfig, act: str, input_dropout: float, hidden_dropout: float):
         super().__init__()
-        self.input_dropout = nn.Dropout(input_dropout)
+        self.input_dropout = Dropout(input_dropout)
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.act = activation(act)
-        self.dropout = nn.Dropout(hidden_dropout)
+        self.dropout = Dropout(hidden_dropout)
         self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
 
     def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
@@ -156,7 +157,7 @@ class TokenClassificationHead(Head):
 
     def __init__(self, config: EncoderConfig, dropout: float | None = None):
         super().__init__()
-        self.dropout = nn.Dropout(classifier_dropout(config) if dropout is None else dropout)
+        self.dropout = Dropout(classifier_dropout(config) if dropout is None else dropout)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
 
     def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
@@ -168,7 +169,7 @@ class SpanHead(Head):
 
     def __init__(self, config: EncoderConfig, dropout: float = 0.0):
         super().__init__()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.qa = nn.Linear(config.hidden_size, 2)
 
     def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:

@@ -35,6 +35,7 @@ from ..errors import BertkitError
 from ..layers import (Encoder, EncoderModel, FirstTokenHead, MLMHead, SelfAttention, TransformerBlock,
                       at_masked, attention_mask_4d, classifier_dropout, standard_head)
 from ..layers.activations import activation
+from ..layers.dropout import Dropout
 from . import Family, register_family
 from .electra import ReplacedTokenHead
 
@@ -124,7 +125,7 @@ class DisentangledAttention(SelfAttention):
         self.span = config.span
         self.scale = (self.head_dim * (1 + len(self.terms))) ** -0.5  # eq. 4
         self.relative = config.relative_attention
-        self.pos_dropout = nn.Dropout(config.hidden_dropout)
+        self.pos_dropout = Dropout(config.hidden_dropout)
         H = config.hidden_size
         if not config.key_bias:
             self.key = nn.Linear(H, H, bias=False)
@@ -193,7 +194,7 @@ class ConvLayer(nn.Module):
                               groups=config.conv_groups)
         self.act = activation(config.conv_act)
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, inputs: torch.Tensor, residual: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         """inputs, residual: (B, T, H); keep: (B, T, 1) 1.0 on real tokens."""
@@ -243,7 +244,7 @@ class DebertaEmbeddings(nn.Module):
         self.token_type = nn.Embedding(config.type_vocab_size, E) if config.type_vocab_size else None
         self.projection = nn.Linear(E, config.hidden_size, bias=False) if E != config.hidden_size else None
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.dropout = Dropout(config.hidden_dropout)
         self.max_length = config.max_positions
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
