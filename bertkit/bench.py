@@ -47,9 +47,11 @@ class Record:
 def machine(device: torch.device = CPU) -> str:
     import transformers
 
+    from .pretraining import native_bf16
+
     versions = f"torch {torch.__version__}, transformers {transformers.__version__}"
     if device.type == "cuda":
-        bf16 = "bf16 in hardware" if torch.cuda.is_bf16_supported() else "no bf16 support"
+        bf16 = "bf16 in hardware" if native_bf16(device) else "no bf16 support"
         return f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda}), {bf16}, {versions}"
     cpu = platform.processor() or "cpu"
     try:
