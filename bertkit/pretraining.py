@@ -238,6 +238,7 @@ def pretrain(job: PretrainJob) -> Path:
                                f"so model overrides ({', '.join(architecture)}) cannot apply")
     else:
         architecture.setdefault("vocab_size", tokenizer.vocab_size)  # a model trained from scratch
+        architecture.setdefault("pad_token_id", tokenizer.pad_token_id)  # the embeddings' padding row
     if job.objective == "mlm" and preset.config.family in ("deberta", "deberta-v2"):
         # DeBERTa pre-trains its MLM through the enhanced mask decoder (He et al., 2021, sec. 3.2)
         architecture.setdefault("enhanced_mask_decoder", True)
@@ -284,9 +285,12 @@ def _check_fits(job: PretrainJob) -> None:
 
     from .objectives import build_objective
 
+    # The padding id comes from the tokenizer, trained later: any id in the vocabulary will do
+    # here (a preset's own, e.g. ModernBERT's 50283, may lie beyond an overridden vocab_size).
+    architecture = {"pad_token_id": 0, **job.architecture}
     with torch.device("meta"):
         models = build_objective(job.objective, job.model, teacher=job.teacher,
-                                 teacher_layers=job.teacher_layers, **job.architecture).models()
+                                 teacher_layers=job.teacher_layers, **architecture).models()
     _max_length(job, models)
 
 

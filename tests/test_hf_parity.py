@@ -82,6 +82,20 @@ FAMILIES = {
                                  embedding_size=16, type_vocab_size=2, hidden_act="gelu_new"),
         "c2p-new-mlm-layout": dict(BASE, relative_attention=True, pos_att_type=["c2p"], legacy=False),
     }),
+    "modernbert": ("ModernBert", ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification",
+                                  "ForQuestionAnswering"], {
+        # defaults: no biases, global every 3rd layer; a window of 2 either side (T = 9 reaches past it)
+        "no-bias-window4": dict(BASE, num_hidden_layers=4, pad_token_id=0, local_attention=4),
+        # every bias, mean pooling, other RoPE bases and activations, global every 2nd layer
+        "biases-mean-rope": dict(BASE, num_hidden_layers=3, pad_token_id=0, local_attention=6, attention_bias=True,
+                                 mlp_bias=True, norm_bias=True, classifier_bias=True, decoder_bias=False,
+                                 classifier_pooling="mean", global_attn_every_n_layers=2, global_rope_theta=500.0,
+                                 local_rope_theta=20.0, hidden_activation="gelu_new", classifier_activation="silu",
+                                 norm_eps=1e-6),
+        # layer types spelled out, starting local
+        "layer-types": dict(BASE, num_hidden_layers=3, pad_token_id=2, local_attention=2,
+                            layer_types=["sliding_attention", "full_attention", "sliding_attention"]),
+    }),
 }
 CASES = [(family, prefix + suffix, variant)
          for family, (prefix, suffixes, variants) in FAMILIES.items()

@@ -24,7 +24,7 @@ from .tokenizer import (BERT_SPECIALS, DEBERTA_V3_SPECIALS, ROBERTA_SPECIALS, To
                         byte_level_bpe_pipeline, unigram_pipeline, wordpiece_pipeline)
 
 KINDS = ("wordpiece", "bpe", "unigram")
-FAMILY_KIND = {"bert": "wordpiece", "distilbert": "wordpiece", "electra": "wordpiece", "roberta": "bpe",
+FAMILY_KIND = {"bert": "wordpiece", "distilbert": "wordpiece", "electra": "wordpiece", "roberta": "bpe", "modernbert": "bpe",
                "albert": "unigram", "deberta-v3": "unigram", "deberta": "bpe"}
 
 

@@ -67,6 +67,11 @@ def config_from_hf(hf: dict, source: Path) -> EncoderConfig:
                            "bidirectional encoders only (no causal or cross-attention)")
     if hf.get("talking_head"):
         raise BertkitError(f"{source}: talking_head attention is not supported")
+    if spec.config_in is not None:
+        try:
+            hf = spec.config_in(hf)
+        except BertkitError as e:
+            raise BertkitError(f"{source}: {e}") from None
     position_type = hf.get("position_embedding_type", "absolute")
     if position_type != "absolute":
         raise BertkitError(f"{source}: position_embedding_type {position_type!r} is not supported "
@@ -99,7 +104,7 @@ def config_from_hf(hf: dict, source: Path) -> EncoderConfig:
 def config_to_hf(config: EncoderConfig, head: str | None) -> dict:
     spec = FAMILIES[config.family]
     refuse = f"this {config.family} model cannot be saved in Hugging Face format"
-    if config.norm_first:
+    if config.norm_first and not spec.fixed.get("norm_first"):
         raise BertkitError(f"{refuse}: transformers has no pre-LN {config.family}")
     if config.type_vocab_size == 0 and not spec.token_types_optional and "type_vocab_size" not in spec.fixed:
         raise BertkitError(f"{refuse}: transformers' {config.family} always has token types")
@@ -110,6 +115,8 @@ def config_to_hf(config: EncoderConfig, head: str | None) -> dict:
     labels = ("LABEL_0", "LABEL_1") if head in ("qa", "pretraining") else config.labels
     values = {theirs: getattr(config, ours) for theirs, ours in spec.config_keys.items()}
     values = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}  # JSON has lists
+    if spec.config_out is not None:
+        values = spec.config_out(values)
     return {
         "architectures": [architecture_name(config.family, head)],
         "model_type": config.family,

@@ -13,6 +13,8 @@ from typing import Callable
 
 import torch
 
+from ..errors import BertkitError
+
 HEAD_SUFFIX = {
     "Model": None,
     "ForMaskedLM": "mlm",
@@ -48,6 +50,11 @@ class HFFamily:
     # to_common rewrites a file's tensors into the names of `encoder`; from_common undoes it.
     to_common: Callable[[dict, int], dict] | None = None
     from_common: Callable[[dict, int], dict] | None = None
+    # Config layouts that are not a rename (ModernBERT's nested rope_parameters): config_in
+    # rewrites a config.json dict into flat keys of `config_keys`; config_out adds what
+    # transformers reads beyond them.
+    config_in: Callable[[dict], dict] | None = None
+    config_out: Callable[[dict], dict] | None = None
 
 
 BERT_KEYS = {
@@ -310,4 +317,111 @@ DEBERTA = replace(
     to_common=deberta_v1_to_common, from_common=deberta_v1_from_common,
 )
 
-FAMILIES = {f.model_type: f for f in (BERT, ROBERTA, ALBERT, DISTILBERT, ELECTRA, DEBERTA_V2, DEBERTA)}
+
+MODERN_QKV = re.compile(r"(.*layers\.\d+\.attn\.)Wqkv\.(weight|bias)$")
+
+
+def modernbert_to_common(state: dict, num_heads: int) -> dict:
+    """ModernBERT stores Q, K, V as one (3H, H) Wqkv: its first H rows are the queries, then
+    the keys, then the values. Split it into three."""
+    out = {}
+    for name, tensor in state.items():
+        m = MODERN_QKV.match(name)
+        if m is None:
+            out[name] = tensor
+            continue
+        for part, piece in zip(("query", "key", "value"), tensor.chunk(3, dim=0)):
+            out[f"{m.group(1)}{part}.{m.group(2)}"] = piece
+    return out
+
+
+def modernbert_from_common(state: dict, num_heads: int) -> dict:
+    out = {}
+    for name, tensor in state.items():
+        m = re.match(r"(.*layers\.\d+\.attn\.)(query|key|value)\.(weight|bias)$", name)
+        if m is None:
+            out[name] = tensor
+        elif m.group(2) == "query":
+            parts = [state[f"{m.group(1)}{p}.{m.group(3)}"] for p in ("query", "key", "value")]
+            out[f"{m.group(1)}Wqkv.{m.group(3)}"] = torch.cat(parts)
+    return out
+
+
+ROPE_KEYS = {"full_attention": "global_rope_theta", "sliding_attention": "local_rope_theta"}
+
+
+def modernbert_config_in(hf: dict) -> dict:
+    """transformers 5 nests the RoPE bases in rope_parameters ({layer type: {rope_type,
+    rope_theta}}); older files have global_rope_theta / local_rope_theta. Only plain RoPE is
+    implemented: a scaled one would silently compute something else."""
+    hf = dict(hf)
+    if hf.get("rope_scaling"):
+        raise BertkitError(f"rope_scaling {hf['rope_scaling']!r} is not supported (only plain rotary embeddings)")
+    for kind, params in (hf.pop("rope_parameters", None) or {}).items():
+        if kind not in ROPE_KEYS or not isinstance(params, dict):
+            raise BertkitError(f"rope_parameters: unknown entry {kind!r}")
+        if params.get("rope_type", "default") != "default":
+            raise BertkitError(f"rope_parameters.{kind}: rope_type {params['rope_type']!r} is not supported "
+                               "(only 'default')")
+        if "rope_theta" in params:
+            hf[ROPE_KEYS[kind]] = params["rope_theta"]
+    return hf
+
+
+def modernbert_config_out(hf: dict) -> dict:
+    """Both layouts of the RoPE bases, and every layer's type spelled out."""
+    hf = dict(hf)
+    hf["rope_parameters"] = {kind: {"rope_type": "default", "rope_theta": hf[key]} for kind, key in ROPE_KEYS.items()}
+    if not hf["layer_types"]:  # ModernConfig's "by global_every"
+        every = hf["global_attn_every_n_layers"]
+        hf["layer_types"] = [("full_attention", "sliding_attention")[bool(i % every)]
+                             for i in range(hf["num_hidden_layers"])]
+    return hf
+
+
+MODERNBERT_BLOCK = [
+    ("attn_norm.{p}", "attn_norm.{p}"),
+    ("attn.query.{p}", "attn.query.{p}"),  # Wqkv, split (modernbert_to_common)
+    ("attn.key.{p}", "attn.key.{p}"),
+    ("attn.value.{p}", "attn.value.{p}"),
+    ("attn.Wo.{p}", "attn.out_proj.{p}"),
+    ("mlp_norm.{p}", "ffn_norm.{p}"),
+    ("mlp.Wi.{p}", "ffn.up.{p}"),
+    ("mlp.Wo.{p}", "ffn.down.{p}"),
+]
+MODERNBERT_CLASSIFIER = [("head.dense.{p}", "dense.{p}"), ("head.norm.{p}", "norm.{p}"),
+                         ("classifier.{p}", "classifier.{p}")]
+MODERNBERT = HFFamily(
+    model_type="modernbert", class_prefix="ModernBert", encoder_prefix="model.",
+    config_keys={"vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_hidden_layers": "num_layers",
+                 "num_attention_heads": "num_heads", "intermediate_size": "intermediate_size",
+                 "hidden_activation": "hidden_act", "max_position_embeddings": "max_positions",
+                 "norm_eps": "layer_norm_eps", "pad_token_id": "pad_token_id",
+                 "embedding_dropout": "hidden_dropout", "attention_dropout": "attention_dropout",
+                 "classifier_dropout": "classifier_dropout", "initializer_range": "initializer_range",
+                 "tie_word_embeddings": "tie_word_embeddings", "global_attn_every_n_layers": "global_every",
+                 "layer_types": "layer_types", "global_rope_theta": "global_rope_theta",
+                 "local_rope_theta": "local_rope_theta", "local_attention": "local_attention",
+                 "attention_bias": "attention_bias", "mlp_bias": "mlp_bias", "norm_bias": "norm_bias",
+                 "mlp_dropout": "mlp_dropout", "classifier_pooling": "classifier_pooling",
+                 "classifier_activation": "classifier_activation", "classifier_bias": "classifier_bias",
+                 "decoder_bias": "decoder_bias"},
+    # ModernBertConfig's defaults, where they differ from ModernConfig's: none (the same values).
+    defaults={},
+    fixed={"type_vocab_size": 0, "norm_first": True},
+    encoder=[("embeddings.tok_embeddings.weight", "embeddings.word.weight"),
+             ("embeddings.norm.{p}", "embeddings.norm.{p}"),
+             ("final_norm.{p}", "encoder.final_norm.{p}")]
+    + [(f"layers.{{i}}.{hf}", f"encoder.layers.{{i}}.{ours}") for hf, ours in MODERNBERT_BLOCK],
+    heads={None: [],
+           "mlm": [("head.dense.{p}", "transform.{p}"), ("head.norm.{p}", "norm.{p}"),
+                   ("decoder.bias", "bias"), ("decoder.weight", "decoder.weight")],
+           "classification": MODERNBERT_CLASSIFIER, "token-classification": MODERNBERT_CLASSIFIER,
+           "qa": MODERNBERT_CLASSIFIER},
+    tokenizer_class="PreTrainedTokenizerFast",
+    token_types_optional=True,
+    to_common=modernbert_to_common, from_common=modernbert_from_common,
+    config_in=modernbert_config_in, config_out=modernbert_config_out,
+)
+
+FAMILIES = {f.model_type: f for f in (BERT, ROBERTA, ALBERT, DISTILBERT, ELECTRA, DEBERTA_V2, DEBERTA, MODERNBERT)}

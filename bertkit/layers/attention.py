@@ -10,12 +10,16 @@
 
 Both use the boolean mask from masks.py (True = attend). A family that changes the score (DeBERTa's
 disentangled terms) overrides `score_bias`; the returned (B, heads, T, T) term is added to
-Q K^T * scale on both paths.
+Q K^T * scale on both paths. A family that encodes positions in the queries and keys themselves
+(rotary embeddings, models/modern.py) overrides `rotate`; `window` limits each query to the keys
+within that distance (local attention). Every path counts positions in the padded rows.
 
 Shapes: B batch, T sequence length, H hidden size, N heads, D head size (H = N * D).
 """
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +27,7 @@ from torch import nn
 
 from ..config import EncoderConfig
 from .dropout import Dropout, dropout
+from .masks import window_mask
 from .packing import Packing, slots, take
 from .scratch import scratch
 
@@ -30,6 +35,8 @@ try:  # varlen flash attention (CUDA, fp16/bf16) arrived in torch 2.10
     from torch.nn.attention.varlen import varlen_attn
 except ImportError:
     varlen_attn = None
+# Whether it takes a sliding window (window_size=(left, right)).
+VARLEN_WINDOWS = varlen_attn is not None and "window_size" in inspect.signature(varlen_attn).parameters
 
 # CPU bf16 attention, measured on an AVX-512-bf16 EPYC (torch 2.13, 12 heads of 64): baddbmm +
 # softmax + bmm beats the flash kernel by 1.2-2.3x up to 256 keys and loses beyond; in fp32 the
@@ -38,16 +45,16 @@ BMM_MAX_KEYS = 256
 
 
 class SelfAttention(nn.Module):
-    def __init__(self, config: EncoderConfig):
+    def __init__(self, config: EncoderConfig, bias: bool = True):
         super().__init__()
         H = config.hidden_size
         self.num_heads = config.num_heads
         self.head_dim = config.head_dim
         self.scale = self.head_dim ** -0.5
-        self.query = nn.Linear(H, H)
-        self.key = nn.Linear(H, H)
-        self.value = nn.Linear(H, H)
-        self.out_proj = nn.Linear(H, H)
+        self.query = nn.Linear(H, H, bias=bias)
+        self.key = nn.Linear(H, H, bias=bias)
+        self.value = nn.Linear(H, H, bias=bias)
+        self.out_proj = nn.Linear(H, H, bias=bias)
         # Attention dropout: kept as a module so one switch (Dropout.p) controls every dropout.
         self.dropout = Dropout(config.attention_dropout)
         # Q, K and V as one matmul over the concatenated weights (same parameters, same
@@ -55,10 +62,22 @@ class SelfAttention(nn.Module):
         # faster than three (N, H) ones (bf16) or slower (fp32, 4096 tokens), while on a GPU one
         # launch instead of three pays off for small batches.
         self.fuse_qkv: bool | None = None
+        # Local attention: a query sees only keys at most this many positions away; None = all.
+        self.window: int | None = None
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
         return x.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, N, T, D)
+
+    def rotate(self, x: torch.Tensor, positions: torch.Tensor, **context) -> torch.Tensor:
+        """Queries or keys x (..., H), each token turned by its position (`positions` broadcast
+        to x.shape[:-1]) before they meet: rotary embeddings (RoFormer). Unchanged here.
+        `context` is what the encoder's `context` hook computed."""
+        return x
+
+    @property
+    def rotary(self) -> bool:
+        return type(self).rotate is not SelfAttention.rotate
 
     def score_inputs(self, **context) -> dict:
         """Work for `score_bias` that depends on this layer but not on the tokens, done once per
@@ -79,13 +98,19 @@ class SelfAttention(nn.Module):
         x's flattened tokens, when only their outputs are wanted. Returns x's shape, or (K, H)
         with rows, and, with need_weights, the attention probabilities (B, N, T, T)."""
         if rows is not None and packing is None and not need_weights and self.plain_scores:
-            return self._at_rows(x, mask, query, rows), None
+            return self._at_rows(x, mask, query, rows, context), None
         q, k, v = self.project(x, query)
+        if self.rotary:
+            positions = packing.positions if packing is not None else self._positions(x)  # (total,) or (T,)
+            q, k = self.rotate(q, positions, **context), self.rotate(k, positions, **context)
         context = self.score_inputs(**context)
         if packing is not None and not need_weights:
             return self.out_proj(take(self._unpadded(q, k, v, packing, context), rows)), None
         if packing is not None:  # the explicit path returns (B, N, T, T) maps: pad around it
             q, k, v = packing.pad(q), packing.pad(k), packing.pad(v)  # (B, T, H)
+        if self.window is not None:
+            positions = self._positions(q)
+            mask = window_mask(mask, positions, positions, self.window)  # (B or 1, 1, T, T)
         q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # (B, N, T, D)
         bias = self.score_bias(q, k, **context)
         if need_weights:
@@ -98,8 +123,13 @@ class SelfAttention(nn.Module):
             out = packing.unpad(out)  # (total, H)
         return self.out_proj(take(out, rows)), probs
 
+    @staticmethod
+    def _positions(x: torch.Tensor) -> torch.Tensor:
+        """(T,) positions of a padded (B, T, H) stream."""
+        return torch.arange(x.shape[-2], device=x.device)
+
     @torch.compiler.disable  # the per-sequence query counts are data: compiled, they would break the graph
-    def _at_rows(self, x, mask, query, rows) -> torch.Tensor:
+    def _at_rows(self, x, mask, query, rows, context) -> torch.Tensor:
         """Outputs at `rows` only, (K, H), computing only their queries: each sequence's queries
         gathered into (B, M, H), M = the most any sequence has (the others repeat one of theirs,
         dropped after), attend to all of that sequence's keys and values."""
@@ -111,8 +141,12 @@ class SelfAttention(nn.Module):
         gather, real = slots(counts.cumsum(0) - counts, counts, M)  # (B, M) into the K rows
         gather = gather.clamp(0, rows.numel() - 1)             # a sequence without rows: any row
         real = real.flatten().nonzero().squeeze(1)             # (K,) slots holding a row
-        q = self.query(take(x if query is None else query, rows))[gather]  # (B, M, H)
-        q, k, v = self.split_heads(q), self.split_heads(self.key(x)), self.split_heads(self.value(x))
+        q, k = self.query(take(x if query is None else query, rows)), self.key(x)  # (K, H), (B, T, H)
+        if self.rotary:
+            q, k = self.rotate(q, rows % T, **context), self.rotate(k, self._positions(x), **context)
+        if self.window is not None:
+            mask = window_mask(mask, (rows % T)[gather], self._positions(x), self.window)  # (B, 1, M, T)
+        q, k, v = self.split_heads(q[gather]), self.split_heads(k), self.split_heads(self.value(x))
         out = self._fused(q, k, v, mask, None, self.dropout_p)  # (B, N, M, D)
         return self.out_proj(out.transpose(1, 2).reshape(B * M, -1)[real])  # (K, H)
 
@@ -141,17 +175,21 @@ class SelfAttention(nn.Module):
         """Attention on packed tokens, (total, H) each: varlen flash attention where it runs
         (CUDA, half precision, no dropout, no extra score terms: DeBERTa's need the bucket
         layout), length buckets otherwise."""
-        if self._varlen_runs(q):
+        if self._varlen_runs(q, packing):
             total = q.shape[0]
             heads = (t.view(total, self.num_heads, self.head_dim) for t in (q, k, v))  # (total, N, D)
             cu, longest = packing.cumulative_lengths, packing.longest
-            out = varlen_attn(*heads, cu, cu, longest, longest, scale=self.scale)  # (total, N, D)
+            window = {} if self.window is None else {"window_size": (self.window, self.window)}
+            out = varlen_attn(*heads, cu, cu, longest, longest, scale=self.scale, **window)  # (total, N, D)
             return out.reshape(total, -1)  # (total, H)
         return self._bucketed(q, k, v, packing, context)
 
-    def _varlen_runs(self, q: torch.Tensor) -> bool:
+    def _varlen_runs(self, q: torch.Tensor, packing: Packing) -> bool:
+        """A window counts packed distances, equal to the rows' only without mask holes."""
+        windowed = self.window is not None
         return (varlen_attn is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
-                and self.plain_scores and self.dropout_p == 0.0)
+                and self.plain_scores and self.dropout_p == 0.0
+                and (not windowed or VARLEN_WINDOWS and packing.contiguous))
 
     def _bucketed(self, q, k, v, packing, context) -> torch.Tensor:
         """Attention on unpadded tokens, (total, H) each, bucket by bucket (packing.py): every
@@ -160,7 +198,13 @@ class SelfAttention(nn.Module):
         for bucket in packing.buckets:
             b, L = bucket.rows.shape
             qb, kb, vb = (self.split_heads(t[bucket.rows]) for t in (q, k, v))  # (b, N, L, D)
-            ob = self._fused(qb, kb, vb, bucket.keys, self.score_bias(qb, kb, **context), self.dropout_p)
+            keys = bucket.keys
+            if self.window is not None:
+                positions = packing.positions[bucket.rows]  # (b, L)
+                if keys is not None:  # padding slots repeat a real token: give them no position of it
+                    positions = positions.masked_fill(~keys[:, 0, 0], -1)
+                keys = window_mask(keys, positions, positions, self.window)  # (b, 1, L, L)
+            ob = self._fused(qb, kb, vb, keys, self.score_bias(qb, kb, **context), self.dropout_p)
             ob = ob.transpose(1, 2).reshape(b * L, -1)  # (b * L, H)
             out[bucket.tokens] = ob[bucket.real]
         return out

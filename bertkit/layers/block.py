@@ -9,6 +9,8 @@ Shapes: B batch, T sequence length, H hidden size.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
@@ -22,15 +24,18 @@ from .packing import Packing, take
 
 
 class TransformerBlock(nn.Module):
-    """Attention and feed-forward are passed in, so a family swaps either without a new block."""
+    """Attention, feed-forward and the normalization (a function making one: LayerNorm by
+    default) are passed in, so a family swaps any of them without a new block."""
 
-    def __init__(self, config: EncoderConfig, attn: nn.Module | None = None, ffn: nn.Module | None = None):
+    def __init__(self, config: EncoderConfig, attn: nn.Module | None = None, ffn: nn.Module | None = None,
+                 norm: Callable[[], nn.Module] | None = None):
         super().__init__()
+        norm = norm or (lambda: nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps))
         self.norm_first = config.norm_first
         self.attn = attn if attn is not None else SelfAttention(config)
-        self.attn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.attn_norm = norm()
         self.ffn = ffn if ffn is not None else FeedForward(config)
-        self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.ffn_norm = norm()
         self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False,

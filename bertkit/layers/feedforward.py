@@ -33,8 +33,7 @@ class FeedForward(nn.Module):
                                     self.act, self.act_backward_into)
         buffer = self._buffer(x)
         if buffer is not None:
-            h = torch.addmm(self.up.bias, x.reshape(-1, x.shape[-1]), self.up.weight.t(), out=buffer)
-            h = self.act_in_place(h).view(*x.shape[:-1], h.shape[-1])  # (B, T, I)
+            h = self.act_in_place(self._up_into(x, buffer)).view(*x.shape[:-1], buffer.shape[-1])  # (B, T, I)
         else:
             h = self.up(x)  # (B, T, I)
             if self.act_in_place is not None and not h.requires_grad:
@@ -42,6 +41,13 @@ class FeedForward(nn.Module):
             else:
                 h = self.act(h)
         return self.down(h)
+
+    def _up_into(self, x: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
+        """The up-projection of x (..., H), written into `buffer` (tokens, up.out_features)."""
+        x2d = x.reshape(-1, x.shape[-1])  # (tokens, H)
+        if self.up.bias is None:
+            return torch.mm(x2d, self.up.weight.t(), out=buffer)
+        return torch.addmm(self.up.bias, x2d, self.up.weight.t(), out=buffer)
 
     def _hand_written(self, x: torch.Tensor, *linears: nn.Linear) -> bool:
         """Whether this call may run its own matmuls instead of the modules': plain `linears`
@@ -55,9 +61,10 @@ class FeedForward(nn.Module):
                 and self._hand_written(x, self.up, self.down))
 
     def _buffer(self, x: torch.Tensor) -> torch.Tensor | None:
-        """The shared (tokens, I) scratch buffer, when this call may write into it: an in-place
-        activation, a hand-written up-projection, and what `scratch` asks (no autograd, ...)."""
-        if self.act_in_place is None or not self._hand_written(x, self.up):
+        """The shared (tokens, up.out_features) scratch buffer, when this call may write into it:
+        an in-place activation, a plain up-projection (with or without bias), and what `scratch`
+        asks (no autograd, eager, ...)."""
+        if self.act_in_place is None or type(self.up) is not nn.Linear:
             return None
         return scratch("feed-forward intermediate", (x.numel() // x.shape[-1], self.up.out_features), x)
 

@@ -42,20 +42,22 @@ def classifier_dropout(config: EncoderConfig) -> float:
 class MLMHead(Head):
     """Masked-LM head (BERT sec. 3.1, task #1): dense + activation + LayerNorm, then a decoder whose
     weight is the word-embedding matrix (tied, Press & Wolf 2017) plus a per-token output bias.
-    `act` overrides the config's activation (RoBERTa's and ELECTRA's heads always use GELU)."""
+    `act` overrides the config's activation (RoBERTa's and ELECTRA's heads always use GELU);
+    ModernBERT's head may leave out the dense layer's, the norm's and the output's biases."""
 
     predicts_tokens = True
 
-    def __init__(self, config: EncoderConfig, word_embeddings: nn.Embedding, act: str | None = None):
+    def __init__(self, config: EncoderConfig, word_embeddings: nn.Embedding, act: str | None = None,
+                 transform_bias: bool = True, norm_bias: bool = True, output_bias: bool = True):
         super().__init__()
         H, E = config.hidden_size, word_embeddings.embedding_dim
-        self.transform = nn.Linear(H, E)
+        self.transform = nn.Linear(H, E, bias=transform_bias)
         self.act = activation(act or config.hidden_act)
-        self.norm = nn.LayerNorm(E, eps=config.layer_norm_eps)
+        self.norm = nn.LayerNorm(E, eps=config.layer_norm_eps, bias=norm_bias)
         self.decoder = nn.Linear(E, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.decoder.weight = word_embeddings.weight
-        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size)) if output_bias else None
 
     def predict(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., H) hidden states -> (..., V) vocabulary logits."""

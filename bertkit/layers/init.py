@@ -22,4 +22,5 @@ def init_weights(module: nn.Module, std: float) -> None:
                 m.weight[m.padding_idx].zero_()
         elif isinstance(m, nn.LayerNorm):
             m.weight.fill_(1.0)
-            m.bias.zero_()
+            if m.bias is not None:  # LayerNorm(bias=False): ModernBERT's
+                m.bias.zero_()

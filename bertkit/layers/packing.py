@@ -94,6 +94,20 @@ class Packing:
         cu_seqlens), on the tokens' device; sequences lie in batch order, each contiguous."""
         return torch.tensor(self._offsets(), dtype=torch.int32).to(self.index.device)
 
+    @functools.cached_property
+    def positions(self) -> torch.Tensor:
+        """(total,) each real token's position in its padded row (what rotary embeddings and
+        sliding windows count with; left padding shifts them, as in transformers)."""
+        return self.index % self.length
+
+    @functools.cached_property
+    def contiguous(self) -> bool:
+        """Whether each sequence's real tokens are adjacent (no mask holes between them), so
+        that distances in the packed stream are distances in the rows."""
+        offsets = self._offsets()
+        first, last = self.positions[offsets[:-1]], self.positions[[o - 1 for o in offsets[1:]]]
+        return bool((last - first + 1 == torch.tensor(self.lengths, device=first.device)).all())
+
     def _offsets(self) -> list[int]:
         return [0, *itertools.accumulate(self.lengths)]  # (B + 1,)
 

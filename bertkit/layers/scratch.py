@@ -44,8 +44,10 @@ def scratch(name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tens
     the same `name` in this scope shares, contents undefined; None where reuse is not safe or
     not wanted: outside a scope, while autograd records, under autocast or torch.compile. The
     caller must be done with it before the next call with that name."""
+    if torch.is_grad_enabled() or not plain_eager(like):  # first: torch.compile cannot trace a ContextVar
+        return None
     buffers = _buffers.get()
-    if buffers is None or torch.is_grad_enabled() or not plain_eager(like):
+    if buffers is None:
         return None
     key = (name, like.dtype, like.device)
     numel = math.prod(shape)

@@ -48,4 +48,4 @@ def assemble(config: EncoderConfig, head: str | None) -> tuple[EncoderModel, nn.
     return backbone, head_module
 
 
-from . import albert, bert, deberta, distilbert, electra, roberta  # noqa: E402,F401  (each registers its family)
+from . import albert, bert, deberta, distilbert, electra, modern, roberta  # noqa: E402,F401  (each registers its family)

@@ -1,0 +1,156 @@
+"""ModernBERT (models/modern.py) beyond the shared parity tests: rotary positions under left
+padding, the local layers' window in the attention maps, the training gradients, both config
+layouts transformers has written, and what bertkit refuses to load."""
+
+import copy
+import json
+
+import pytest
+import torch
+import transformers
+
+import bertkit
+from bertkit.errors import BertkitError
+from bertkit.interop.hf import hf_state_dict
+from bertkit.models.modern import ModernConfig
+from conftest import max_diff_on_real, randomize
+
+TOL = 1e-4
+# 3 layers: global, local, local (window of 2 either side), biases on so none can be dropped.
+SMALL = dict(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37,
+             max_position_embeddings=64, pad_token_id=0, local_attention=4, global_attn_every_n_layers=3,
+             global_rope_theta=1000.0, local_rope_theta=50.0, attention_bias=True, mlp_bias=True, norm_bias=True)
+
+
+def reference(cls_name="ModernBertModel", attn="sdpa", **kw):
+    config = transformers.ModernBertConfig(**{**SMALL, **kw})
+    config._attn_implementation = attn
+    torch.manual_seed(0)
+    model = getattr(transformers, cls_name)(config)
+    randomize(model, 0)
+    return model.eval()
+
+
+def loaded(ref, path):
+    ref.save_pretrained(path)
+    return bertkit.from_pretrained(path)
+
+
+def batch(left=False):
+    g = torch.Generator().manual_seed(1)
+    lengths = [14, 9, 3]
+    ids = torch.randint(1, 99, (3, 14), generator=g)
+    mask = (torch.arange(14)[None] < torch.tensor(lengths)[:, None]).long()
+    if left:
+        mask = mask.flip(1)
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+@pytest.mark.parametrize("left", [False, True])
+def test_rotary_positions_and_windows_follow_transformers_with_either_padding(left, tmp_path):
+    """Positions count in the padded row (left padding shifts them, as in transformers), on the
+    packed path and on the padded one alike."""
+    ref = reference()
+    ours = loaded(ref, tmp_path)
+    ids, mask = batch(left)
+    with torch.no_grad():
+        expected = ref(input_ids=ids, attention_mask=mask).last_hidden_state
+        got = ours(ids, mask).last_hidden_state
+        ours.backbone.unpad = False
+        padded = ours(ids, mask).last_hidden_state
+    assert max_diff_on_real(got, expected, mask) <= TOL
+    assert max_diff_on_real(padded, expected, mask) <= TOL
+
+
+def test_attention_maps_match_transformers_and_local_layers_stay_in_their_window(tmp_path):
+    ref = reference(attn="eager")
+    ours = loaded(ref, tmp_path)
+    ids, mask = batch()
+    with torch.no_grad():
+        theirs = ref(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+        mine = ours(ids, mask, output_attentions=True).attentions
+    real = mask.bool()[:, None, :, None] & mask.bool()[:, None, None, :]
+    distance = (torch.arange(14)[:, None] - torch.arange(14)[None, :]).abs()
+    for i, (a, b) in enumerate(zip(mine, theirs)):
+        assert torch.isfinite(a).all()  # padding queries too, though far from every real key
+        assert (a - b).abs().masked_select(real).max().item() <= TOL
+        if i > 0:  # local: nothing beyond 2 positions away
+            assert a[..., distance > 2].abs().max().item() == 0.0
+    assert mine[0][..., distance > 2].abs().max().item() > 0.01  # global: far keys get weight
+
+
+def test_masked_lm_gradients_match_transformers(tmp_path):
+    """One training step's loss and every gradient (through RoPE, GeGLU, the window, the tied
+    decoder), with each side's own loss code: bertkit's sparse head against transformers' labels."""
+    ref = reference("ModernBertForMaskedLM", decoder_bias=True, classifier_bias=True)
+    ours = loaded(ref, tmp_path).train()
+    ref.train()
+    ids, mask = batch()
+    masked = (torch.rand(ids.shape, generator=torch.Generator().manual_seed(2)) < 0.3) & mask.bool()
+    loss_ref = ref(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(~masked, -100)).loss
+    logits = ours(ids, mask, masked_positions=masked).logits
+    loss = torch.nn.functional.cross_entropy(logits, ids[masked])
+    assert abs(loss.item() - loss_ref.item()) <= TOL
+    loss.backward(), loss_ref.backward()
+    grads = hf_state_dict(_grads_as_params(ours))  # by transformers' names
+    theirs = {n: p.grad for n, p in ref.named_parameters()}
+    assert set(grads) == set(theirs), set(grads) ^ set(theirs)
+    for name, grad in grads.items():
+        assert (grad - theirs[name]).abs().max().item() <= TOL, name
+
+
+def _grads_as_params(model):
+    """A copy of `model` whose parameters hold the gradients (to name them as transformers does)."""
+    clone = copy.deepcopy(model)
+    with torch.no_grad():
+        for (_, p), (_, q) in zip(model.named_parameters(), clone.named_parameters()):
+            q.copy_(p.grad)
+    return clone
+
+
+def test_the_older_config_layout_loads(tmp_path):
+    """Files written before transformers 5 give the RoPE bases as global_rope_theta /
+    local_rope_theta and the schedule as global_attn_every_n_layers, without layer_types."""
+    ref = reference(global_attn_every_n_layers=2)
+    ref.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    for key in ("rope_parameters", "layer_types"):
+        config.pop(key)
+    config.update(global_rope_theta=1000.0, local_rope_theta=50.0, global_attn_every_n_layers=2)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    ours = bertkit.from_pretrained(tmp_path)
+    assert [ours.config.is_global(i) for i in range(3)] == [True, False, True]
+    ids, mask = batch()
+    with torch.no_grad():
+        expected = ref(input_ids=ids, attention_mask=mask).last_hidden_state
+        assert max_diff_on_real(ours(ids, mask).last_hidden_state, expected, mask) <= TOL
+
+
+def test_save_writes_what_transformers_reads(tmp_path):
+    ours = bertkit.build(ModernConfig(vocab_size=99, hidden_size=32, num_layers=4, num_heads=4, intermediate_size=37,
+                                      pad_token_id=0, global_every=2, local_rope_theta=77.0, local_attention=6))
+    ours.save_pretrained(tmp_path)
+    theirs = transformers.AutoModel.from_pretrained(tmp_path).eval()
+    assert theirs.config.layer_types == ["full_attention", "sliding_attention"] * 2
+    assert theirs.config.rope_parameters["sliding_attention"]["rope_theta"] == 77.0
+    ids, mask = batch()
+    with torch.no_grad():
+        expected = theirs(input_ids=ids, attention_mask=mask).last_hidden_state
+        assert max_diff_on_real(ours.eval()(ids, mask).last_hidden_state, expected, mask) <= TOL
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"rope_parameters": {"full_attention": {"rope_type": "linear", "rope_theta": 10.0, "factor": 2.0}}},
+     "rope_type 'linear' is not supported"),
+    ({"layer_types": ["full_attention", "chunked_attention", "full_attention"]}, "unknown layer type"),
+    ({"layer_types": ["full_attention"]}, "layer_types has 1 entries for num_layers=3"),
+    ({"classifier_pooling": "max"}, "classifier_pooling must be one of cls, mean"),
+])
+def test_configs_bertkit_cannot_compute_are_refused_by_name(change, message, tmp_path):
+    reference().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config.update(change)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(BertkitError, match=message) as error:
+        bertkit.from_pretrained(tmp_path)
+    assert str(tmp_path / "config.json") in str(error.value)
