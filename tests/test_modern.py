@@ -12,10 +12,13 @@ import transformers
 import bertkit
 from bertkit.errors import BertkitError
 from bertkit.interop.hf import hf_state_dict
+from bertkit.layers import SelfAttention
+from bertkit.layers.masks import window_mask
 from bertkit.models.modern import ModernConfig
 from conftest import max_diff_on_real, randomize
 
 TOL = 1e-4
+BLOCKS = SelfAttention._blocks
 # 3 layers: global, local, local (window of 2 either side), biases on so none can be dropped.
 SMALL = dict(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37,
              max_position_embeddings=64, pad_token_id=0, local_attention=4, global_attn_every_n_layers=3,
@@ -36,23 +39,27 @@ def loaded(ref, path):
     return bertkit.from_pretrained(path)
 
 
-def batch(left=False):
+def batch(left=False, T=14):
     g = torch.Generator().manual_seed(1)
-    lengths = [14, 9, 3]
-    ids = torch.randint(1, 99, (3, 14), generator=g)
-    mask = (torch.arange(14)[None] < torch.tensor(lengths)[:, None]).long()
+    lengths = [T, T * 2 // 3, 3]
+    ids = torch.randint(1, 99, (3, T), generator=g)
+    mask = (torch.arange(T)[None] < torch.tensor(lengths)[:, None]).long()
     if left:
         mask = mask.flip(1)
     return ids.masked_fill(mask == 0, 0), mask
 
 
 @pytest.mark.parametrize("left", [False, True])
-def test_rotary_positions_and_windows_follow_transformers_with_either_padding(left, tmp_path):
+@pytest.mark.parametrize("T", [14, 40])
+def test_rotary_positions_and_windows_follow_transformers_with_either_padding(left, T, tmp_path, monkeypatch):
     """Positions count in the padded row (left padding shifts them, as in transformers), on the
-    packed path and on the padded one alike."""
+    packed path and on the padded one alike; at 40 tokens (> 8 x the half-window of 2) the local
+    layers run by blocks."""
+    blocks = []
+    monkeypatch.setattr(SelfAttention, "_blocks", lambda self, *a: blocks.append(1) or BLOCKS(self, *a))
     ref = reference()
     ours = loaded(ref, tmp_path)
-    ids, mask = batch(left)
+    ids, mask = batch(left, T)
     with torch.no_grad():
         expected = ref(input_ids=ids, attention_mask=mask).last_hidden_state
         got = ours(ids, mask).last_hidden_state
@@ -60,6 +67,36 @@ def test_rotary_positions_and_windows_follow_transformers_with_either_padding(le
         padded = ours(ids, mask).last_hidden_state
     assert max_diff_on_real(got, expected, mask) <= TOL
     assert max_diff_on_real(padded, expected, mask) <= TOL
+    assert bool(blocks) == (T == 40)
+
+
+@pytest.mark.parametrize("padding", ["none", "keys", "bucket"])
+def test_blocked_local_attention_equals_the_masked_full_one(padding):
+    """_blocks against full attention under window_mask, values and gradients, for plain rows,
+    rows with padding keys, and bucket rows (padding slots at position -1, attention.py)."""
+    torch.manual_seed(0)
+    attn = SelfAttention(ModernConfig(hidden_size=16, num_heads=2, intermediate_size=8, vocab_size=10,
+                                      pad_token_id=0))
+    attn.window = 3
+    B, N, T, D = 3, 2, 50, 8
+    q, k, v = (torch.randn(B, N, T, D, requires_grad=True) for _ in range(3))
+    positions, real = torch.arange(T), None
+    if padding != "none":
+        real = torch.arange(T)[None] < torch.tensor([[50], [31], [4]])  # (B, T)
+    if padding == "bucket":
+        positions = torch.arange(T).expand(B, T).masked_fill(~real, -1)
+    mask = window_mask(None if real is None else real[:, None, None, :], positions, positions, 3)
+    full = attn._fused(q, k, v, mask, None, 0.0)
+    blocked = attn._blocks(q, k, v, positions, real, 0.0)
+    # A bucket's padding slots share position -1, so they see each other only within a block:
+    # their rows differ, and the caller drops them. Every other row must agree.
+    rows = real[:, None, :, None] if padding == "bucket" else torch.ones(1, 1, T, 1, dtype=torch.bool)
+    full, blocked = full * rows, blocked * rows
+    assert (full - blocked).abs().max().item() <= 1e-5
+    g = torch.randn_like(full)
+    grads = torch.autograd.grad(full, (q, k, v), g)
+    for a, b in zip(grads, torch.autograd.grad(blocked, (q, k, v), g)):
+        assert (a - b).abs().max().item() <= 1e-5
 
 
 def test_attention_maps_match_transformers_and_local_layers_stay_in_their_window(tmp_path):

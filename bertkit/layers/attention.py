@@ -108,13 +108,16 @@ class SelfAttention(nn.Module):
             return self.out_proj(take(self._unpadded(q, k, v, packing, context), rows)), None
         if packing is not None:  # the explicit path returns (B, N, T, T) maps: pad around it
             q, k, v = packing.pad(q), packing.pad(k), packing.pad(v)  # (B, T, H)
-        if self.window is not None:
-            positions = self._positions(q)
-            mask = window_mask(mask, positions, positions, self.window)  # (B or 1, 1, T, T)
         q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # (B, N, T, D)
         bias = self.score_bias(q, k, **context)
         if need_weights:
+            if self.window is not None:
+                positions = self._positions(q)
+                mask = window_mask(mask, positions, positions, self.window)  # (B or 1, 1, T, T)
             out, probs = self._explicit(q, k, v, mask, bias, self.dropout_p)
+        elif self.window is not None:
+            real = None if mask is None else mask[:, 0, 0]  # (B, T)
+            out, probs = self._windowed(q, k, v, self._positions(q), real, bias, self.dropout_p), None
         else:
             out, probs = self._fused(q, k, v, mask, bias, self.dropout_p), None
         B, N, T, D = out.shape
@@ -198,16 +201,49 @@ class SelfAttention(nn.Module):
         for bucket in packing.buckets:
             b, L = bucket.rows.shape
             qb, kb, vb = (self.split_heads(t[bucket.rows]) for t in (q, k, v))  # (b, N, L, D)
-            keys = bucket.keys
-            if self.window is not None:
-                positions = packing.positions[bucket.rows]  # (b, L)
-                if keys is not None:  # padding slots repeat a real token: give them no position of it
-                    positions = positions.masked_fill(~keys[:, 0, 0], -1)
-                keys = window_mask(keys, positions, positions, self.window)  # (b, 1, L, L)
-            ob = self._fused(qb, kb, vb, keys, self.score_bias(qb, kb, **context), self.dropout_p)
+            bias = self.score_bias(qb, kb, **context)
+            if self.window is None:
+                ob = self._fused(qb, kb, vb, bucket.keys, bias, self.dropout_p)
+            else:
+                positions, real = packing.positions[bucket.rows], None  # (b, L)
+                if bucket.keys is not None:  # padding slots repeat a real token: give them no position of it
+                    real = bucket.keys[:, 0, 0]
+                    positions = positions.masked_fill(~real, -1)
+                ob = self._windowed(qb, kb, vb, positions, real, bias, self.dropout_p)
             ob = ob.transpose(1, 2).reshape(b * L, -1)  # (b * L, H)
             out[bucket.tokens] = ob[bucket.real]
         return out
+
+    def _windowed(self, q, k, v, positions, real, bias, dropout_p):
+        """Local attention, q, k, v (B, N, T, D): `positions` (T,) or (B, T), `real` (B, T) bool
+        key mask or None. Past a length where most scores would be masked, in blocks."""
+        if bias is None and q.shape[-2] > 8 * self.window:
+            return self._blocks(q, k, v, positions, real, dropout_p)
+        keys = None if real is None else real[:, None, None, :]  # (B, 1, 1, T)
+        return self._fused(q, k, v, window_mask(keys, positions, positions, self.window), bias, dropout_p)
+
+    def _blocks(self, q, k, v, positions, real, dropout_p):
+        """Sliding-window attention by blocks (Longformer's banded attention, sec. 3.1): queries
+        in chunks of C = 2w, each against the C + 2w keys around it, S = 4w scores per query
+        instead of T. The window and padding masks come from positions as in `window_mask`."""
+        B, N, T, D = q.shape
+        w = self.window
+        C, S = 2 * w, 4 * w
+        n = -(-T // C)                          # chunks
+        fill, around = (0, n * C - T), (w, n * C - T + w)
+        far = -(2 ** 30)                        # the position of filler: near no real token
+        positions = positions.expand(B, T)
+        pq = F.pad(positions, fill, value=far).view(B, n, C)                 # (B, n, C)
+        pk = F.pad(positions, around, value=far).unfold(1, S, C)             # (B, n, S)
+        delta = pq[..., :, None] - pk[..., None, :]                          # (B, n, C, S)
+        allowed = delta.abs() <= w
+        if real is not None:  # as window_mask: padding keys masked, each query sees itself
+            allowed = allowed & F.pad(real, around, value=False).unfold(1, S, C)[:, :, None, :] | (delta == 0)
+        qc = F.pad(q, (0, 0, *fill)).view(B, N, n, C, D).transpose(1, 2).reshape(B * n, N, C, D)
+        kb, vb = (F.pad(t, (0, 0, *around)).unfold(2, S, C)                  # (B, N, n, D, S)
+                  .permute(0, 2, 1, 4, 3).reshape(B * n, N, S, D) for t in (k, v))  # (B * n, N, S, D)
+        out = self._fused(qc, kb, vb, allowed.view(B * n, 1, C, S), None, dropout_p)  # (B * n, N, C, D)
+        return out.view(B, n, N, C, D).transpose(1, 2).reshape(B, N, n * C, D)[:, :, :T]  # (B, N, T, D)
 
     def _fused(self, q, k, v, mask, bias, dropout_p):
         attn_mask = mask
