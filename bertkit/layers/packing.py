@@ -71,12 +71,17 @@ class Packing:
     batch: int
     length: int
     lengths: tuple[int, ...]  # (B,) real tokens per sequence
+    # (total,) each real token's position in its padded row, what rotary embeddings and sliding
+    # windows count with (left padding shifts them, as in transformers). A field, not a cached
+    # property: compiled blocks read it, and torch.compile cannot enter cached_property's lock.
+    positions: torch.Tensor
 
     @classmethod
     def from_mask(cls, keys: torch.Tensor) -> "Packing":
         """keys: (B, T) bool, True = real token (anywhere: left or right padding both work)."""
         B, T = keys.shape
-        return cls(keys.reshape(-1).nonzero().squeeze(1), B, T, tuple(keys.sum(1).tolist()))
+        index = keys.reshape(-1).nonzero().squeeze(1)
+        return cls(index, B, T, tuple(keys.sum(1).tolist()), index % T)
 
     @functools.cached_property
     def buckets(self) -> tuple[Bucket, ...]:
@@ -93,12 +98,6 @@ class Packing:
         """(B + 1,) int32 offsets of each sequence in the packed tokens (varlen attention's
         cu_seqlens), on the tokens' device; sequences lie in batch order, each contiguous."""
         return torch.tensor(self._offsets(), dtype=torch.int32).to(self.index.device)
-
-    @functools.cached_property
-    def positions(self) -> torch.Tensor:
-        """(total,) each real token's position in its padded row (what rotary embeddings and
-        sliding windows count with; left padding shifts them, as in transformers)."""
-        return self.index % self.length
 
     @functools.cached_property
     def contiguous(self) -> bool:
