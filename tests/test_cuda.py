@@ -62,8 +62,10 @@ def test_unpadded_bf16_path_equals_padded_path_on_cuda(name, monkeypatch):
         fast = model(ids, mask).last_hidden_state.float()
         model.backbone.unpad = False
         padded = model(ids, mask).last_hidden_state.float()
-    uses_varlen = attention.varlen_attn is not None and model.backbone.encoder.layer_for(0).attn.plain_scores
-    assert len(calls) == (model.config.num_layers if uses_varlen else 0)
+    layers = [model.backbone.encoder.layer_for(i).attn for i in range(model.config.num_layers)]
+    varlen = [attention.varlen_attn is not None and a.plain_scores  # ModernBERT's local layers: if it takes windows
+              and (a.window is None or attention.VARLEN_WINDOWS) for a in layers]
+    assert len(calls) == sum(varlen)
     assert max_diff_on_real(fast, padded, mask) <= 3e-2 * padded.abs().max().item()
 
 
@@ -104,3 +106,12 @@ def test_bench_times_and_measures_memory_on_cuda():
     plain, checkpointed = bench.activation_memory("mini-bert", 8, 64, "tiny memory", device=CUDA)
     assert plain.ours > checkpointed.ours > 0 and plain.reference > 0
     assert torch.cuda.get_device_name(CUDA) in bench.machine(CUDA)
+
+
+def test_embeddings_of_a_model_on_cuda_equal_the_cpus(minilm_dir, reviews):
+    from bertkit.tasks.embedding import embed
+
+    model = bertkit.from_pretrained(minilm_dir)
+    on_cpu = embed(model, reviews[:8])
+    on_gpu = embed(model.to(CUDA), reviews[:8])
+    assert on_gpu.device.type == "cpu" and (on_cpu - on_gpu).abs().max().item() <= 1e-4

@@ -35,14 +35,15 @@ def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None 
         raise BertkitError("this model has no tokenizer; load one with bertkit.load_tokenizer and set model.tokenizer")
     max_length = min(max_length or model.config.max_positions, model.config.max_positions)
     model.eval()
+    device = next(model.parameters()).device  # the tokenizer gives CPU tensors
     # Sort by length so each batch pads little; restore the caller's order at the end.
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     chunks = []
     for start in tqdm(range(0, len(texts), batch_size), disable=not progress, desc="embedding", unit="batch"):
         batch = model.tokenizer([texts[i] for i in order[start:start + batch_size]], max_length=max_length)
-        out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        hidden = out.last_hidden_state.float()
-        chunks.append(mean_pool(hidden, batch["attention_mask"]) if pooling == "mean" else hidden[:, 0])
+        ids, mask, types = (batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids"))
+        hidden = model(ids, mask, types).last_hidden_state.float()
+        chunks.append((mean_pool(hidden, mask) if pooling == "mean" else hidden[:, 0]).cpu())
     vectors = torch.cat(chunks) if chunks else torch.zeros(0, model.config.hidden_size)
     result = torch.empty_like(vectors)
     result[torch.tensor(order, dtype=torch.long)] = vectors
