@@ -170,6 +170,8 @@ def test_save_writes_what_transformers_reads(tmp_path):
     theirs = transformers.AutoModel.from_pretrained(tmp_path).eval()
     assert theirs.config.layer_types == ["full_attention", "sliding_attention"] * 2
     assert theirs.config.rope_parameters["sliding_attention"]["rope_theta"] == 77.0
+    # transformers' default special ids (50281, 50282) lie outside this vocabulary: none written
+    assert theirs.config.cls_token_id is None and theirs.config.sep_token_id is None
     ids, mask = batch()
     with torch.no_grad():
         expected = theirs(input_ids=ids, attention_mask=mask).last_hidden_state

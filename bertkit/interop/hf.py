@@ -115,12 +115,13 @@ def config_to_hf(config: EncoderConfig, head: str | None) -> dict:
     labels = ("LABEL_0", "LABEL_1") if head in ("qa", "pretraining") else config.labels
     values = {theirs: getattr(config, ours) for theirs, ours in spec.config_keys.items()}
     values = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}  # JSON has lists
+    values = {k: v for k, v in values.items() if v is not None}  # None: transformers' own default
     if spec.config_out is not None:
         values = spec.config_out(values)
     return {
         "architectures": [architecture_name(config.family, head)],
         "model_type": config.family,
-        **{k: v for k, v in values.items() if v is not None},  # None: transformers' own default
+        **values,
         "id2label": {str(i): name for i, name in enumerate(labels)},
         "label2id": {name: i for i, name in enumerate(labels)},
     }

@@ -372,6 +372,12 @@ def modernbert_config_out(hf: dict) -> dict:
     """Both layouts of the RoPE bases, and every layer's type spelled out."""
     hf = dict(hf)
     hf["rope_parameters"] = {kind: {"rope_type": "default", "rope_theta": hf[key]} for kind, key in ROPE_KEYS.items()}
+    # transformers' defaults for these ids (unused by the encoder) lie in the released
+    # vocabulary; for a smaller one, write none instead of ids it would warn about.
+    for key, default in (("bos_token_id", 50281), ("cls_token_id", 50281), ("eos_token_id", 50282),
+                         ("sep_token_id", 50282)):
+        if default >= hf["vocab_size"]:
+            hf[key] = None
     if not hf["layer_types"]:  # ModernConfig's "by global_every"
         every = hf["global_attn_every_n_layers"]
         hf["layer_types"] = [("full_attention", "sliding_attention")[bool(i % every)]
