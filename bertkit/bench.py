@@ -367,6 +367,8 @@ def workloads(quick: bool, repeats: int, device: torch.device = CPU) -> list[Wor
     for name, lengths in [("modernbert-base inference, 16 seqs, lengths in [16, 256]", uniform_lengths(16, 16, 256)),
                           ("modernbert-base inference, 2 x 2048 full length", [2048] * 2)]:
         full.append(W(name, "fp32", lambda n=name, l=lengths: inference("modernbert-base", l, "fp32", repeats, n, **on)))
+    name = "modernbert-base MLM training step, B=16 T=128"
+    full.append(W(name, "fp32", lambda n=name: mlm_training_step("modernbert-base", 16, 128, "fp32", repeats, n, **on)))
     name = "bert-base MLM training step, B=8 T=512, activation memory"
     full.append(W(name, "fp32", lambda n=name: activation_memory("bert-base", 8, 512, n, **on)))
     return quick_set + full
