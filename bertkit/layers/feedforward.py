@@ -17,13 +17,16 @@ from .scratch import plain_eager, scratch
 
 
 class FeedForward(nn.Module):
-    def __init__(self, config: EncoderConfig):
+    """`up_width`: the up-projection's output width when it is not I (a gated variant makes two
+    halves: models/modern.py); `bias`: whether both projections have one."""
+
+    def __init__(self, config: EncoderConfig, up_width: int | None = None, bias: bool = True):
         super().__init__()
-        self.up = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.up = nn.Linear(config.hidden_size, up_width or config.intermediate_size, bias=bias)
         self.act = activation(config.hidden_act)
         self.act_in_place = activation_in_place(config.hidden_act)
         self.act_backward_into = activation_backward_into(config.hidden_act)
-        self.down = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.down = nn.Linear(config.intermediate_size, config.hidden_size, bias=bias)
         # Training through _Recycling (see there); False = plain autograd, for comparison.
         self.recycle = True
 

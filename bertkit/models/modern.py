@@ -91,9 +91,6 @@ class ModernConfig(EncoderConfig):
             return self.layer_types[i] == "full_attention"
         return i % self.global_every == 0
 
-    def all_layer_types(self) -> tuple[str, ...]:
-        return tuple(LAYER_TYPES[not self.is_global(i)] for i in range(self.num_layers))
-
 
 def rotary_table(theta: float, dim: int, length: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of position * theta^(-2k/D) for positions 0..length-1, each (length, D): the
@@ -133,9 +130,7 @@ class GatedFeedForward(FeedForward):
     (feedforward.py)."""
 
     def __init__(self, config: ModernConfig):
-        super().__init__(config)
-        self.up = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias)
-        self.down = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+        super().__init__(config, up_width=2 * config.intermediate_size, bias=config.mlp_bias)
         self.dropout = Dropout(config.mlp_dropout)
         self.recycle = False  # FeedForward's hand-written backward is for one activation, not a gate
 
