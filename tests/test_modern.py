@@ -196,3 +196,24 @@ def test_configs_bertkit_cannot_compute_are_refused_by_name(change, message, tmp
     with pytest.raises(BertkitError, match=message) as error:
         bertkit.from_pretrained(tmp_path)
     assert str(tmp_path / "config.json") in str(error.value)
+
+
+def test_fresh_weights_follow_modernberts_initializer():
+    """Truncated normals cut at 2 sigma; projections back into the residual stream (attention
+    output, GeGLU down, the head's dense layer) get sigma / sqrt(2 * layers); the classifier
+    hidden ** -0.5. (transformers' ModernBertPreTrainedModel._init_weights does the same.)"""
+    config = ModernConfig(vocab_size=500, hidden_size=128, num_layers=8, num_heads=4, intermediate_size=256,
+                          pad_token_id=0)
+    torch.manual_seed(0)
+    model = bertkit.build(config, head="classification")
+    sigma, into = 0.02, 0.02 / (2 * 8) ** 0.5
+    block = model.backbone.encoder.layers[5]
+    expected = [(block.attn.query.weight, sigma), (block.ffn.up.weight, sigma),
+                (model.backbone.embeddings.word.weight[1:], sigma), (block.attn.out_proj.weight, into),
+                (block.ffn.down.weight, into), (model.head.dense.weight, into),
+                (model.head.classifier.weight, 128 ** -0.5)]
+    for weight, std in expected:
+        assert weight.abs().max().item() <= 2 * std
+        # a normal cut at 2 sigma keeps 88% of its standard deviation
+        assert abs(weight.std().item() / (0.88 * std) - 1) < 0.15
+    assert model.backbone.embeddings.word.weight[0].abs().max().item() == 0.0  # padding row

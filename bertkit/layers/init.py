@@ -10,7 +10,9 @@ from torch import nn
 def init_weights(module: nn.Module, std: float) -> None:
     """Linear/embedding weights ~ N(0, std), biases 0, LayerNorm 1/0, padding row 0 (BERT's
     released initializer, modeling.py `create_initializer`). Frozen embeddings (requires_grad
-    False, e.g. DistilBERT's sinusoidal positions) keep the values they were built with."""
+    False, e.g. DistilBERT's sinusoidal positions) keep the values they were built with.
+    A module with an `initialize(std)` method then applies its family's own scheme on top
+    (ModernBERT's scaled truncated normals, models/modern.py)."""
     for m in module.modules():
         if isinstance(m, nn.Linear):
             m.weight.normal_(0.0, std)
@@ -24,3 +26,6 @@ def init_weights(module: nn.Module, std: float) -> None:
             m.weight.fill_(1.0)
             if m.bias is not None:  # LayerNorm(bias=False): ModernBERT's
                 m.bias.zero_()
+    for m in module.modules():
+        if callable(getattr(m, "initialize", None)):
+            m.initialize(std)

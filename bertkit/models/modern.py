@@ -17,6 +17,7 @@ Shapes: B batch, T sequence length, H hidden size, N heads, D head size, I inter
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -146,6 +147,11 @@ class GatedFeedForward(FeedForward):
         return self.down(h.view(*x.shape[:-1], h.shape[-1]))  # (..., H)
 
 
+def truncated(weight: torch.Tensor, std: float) -> None:
+    """N(0, std) cut at 2 std, ModernBERT's initializer (its initializer_cutoff_factor)."""
+    nn.init.trunc_normal_(weight, 0.0, std, -2 * std, 2 * std)
+
+
 def _norm(config: ModernConfig):
     return lambda: nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps, bias=config.norm_bias)
 
@@ -164,6 +170,17 @@ class ModernEncoder(Encoder):
         self.head_dim = config.head_dim
         self.thetas = sorted({block.attn.theta for block in blocks})
 
+    @torch.no_grad()
+    def initialize(self, std: float) -> None:
+        """Projections out of the stream get std, those back into it (attention output, GeGLU
+        down) std / sqrt(2 * layers), so the residual sum does not grow with depth (as GPT-2)."""
+        into = std / math.sqrt(2 * len(self.layers))
+        for block in self.layers:
+            for linear in (block.attn.query, block.attn.key, block.attn.value, block.ffn.up):
+                truncated(linear.weight, std)
+            for linear in (block.attn.out_proj, block.ffn.down):
+                truncated(linear.weight, into)
+
     def context(self, length, device):
         return {"rotary": {theta: rotary_table(theta, self.head_dim, length, device) for theta in self.thetas}}
 
@@ -177,6 +194,11 @@ class ModernEmbeddings(nn.Module):
         self.norm = _norm(config)()
         self.dropout = Dropout(config.hidden_dropout)
         self.max_length = config.max_positions
+
+    @torch.no_grad()
+    def initialize(self, std: float) -> None:
+        truncated(self.word.weight, std)
+        self.word.weight[self.word.padding_idx].zero_()  # bertkit's convention: padding embeds to 0
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         T = input_ids.shape[1]
@@ -199,6 +221,12 @@ class ModernHead(Head):
         self.classifier = nn.Linear(config.hidden_size, outputs)
         self.pooling = pooling
         self.names = names
+        self.depth = config.num_layers
+
+    @torch.no_grad()
+    def initialize(self, std: float) -> None:
+        truncated(self.dense.weight, std / math.sqrt(2 * self.depth))
+        truncated(self.classifier.weight, self.classifier.in_features ** -0.5)
 
     def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
         x = out.last_hidden_state  # (B, T, H)
