@@ -217,3 +217,5 @@ def test_fresh_weights_follow_modernberts_initializer():
         # a normal cut at 2 sigma keeps 88% of its standard deviation
         assert abs(weight.std().item() / (0.88 * std) - 1) < 0.15
     assert model.backbone.embeddings.word.weight[0].abs().max().item() == 0.0  # padding row
+    transform = bertkit.build(config, head="mlm").head.transform.weight
+    assert transform.abs().max().item() <= 2 * into

@@ -241,15 +241,27 @@ class ModernHead(Head):
         return dict(zip(self.names, logits.unbind(dim=-1)))  # QA: (B, T) each
 
 
+class ModernMLMHead(MLMHead):
+    """The shared MLM head with ModernBERT's optional biases and its initializer."""
+
+    def __init__(self, config: ModernConfig, word_embeddings: nn.Embedding):
+        super().__init__(config, word_embeddings, act=config.classifier_activation,
+                         transform_bias=config.classifier_bias, norm_bias=config.norm_bias,
+                         output_bias=config.decoder_bias)
+        self.depth = config.num_layers
+
+    @torch.no_grad()
+    def initialize(self, std: float) -> None:
+        truncated(self.transform.weight, std / math.sqrt(2 * self.depth))
+
+
 def build_backbone(config: ModernConfig, with_pooler: bool) -> EncoderModel:
     return EncoderModel(ModernEmbeddings(config), ModernEncoder(config))
 
 
 def build_head(kind, config: ModernConfig, backbone):
     if kind == "mlm":
-        return MLMHead(config, backbone.embeddings.word, act=config.classifier_activation,
-                       transform_bias=config.classifier_bias, norm_bias=config.norm_bias,
-                       output_bias=config.decoder_bias)
+        return ModernMLMHead(config, backbone.embeddings.word)
     if kind == "classification":
         return ModernHead(config, config.num_labels, config.classifier_pooling, ("logits",))
     if kind == "token-classification":
