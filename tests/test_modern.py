@@ -1,6 +1,7 @@
 """ModernBERT (models/modern.py) beyond the shared parity tests: rotary positions under left
-padding, the local layers' window in the attention maps, the training gradients, both config
-layouts transformers has written, and what bertkit refuses to load."""
+padding, the local layers' window in the attention maps and by blocks on long rows, the training
+gradients, both config layouts transformers has written, what bertkit refuses to load, and the
+family's initializer."""
 
 import copy
 import json
