@@ -351,7 +351,7 @@ def test_cli_pictures_and_compare(tmp_path, capsys):
     assert main(["compare", "--parameters-only", "--out", str(tmp_path / "params")]) == 0
     rows = json.loads((tmp_path / "params" / "compare.json").read_text())["rows"]
     assert {r["preset"] for r in rows} >= {"bert-base", "roberta-base", "albert-base", "distilbert-base",
-                                            "electra-small", "deberta-v3-base", "mini-bert"}
+                                            "electra-small", "deberta-v3-base", "modernbert-base", "mini-bert"}
     assert all(r["tokens_per_second"] is None for r in rows)
 
 

@@ -231,7 +231,7 @@ def add_parsers(sub) -> None:
                        description=COMPARE_DESCRIPTION)
     s.add_argument("--presets", metavar="A,B,...",
                    help="presets to compare (default bert-base, roberta-base, albert-base, distilbert-base, "
-                        "electra-small, deberta-v3-base, mini-bert)")
+                        "electra-small, deberta-v3-base, modernbert-base, mini-bert)")
     s.add_argument("--batch-size", dest="batch_size", type=int, default=4, help="sequences per forward pass (4)")
     s.add_argument("--length", type=int, default=64, help="tokens per sequence (64; at most a model's maximum)")
     s.add_argument("--repeats", type=int, default=3, help="timed passes per preset; the median is shown (3)")

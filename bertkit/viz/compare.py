@@ -37,7 +37,7 @@ from . import figure as F
 # One preset per family at the size its paper calls base (ELECTRA: the small discriminator the
 # design names; its base is BERT-base in shape), and the Mini-BERT.
 DEFAULT_PRESETS = ("bert-base", "roberta-base", "albert-base", "distilbert-base", "electra-small",
-                   "deberta-v3-base", "mini-bert")
+                   "deberta-v3-base", "modernbert-base", "mini-bert")
 
 
 @dataclass
