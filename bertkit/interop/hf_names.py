@@ -348,6 +348,7 @@ def modernbert_from_common(state: dict, num_heads: int) -> dict:
 
 
 ROPE_KEYS = {"full_attention": "global_rope_theta", "sliding_attention": "local_rope_theta"}
+LAYER_TYPES = {"full_attention": "global", "sliding_attention": "local"}  # transformers' -> ModernConfig's
 
 
 def modernbert_config_in(hf: dict) -> dict:
@@ -355,6 +356,12 @@ def modernbert_config_in(hf: dict) -> dict:
     rope_theta}}); older files have global_rope_theta / local_rope_theta. Only plain RoPE is
     implemented: a scaled one would silently compute something else."""
     hf = dict(hf)
+    if hf.get("layer_types") is not None:
+        unknown = sorted({t for t in hf["layer_types"] if t not in LAYER_TYPES}, key=str)
+        if unknown:
+            raise BertkitError(f"unknown layer type(s) {', '.join(map(repr, unknown))} in layer_types; "
+                               f"bertkit knows {', '.join(LAYER_TYPES)}")
+        hf["layer_types"] = [LAYER_TYPES[t] for t in hf["layer_types"]]
     if hf.get("rope_scaling"):
         raise BertkitError(f"rope_scaling {hf['rope_scaling']!r} is not supported (only plain rotary embeddings)")
     for kind, params in (hf.pop("rope_parameters", None) or {}).items():
@@ -378,10 +385,9 @@ def modernbert_config_out(hf: dict) -> dict:
                          ("sep_token_id", 50282)):
         if default >= hf["vocab_size"]:
             hf[key] = None
-    if not hf["layer_types"]:  # ModernConfig's "by global_every"
-        every = hf["global_attn_every_n_layers"]
-        hf["layer_types"] = [("full_attention", "sliding_attention")[bool(i % every)]
-                             for i in range(hf["num_hidden_layers"])]
+    every = hf["global_attn_every_n_layers"]
+    ours = hf["layer_types"] or [("global", "local")[bool(i % every)] for i in range(hf["num_hidden_layers"])]
+    hf["layer_types"] = [{v: k for k, v in LAYER_TYPES.items()}[t] for t in ours]
     return hf
 
 

@@ -31,7 +31,7 @@ from ..layers.dropout import Dropout
 from ..layers.output import EncoderOutput
 from . import Family, register_family
 
-LAYER_TYPES = ("full_attention", "sliding_attention")  # global, local (Hugging Face's names)
+LAYER_TYPES = ("global", "local")
 POOLINGS = ("cls", "mean")
 
 
@@ -89,7 +89,7 @@ class ModernConfig(EncoderConfig):
 
     def is_global(self, i: int) -> bool:
         if self.layer_types:
-            return self.layer_types[i] == "full_attention"
+            return self.layer_types[i] == "global"
         return i % self.global_every == 0
 
 
