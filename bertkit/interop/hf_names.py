@@ -349,6 +349,7 @@ def modernbert_from_common(state: dict, num_heads: int) -> dict:
 
 ROPE_KEYS = {"full_attention": "global_rope_theta", "sliding_attention": "local_rope_theta"}
 LAYER_TYPES = {"full_attention": "global", "sliding_attention": "local"}  # transformers' -> ModernConfig's
+HF_LAYER_TYPES = {ours: theirs for theirs, ours in LAYER_TYPES.items()}
 
 
 def modernbert_config_in(hf: dict) -> dict:
@@ -387,7 +388,7 @@ def modernbert_config_out(hf: dict) -> dict:
             hf[key] = None
     every = hf["global_attn_every_n_layers"]
     ours = hf["layer_types"] or [("global", "local")[bool(i % every)] for i in range(hf["num_hidden_layers"])]
-    hf["layer_types"] = [{v: k for k, v in LAYER_TYPES.items()}[t] for t in ours]
+    hf["layer_types"] = [HF_LAYER_TYPES[t] for t in ours]
     return hf
 
 

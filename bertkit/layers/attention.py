@@ -225,7 +225,7 @@ class SelfAttention(nn.Module):
     def _blocks(self, q, k, v, positions, real, dropout_p):
         """Sliding-window attention by blocks (Longformer's banded attention, sec. 3.1): queries
         in chunks of C = 2w, each against the C + 2w keys around it, S = 4w scores per query
-        instead of T. The window and padding masks come from positions as in `window_mask`."""
+        instead of T. Each block's mask is `window_mask` on its queries' and keys' positions."""
         B, N, T, D = q.shape
         w = self.window
         C, S = 2 * w, 4 * w
@@ -233,16 +233,14 @@ class SelfAttention(nn.Module):
         fill, around = (0, n * C - T), (w, n * C - T + w)
         far = -(2 ** 30)                        # the position of filler: near no real token
         positions = positions.expand(B, T)
-        pq = F.pad(positions, fill, value=far).view(B, n, C)                 # (B, n, C)
-        pk = F.pad(positions, around, value=far).unfold(1, S, C)             # (B, n, S)
-        delta = pq[..., :, None] - pk[..., None, :]                          # (B, n, C, S)
-        allowed = delta.abs() <= w
-        if real is not None:  # as window_mask: padding keys masked, each query sees itself
-            allowed = allowed & F.pad(real, around, value=False).unfold(1, S, C)[:, :, None, :] | (delta == 0)
+        pq = F.pad(positions, fill, value=far).view(B * n, C)                  # (B * n, C)
+        pk = F.pad(positions, around, value=far).unfold(1, S, C).reshape(B * n, S)  # (B * n, S)
+        keys = None if real is None else F.pad(real, around, value=False).unfold(1, S, C).reshape(B * n, 1, 1, S)
+        allowed = window_mask(keys, pq, pk, w)                                 # (B * n, 1, C, S)
         qc = F.pad(q, (0, 0, *fill)).view(B, N, n, C, D).transpose(1, 2).reshape(B * n, N, C, D)
         kb, vb = (F.pad(t, (0, 0, *around)).unfold(2, S, C)                  # (B, N, n, D, S)
                   .permute(0, 2, 1, 4, 3).reshape(B * n, N, S, D) for t in (k, v))  # (B * n, N, S, D)
-        out = self._fused(qc, kb, vb, allowed.view(B * n, 1, C, S), None, dropout_p)  # (B * n, N, C, D)
+        out = self._fused(qc, kb, vb, allowed, None, dropout_p)                # (B * n, N, C, D)
         return out.view(B, n, N, C, D).transpose(1, 2).reshape(B, N, n * C, D)[:, :, :T]  # (B, N, T, D)
 
     def _fused(self, q, k, v, mask, bias, dropout_p):

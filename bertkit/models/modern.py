@@ -152,6 +152,12 @@ def truncated(weight: torch.Tensor, std: float) -> None:
     nn.init.trunc_normal_(weight, 0.0, std, -2 * std, 2 * std)
 
 
+def into_stream(std: float, layers: int) -> float:
+    """The std of projections back into the residual stream: std / sqrt(2 * layers), so the
+    residual sum does not grow with depth (as GPT-2)."""
+    return std / math.sqrt(2 * layers)
+
+
 def _norm(config: ModernConfig):
     return lambda: nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps, bias=config.norm_bias)
 
@@ -173,8 +179,8 @@ class ModernEncoder(Encoder):
     @torch.no_grad()
     def initialize(self, std: float) -> None:
         """Projections out of the stream get std, those back into it (attention output, GeGLU
-        down) std / sqrt(2 * layers), so the residual sum does not grow with depth (as GPT-2)."""
-        into = std / math.sqrt(2 * len(self.layers))
+        down) `into_stream`'s."""
+        into = into_stream(std, len(self.layers))
         for block in self.layers:
             for linear in (block.attn.query, block.attn.key, block.attn.value, block.ffn.up):
                 truncated(linear.weight, std)
@@ -225,7 +231,7 @@ class ModernHead(Head):
 
     @torch.no_grad()
     def initialize(self, std: float) -> None:
-        truncated(self.dense.weight, std / math.sqrt(2 * self.depth))
+        truncated(self.dense.weight, into_stream(std, self.depth))
         truncated(self.classifier.weight, self.classifier.in_features ** -0.5)
 
     def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
@@ -252,7 +258,7 @@ class ModernMLMHead(MLMHead):
 
     @torch.no_grad()
     def initialize(self, std: float) -> None:
-        truncated(self.transform.weight, std / math.sqrt(2 * self.depth))
+        truncated(self.transform.weight, into_stream(std, self.depth))
 
 
 def build_backbone(config: ModernConfig, with_pooler: bool) -> EncoderModel:
