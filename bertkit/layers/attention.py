@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import EncoderConfig
+from .dense import dense
 from .dropout import Dropout, dropout
 from .masks import window_mask
 from .packing import Packing, slots, take
@@ -105,7 +106,7 @@ class SelfAttention(nn.Module):
             q, k = self.rotate(q, positions, **context), self.rotate(k, positions, **context)
         context = self.score_inputs(**context)
         if packing is not None and not need_weights:
-            return self.out_proj(take(self._unpadded(q, k, v, packing, context), rows)), None
+            return dense(take(self._unpadded(q, k, v, packing, context), rows), self.out_proj), None
         if packing is not None:  # the explicit path returns (B, N, T, T) maps: pad around it
             q, k, v = packing.pad(q), packing.pad(k), packing.pad(v)  # (B, T, H)
         q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # (B, N, T, D)
@@ -124,7 +125,7 @@ class SelfAttention(nn.Module):
         out = out.transpose(1, 2).reshape(B, T, N * D)  # (B, T, H)
         if packing is not None:
             out = packing.unpad(out)  # (total, H)
-        return self.out_proj(take(out, rows)), probs
+        return dense(take(out, rows), self.out_proj), probs
 
     @staticmethod
     def _positions(x: torch.Tensor) -> torch.Tensor:
@@ -167,7 +168,7 @@ class SelfAttention(nn.Module):
             weight = torch.cat([p.weight for p in parts])  # (3H, H)
             bias = torch.cat([p.bias for p in parts])      # (3H,)
             return F.linear(x, weight, bias).chunk(3, dim=-1)  # 3 x (..., H) views
-        return self.query(x if query is None else query), self.key(x), self.value(x)
+        return dense(x if query is None else query, self.query), dense(x, self.key), dense(x, self.value)
 
     @property
     def dropout_p(self) -> float:

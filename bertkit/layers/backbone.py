@@ -49,7 +49,8 @@ class EncoderModel(nn.Module):
         x = self.embeddings(input_ids, token_type_ids)      # (B, T, E)
         if self.projection is not None:
             x = self.projection(x)                          # (B, T, H)
-        packing = Packing.from_mask(keys) if self.unpad and keys is not None and not keys.all() else None
+        padded = keys is not None and not bool(keys.all())  # an all-True mask masks nothing: drop it
+        packing = Packing.from_mask(keys) if self.unpad and padded else None
         if packing is not None:
             x = packing.unpad(x)                            # (total, H)
         # The positions whose final states this forward needs: `rows` and, for the pooler, each
@@ -60,8 +61,9 @@ class EncoderModel(nn.Module):
             first[:, 0] = True
             wanted = rows | first
         needed = None if rows is None else _indices(wanted, keys if packing is not None else None)
-        x, attentions, states = self.encoder(x, attention_mask_4d(keys), output_attentions, packing,
-                                             output_hidden_states, rows=needed)
+        mask = attention_mask_4d(keys if padded else None)  # (B, 1, 1, T) or None
+        x, attentions, states = self.encoder(x, mask, output_attentions, packing, output_hidden_states,
+                                             rows=needed)
         if packing is not None:
             states = tuple(packing.pad(s) for s in states)  # (B, T, H)
         if needed is None:

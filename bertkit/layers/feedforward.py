@@ -13,6 +13,7 @@ from torch import nn
 
 from ..config import EncoderConfig
 from .activations import activation, activation_backward_into, activation_in_place
+from .dense import dense, dense_act, fuses, linear
 from .scratch import plain_eager, scratch
 
 
@@ -23,6 +24,7 @@ class FeedForward(nn.Module):
     def __init__(self, config: EncoderConfig, up_width: int | None = None, bias: bool = True):
         super().__init__()
         self.up = nn.Linear(config.hidden_size, up_width or config.intermediate_size, bias=bias)
+        self.act_name = config.hidden_act
         self.act = activation(config.hidden_act)
         self.act_in_place = activation_in_place(config.hidden_act)
         self.act_backward_into = activation_backward_into(config.hidden_act)
@@ -34,6 +36,10 @@ class FeedForward(nn.Module):
         if self._recycles(x):
             return _Recycling.apply(x, self.up.weight, self.up.bias, self.down.weight, self.down.bias,
                                     self.act, self.act_backward_into)
+        if fuses(x, self.up) and fuses(x, self.down):
+            h = dense_act(x, self.up, self.act_name)
+            if h is not None:
+                return dense(h, self.down)
         buffer = self._buffer(x)
         if buffer is not None:
             h = self.act_in_place(self._up_into(x, buffer)).view(*x.shape[:-1], buffer.shape[-1])  # (B, T, I)
@@ -43,7 +49,7 @@ class FeedForward(nn.Module):
                 h = self.act_in_place(h)  # nothing records h for a backward pass: reuse its memory
             else:
                 h = self.act(h)
-        return self.down(h)
+        return dense(h, self.down)
 
     def _up_into(self, x: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
         """The up-projection of x (..., H), written into `buffer` (tokens, up.out_features)."""
@@ -84,8 +90,8 @@ class _Recycling(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w_up, b_up, w_down, b_down, act, act_backward_into):
         x2d = x.reshape(-1, x.shape[-1])                       # (N, H)
-        pre = torch.addmm(b_up, x2d, w_up.t())                 # (N, I)
-        y = torch.addmm(b_down, act(pre), w_down.t())          # (N, H)
+        pre = linear(x2d, w_up, b_up)                          # (N, I)
+        y = linear(act(pre), w_down, b_down)                   # (N, H)
         ctx.save_for_backward(x2d, w_up, w_down, pre)
         ctx.act, ctx.act_backward_into, ctx.x_shape = act, act_backward_into, x.shape
         return y.view(*x.shape[:-1], y.shape[-1])
@@ -103,5 +109,5 @@ class _Recycling(torch.autograd.Function):
         g_pre = ctx.act_backward_into(g_post, pre, g_post)     # (N, I), in place
         g_w_up = g_pre.t().mm(x2d) if need[1] else None        # (I, H)
         g_b_up = g_pre.sum(0) if need[2] else None
-        g_x = g_pre.mm(w_up).view(ctx.x_shape) if need[0] else None
+        g_x = linear(g_pre, w_up.t()).view(ctx.x_shape) if need[0] else None
         return g_x, g_w_up, g_b_up, g_w_down, g_b_down, None, None

@@ -10,6 +10,7 @@ from torch import nn
 
 from ..config import EncoderConfig
 from .activations import activation
+from .dense import dense, linear
 from .dropout import Dropout
 from .scratch import plain_eager
 from .output import EncoderOutput
@@ -61,10 +62,12 @@ class MLMHead(Head):
 
     def predict(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., H) hidden states -> (..., V) vocabulary logits."""
-        x = self.norm(self.act(self.transform(hidden)))  # (..., E)
-        if torch.is_grad_enabled() and plain_eager(x):
+        x = self.norm(self.act(dense(hidden, self.transform)))  # (..., E)
+        if not plain_eager(x):
+            return F.linear(x, self.decoder.weight, self.bias)  # (..., V)
+        if torch.is_grad_enabled():
             return _Decoder.apply(x, self.decoder.weight, self.bias)
-        return F.linear(x, self.decoder.weight, self.bias)  # (..., V)
+        return linear(x, self.decoder.weight, self.bias)
 
     def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
         return {"logits": self.predict(at_masked(out, out.last_hidden_state))}  # (B, T, V) or (K, V)
@@ -80,7 +83,7 @@ class _Decoder(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias):
         ctx.save_for_backward(x, weight)
-        return F.linear(x, weight, bias)  # (..., V)
+        return linear(x, weight, bias)  # (..., V)
 
     @staticmethod
     def backward(ctx, grad):

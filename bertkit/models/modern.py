@@ -27,6 +27,7 @@ from ..config import ACTIVATIONS, EncoderConfig, register_preset
 from ..errors import BertkitError
 from ..layers import (Encoder, EncoderModel, FeedForward, Head, MLMHead, SelfAttention, TransformerBlock,
                       activation, classifier_dropout)
+from ..layers.dense import dense
 from ..layers.dropout import Dropout
 from ..layers.output import EncoderOutput
 from . import Family, register_family
@@ -144,7 +145,7 @@ class GatedFeedForward(FeedForward):
             h = self.act_in_place(a).mul_(gate)  # nothing records h for a backward pass: reuse it
         else:
             h = self.dropout(self.act(a) * gate)
-        return self.down(h.view(*x.shape[:-1], h.shape[-1]))  # (..., H)
+        return dense(h.view(*x.shape[:-1], h.shape[-1]), self.down)  # (..., H)
 
 
 def truncated(weight: torch.Tensor, std: float) -> None:

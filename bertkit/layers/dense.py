@@ -1,0 +1,106 @@
+"""Linear layers in CPU inference through oneDNN, with the bias and the activation fused.
+
+torch's F.linear on CPU multiplies fp32 through MKL and adds the bias before the product, as a
+broadcast copy into the output; an activation is one more pass over the result. oneDNN's
+matmul (what torch.compile's `freeze` lowers linears to) takes the bias and the activation as
+post-ops, applied while each output tile is still in cache. Measured on the 2-core EPYC (torch
+2.13, 4096 tokens of bert-base): fp32 768 -> 768 23.6 -> 22.0 ms, 768 -> 3072 with GELU
+129 -> 107 ms, 3072 -> 768 95 -> 89 ms; bf16 gains less (its matmul is oneDNN's already), the
+fused GELU most. It has no backward, so only calls that autograd does not record take it; the
+numbers agree with F.linear's to rounding (the order of the sums differs).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.modules import module as module_hooks
+
+from .scratch import plain_eager
+
+ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+# Config activation names -> oneDNN's post-op (name, algorithm).
+FUSED_ACTIVATIONS = {
+    "gelu": ("gelu", "none"),  # exact (erf)
+    "gelu_new": ("gelu", "tanh"),
+    "gelu_pytorch_tanh": ("gelu", "tanh"),
+    "relu": ("relu", ""),
+    "silu": ("swish", ""),
+    "swish": ("swish", ""),
+    "tanh": ("tanh", ""),
+}
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear(x, weight, bias), through oneDNN on CPU in fp32 and bf16; either operand may be
+    a transposed view. Not differentiable: for inference and hand-written backward passes."""
+    if ONEDNN and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16) and weight.dtype == x.dtype:
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+    return F.linear(x, weight, bias)
+
+
+def _plain(x: torch.Tensor, layer: nn.Module) -> bool:
+    """A plain nn.Linear (a subclass may change forward) without forward hooks (calling it is
+    what runs them) on CPU, fp32 or bf16 on both sides, in eager mode without autocast
+    (oneDNN's op would not be cast)."""
+    return (ONEDNN and type(layer) is nn.Linear and x.device.type == "cpu"
+            and x.dtype in (torch.float32, torch.bfloat16) and layer.weight.dtype == x.dtype
+            and plain_eager(x) and not _hooked(layer))
+
+
+def _hooked(layer: nn.Module) -> bool:
+    return bool(layer._forward_hooks or layer._forward_pre_hooks
+                or module_hooks._global_forward_hooks or module_hooks._global_forward_pre_hooks)
+
+
+def _recorded(x: torch.Tensor, layer: nn.Module) -> bool:
+    return torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in layer.parameters()))
+
+
+def fuses(x: torch.Tensor, layer: nn.Module) -> bool:
+    """Whether `dense_act` can fuse: `_plain`, and nothing recording for autograd."""
+    return _plain(x, layer) and not _recorded(x, layer)
+
+
+def dense(x: torch.Tensor, layer: nn.Module) -> torch.Tensor:
+    """layer(x), through oneDNN where `_plain` says so: directly in inference, through `_Linear`
+    (same products, hand-written backward) when autograd records."""
+    if not _plain(x, layer):
+        return layer(x)
+    if _recorded(x, layer):
+        return _Linear.apply(x, layer.weight, layer.bias)
+    return linear(x, layer.weight, layer.bias)
+
+
+def dense_act(x: torch.Tensor, layer: nn.Module, act: str) -> torch.Tensor | None:
+    """The activation named `act` (a config's hidden_act) of layer(x), fused through oneDNN;
+    None where `fuses` says no or oneDNN has no such post-op."""
+    if act not in FUSED_ACTIVATIONS or not fuses(x, layer):
+        return None
+    name, algorithm = FUSED_ACTIVATIONS[act]
+    return torch.ops.mkldnn._linear_pointwise(x, layer.weight, layer.bias, name, [], algorithm)
+
+
+class _Linear(torch.autograd.Function):
+    """F.linear for training on CPU: the forward and the input's gradient through oneDNN
+    (measured 7-10% faster than MKL in fp32 on bert-base's projections at 2,048 tokens), the
+    weight's gradient through MKL (as fast or faster there)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return linear(x, weight, bias)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        g = grad.reshape(-1, grad.shape[-1])  # (N, out)
+        g_x = linear(g, weight.t()).view(x.shape) if need[0] else None
+        g_w = g.t().mm(x.reshape(-1, x.shape[-1])) if need[1] else None
+        g_b = g.sum(0) if ctx.has_bias and need[2] else None
+        return g_x, g_w, g_b

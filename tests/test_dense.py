@@ -1,0 +1,80 @@
+"""dense.py: linear layers through oneDNN on CPU agree with nn.Linear, forward and backward, and
+step aside where they must (hooks, autocast, subclasses)."""
+
+import pytest
+import torch
+from torch import nn
+
+from bertkit.layers import dense as D
+from bertkit.layers.activations import activation
+
+pytestmark = pytest.mark.skipif(not D.ONEDNN, reason="this torch has no oneDNN (mkldnn) build")
+
+
+def layer(bias: bool = True, dtype=torch.float32) -> nn.Linear:
+    torch.manual_seed(0)
+    return nn.Linear(48, 80, bias=bias).to(dtype)
+
+
+@pytest.mark.parametrize("act", [None, *D.FUSED_ACTIVATIONS])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_inference_matches_linear_and_activation(act, dtype):
+    """The fused bias and activation give F.linear's numbers (rounding apart) on (B, T, in)."""
+    lin = layer(dtype=dtype)
+    x = torch.randn(3, 7, 48).to(dtype)
+    with torch.inference_mode():
+        got = D.dense(x, lin) if act is None else D.dense_act(x, lin, act)
+        # The reference in fp32 from the same (rounded) inputs; bf16 results round once more.
+        want = nn.functional.linear(x.float(), lin.weight.float(), lin.bias.float())
+        want = want if act is None else activation(act)(want)
+    assert got.shape == (3, 7, 80) and got.dtype == dtype
+    tol = 1e-5 if dtype == torch.float32 else 2e-2 * want.abs().max().item()
+    assert (got.float() - want).abs().max().item() <= tol
+
+
+def test_activation_without_post_op_is_left_to_the_caller():
+    lin, x = layer(), torch.randn(5, 48)
+    with torch.inference_mode():
+        assert D.dense_act(x, lin, "gelu_fast") is None and D.dense_act(x, lin, "quick_gelu") is None
+    assert D.dense_act(x, lin, "gelu") is None  # autograd records: no fused forward without a backward
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("x_grad", [True, False])
+def test_training_gradients_equal_autograd(bias, x_grad):
+    """When autograd records, dense runs _Linear: same output and gradients as nn.Linear's."""
+    lin = layer(bias)
+    x = torch.randn(4, 9, 48, requires_grad=x_grad)
+    g = torch.randn(4, 9, 80)
+    ours = D.dense(x, lin)
+    assert ours.grad_fn is not None and "Linear" in type(ours.grad_fn).__name__
+    grads_ours = torch.autograd.grad(ours, [x, *lin.parameters()] if x_grad else list(lin.parameters()), g)
+    ref = lin(x)
+    grads_ref = torch.autograd.grad(ref, [x, *lin.parameters()] if x_grad else list(lin.parameters()), g)
+    assert (ours - ref).abs().max().item() <= 1e-5
+    for a, b in zip(grads_ours, grads_ref):
+        assert a.shape == b.shape and (a - b).abs().max().item() <= 1e-4
+
+
+def test_hooks_autocast_and_subclasses_go_through_the_module():
+    """A forward hook on the layer still runs; under autocast the module casts; a subclass keeps
+    its own forward."""
+    lin, x = layer(), torch.randn(2, 48)
+    seen = []
+    handle = lin.register_forward_hook(lambda m, args, out: seen.append(out.shape))
+    with torch.inference_mode():
+        D.dense(x, lin)
+    D.dense(x, lin)
+    handle.remove()
+    assert seen == [(2, 80), (2, 80)]
+    with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16):
+        assert D.dense(x, lin).dtype == torch.bfloat16
+
+    class Doubled(nn.Linear):
+        def forward(self, x):
+            return 2 * super().forward(x)
+
+    twice = Doubled(48, 80)
+    twice.load_state_dict(lin.state_dict())
+    with torch.inference_mode():
+        assert torch.allclose(D.dense(x, twice), 2 * lin(x), atol=1e-5)
