@@ -78,3 +78,33 @@ def test_hooks_autocast_and_subclasses_go_through_the_module():
     twice.load_state_dict(lin.state_dict())
     with torch.inference_mode():
         assert torch.allclose(D.dense(x, twice), 2 * lin(x), atol=1e-5)
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_compiled_graphs_call_onednn_as_an_opaque_op(train):
+    """Under torch.compile dense and dense_act run bertkit::linear_pointwise (inductor would
+    lower a plain linear to MKL's addmm), with eager's numbers and gradients."""
+    import torch._dynamo
+    from torch.profiler import profile
+
+    torch._dynamo.reset()
+    up, down = layer(), nn.Linear(80, 48)
+
+    def ffn(x):
+        h = D.dense_act(x, up, "gelu")
+        return D.dense(D.dense(x, up).relu() if h is None else h, down)
+
+    compiled = torch.compile(ffn, dynamic=True)
+    x = torch.randn(13, 48, requires_grad=train)
+    with torch.set_grad_enabled(train), profile() as prof:
+        got = compiled(x)
+    with torch.set_grad_enabled(train):
+        want = ffn(x)
+    assert any(e.name == "bertkit::linear_pointwise" for e in prof.events())
+    assert "addmm" not in {e.name.removeprefix("aten::") for e in prof.events()}
+    assert (got - want).abs().max().item() <= 1e-5
+    if train:
+        g = torch.randn_like(want)
+        for a, b in zip(torch.autograd.grad(got, [x, *up.parameters(), *down.parameters()], g),
+                        torch.autograd.grad(want, [x, *up.parameters(), *down.parameters()], g)):
+            assert (a - b).abs().max().item() <= 1e-4

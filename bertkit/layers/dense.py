@@ -1,13 +1,14 @@
-"""Linear layers in CPU inference through oneDNN, with the bias and the activation fused.
+"""Linear layers on CPU through oneDNN, with the bias and (in inference) the activation fused.
 
 torch's F.linear on CPU multiplies fp32 through MKL and adds the bias before the product, as a
-broadcast copy into the output; an activation is one more pass over the result. oneDNN's
-matmul (what torch.compile's `freeze` lowers linears to) takes the bias and the activation as
-post-ops, applied while each output tile is still in cache. Measured on the 2-core EPYC (torch
-2.13, 4096 tokens of bert-base): fp32 768 -> 768 23.6 -> 22.0 ms, 768 -> 3072 with GELU
-129 -> 107 ms, 3072 -> 768 95 -> 89 ms; bf16 gains less (its matmul is oneDNN's already), the
-fused GELU most. It has no backward, so only calls that autograd does not record take it; the
-numbers agree with F.linear's to rounding (the order of the sums differs).
+broadcast copy into the output; an activation is one more pass over the result. oneDNN's matmul
+takes the bias and the activation as post-ops, applied while each output tile is still in
+cache. Measured on the 2-core EPYC (torch 2.13, 4096 tokens of bert-base): fp32 768 -> 768
+23.6 -> 22.0 ms, 768 -> 3072 with GELU 129 -> 107 ms, 3072 -> 768 95 -> 89 ms; bf16 gains less
+(its matmul is oneDNN's already), the fused GELU most. Training takes it through `_Linear` (a hand-written backward); the numbers
+agree with F.linear's to rounding (the order of the sums differs). Under torch.compile the same
+oneDNN call runs as an opaque custom op: inductor would otherwise lower these linears, whose
+token count is dynamic, to MKL's addmm (measured so in fp32 and bf16, `freeze` or not).
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules import module as module_hooks
-
-from .scratch import plain_eager
 
 ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
@@ -33,21 +32,41 @@ FUSED_ACTIVATIONS = {
 }
 
 
+def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act: str,
+            algorithm: str) -> torch.Tensor:
+    """oneDNN's matmul with `act` as a post-op ("none" for none): the op itself in eager mode,
+    the opaque `bertkit::linear_pointwise` while torch.compile traces."""
+    if torch.compiler.is_compiling():
+        return _traced(x, weight, bias, act, algorithm)
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, act, [], algorithm)
+
+
+if ONEDNN:
+    @torch.library.custom_op("bertkit::linear_pointwise", mutates_args=())
+    def _traced(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act: str,
+                algorithm: str) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, act, [], algorithm)
+
+    @_traced.register_fake
+    def _(x, weight, bias, act, algorithm):
+        return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear(x, weight, bias), through oneDNN on CPU in fp32 and bf16; either operand may be
     a transposed view. Not differentiable: for inference and hand-written backward passes."""
     if ONEDNN and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16) and weight.dtype == x.dtype:
-        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+        return _onednn(x, weight, bias, "none", "")
     return F.linear(x, weight, bias)
 
 
 def _plain(x: torch.Tensor, layer: nn.Module) -> bool:
     """A plain nn.Linear (a subclass may change forward) without forward hooks (calling it is
-    what runs them) on CPU, fp32 or bf16 on both sides, in eager mode without autocast
-    (oneDNN's op would not be cast)."""
+    what runs them) on CPU, fp32 or bf16 on both sides, without autocast (oneDNN's op would not
+    be cast)."""
     return (ONEDNN and type(layer) is nn.Linear and x.device.type == "cpu"
             and x.dtype in (torch.float32, torch.bfloat16) and layer.weight.dtype == x.dtype
-            and plain_eager(x) and not _hooked(layer))
+            and not torch.is_autocast_enabled("cpu") and not _hooked(layer))
 
 
 def _hooked(layer: nn.Module) -> bool:
@@ -80,7 +99,7 @@ def dense_act(x: torch.Tensor, layer: nn.Module, act: str) -> torch.Tensor | Non
     if act not in FUSED_ACTIVATIONS or not fuses(x, layer):
         return None
     name, algorithm = FUSED_ACTIVATIONS[act]
-    return torch.ops.mkldnn._linear_pointwise(x, layer.weight, layer.bias, name, [], algorithm)
+    return _onednn(x, layer.weight, layer.bias, name, algorithm)
 
 
 class _Linear(torch.autograd.Function):
