@@ -5,10 +5,11 @@ broadcast copy into the output; an activation is one more pass over the result. 
 takes the bias and the activation as post-ops, applied while each output tile is still in
 cache. Measured on the 2-core EPYC (torch 2.13, 4096 tokens of bert-base): fp32 768 -> 768
 23.6 -> 22.0 ms, 768 -> 3072 with GELU 129 -> 107 ms, 3072 -> 768 95 -> 89 ms; bf16 gains less
-(its matmul is oneDNN's already), the fused GELU most. Training takes it through `_Linear` (a hand-written backward); the numbers
-agree with F.linear's to rounding (the order of the sums differs). Under torch.compile the same
-oneDNN call runs as an opaque custom op: inductor would otherwise lower these linears, whose
-token count is dynamic, to MKL's addmm (measured so in fp32 and bf16, `freeze` or not).
+(its matmul is oneDNN's already), the fused GELU most. Training takes it through `_Linear` (a
+hand-written backward); the numbers agree with F.linear's to rounding (the order of the sums
+differs). Under torch.compile the same oneDNN call runs as an opaque custom op: inductor would
+otherwise lower these linears, whose token count is dynamic, to MKL's addmm (measured so in
+fp32 and bf16, `freeze` or not).
 """
 
 from __future__ import annotations
