@@ -139,20 +139,20 @@ class SelfAttention(nn.Module):
         dropped after), attend to all of that sequence's keys and values."""
         B, T, _ = x.shape
         if rows.numel() == 0:
-            return self.out_proj(take(x, rows))  # (0, H), still part of the graph
+            return dense(take(x, rows), self.out_proj)  # (0, H), still part of the graph
         counts = torch.bincount(rows // T, minlength=B)        # (B,) queries per sequence
         M = max(int(counts.max()), 1)
         gather, real = slots(counts.cumsum(0) - counts, counts, M)  # (B, M) into the K rows
         gather = gather.clamp(0, rows.numel() - 1)             # a sequence without rows: any row
         real = real.flatten().nonzero().squeeze(1)             # (K,) slots holding a row
-        q, k = self.query(take(x if query is None else query, rows)), self.key(x)  # (K, H), (B, T, H)
+        q, k = dense(take(x if query is None else query, rows), self.query), dense(x, self.key)  # (K, H), (B, T, H)
         if self.rotary:
             q, k = self.rotate(q, rows % T, **context), self.rotate(k, self._positions(x), **context)
         if self.window is not None:
             mask = window_mask(mask, (rows % T)[gather], self._positions(x), self.window)  # (B, 1, M, T)
-        q, k, v = self.split_heads(q[gather]), self.split_heads(k), self.split_heads(self.value(x))
+        q, k, v = self.split_heads(q[gather]), self.split_heads(k), self.split_heads(dense(x, self.value))
         out = self._fused(q, k, v, mask, None, self.dropout_p)  # (B, N, M, D)
-        return self.out_proj(out.transpose(1, 2).reshape(B * M, -1)[real])  # (K, H)
+        return dense(out.transpose(1, 2).reshape(B * M, -1)[real], self.out_proj)  # (K, H)
 
     @property
     def plain_scores(self) -> bool:
