@@ -108,3 +108,32 @@ def test_compiled_graphs_call_onednn_as_an_opaque_op(train):
         for a, b in zip(torch.autograd.grad(got, [x, *up.parameters(), *down.parameters()], g),
                         torch.autograd.grad(want, [x, *up.parameters(), *down.parameters()], g)):
             assert (a - b).abs().max().item() <= 1e-4
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+def test_jit_trace_records_aten_linear_and_reproduces_the_model():
+    """torch.jit.trace (also the road to ONNX export) cannot record oneDNN's op: while it traces,
+    dense and linear take F.linear, and the traced model gives the eager outputs."""
+    import bertkit
+
+    torch.manual_seed(0)
+    model = bertkit.build("mini-bert", head="mlm").eval()
+    ids = torch.randint(5, 1000, (2, 12))
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+
+    class Logits(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids, mask):
+            return self.model(ids, mask).logits
+
+    with torch.no_grad():
+        traced = torch.jit.trace(Logits(), (ids, mask), check_trace=False)
+        got, want = traced(ids, mask), model(ids, mask).logits
+    graph = str(traced.inlined_graph)
+    assert "aten::linear" in graph and "mkldnn" not in graph
+    keep = mask.bool()
+    assert (got[keep] - want[keep]).abs().max().item() <= 1e-5
