@@ -544,6 +544,37 @@ def test_frozen_compile_matches_eager_and_refuses_training_mode():
         shrunk("bert-base").train().compile(freeze=True)
 
 
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
+def test_traced_model_keeps_the_padded_path_for_any_mask_and_shape(name):
+    """torch.jit.trace records one batch's control flow (unpadding's lengths, whether a mask is
+    all True), so while it traces the model keeps the padded path: the trace (and the ONNX
+    export built on it) gives eager's outputs for other masks and shapes."""
+    model = shrunk(name)
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids, mask):
+            return self.model(ids, mask).logits
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 120, (2, 16), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 10:] = 0
+    with torch.no_grad():
+        traced = torch.jit.trace(Logits(), (ids, mask), check_trace=False)
+        for B, T, cut in [(2, 16, 16), (3, 20, 7), (1, 9, 4)]:
+            ids = torch.randint(3, 120, (B, T), generator=g)
+            mask = torch.ones_like(ids)
+            mask[0, cut:] = 0
+            keep = mask.bool()
+            got, want = traced(ids, mask), model(ids, mask).logits
+            assert (got[keep] - want[keep]).abs().max().item() <= 1e-5, (B, T, cut)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", FAMILY_PRESETS)
 def test_compiled_training_matches_eager_for_every_family(name):

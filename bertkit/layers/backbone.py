@@ -49,8 +49,11 @@ class EncoderModel(nn.Module):
         x = self.embeddings(input_ids, token_type_ids)      # (B, T, E)
         if self.projection is not None:
             x = self.projection(x)                          # (B, T, H)
-        padded = keys is not None and not bool(keys.all())  # an all-True mask masks nothing: drop it
-        packing = Packing.from_mask(keys) if self.unpad and padded else None
+        # torch.jit.trace records one batch's control flow: unpadding (its lengths) and dropping an
+        # all-True mask would hold only for that batch's mask, so a trace keeps the padded path.
+        tracing = torch.jit.is_tracing()
+        padded = keys is not None and (tracing or not bool(keys.all()))  # all-True masks nothing: drop it
+        packing = Packing.from_mask(keys) if self.unpad and padded and not tracing else None
         if packing is not None:
             x = packing.unpad(x)                            # (total, H)
         # The positions whose final states this forward needs: `rows` and, for the pooler, each
