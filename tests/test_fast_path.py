@@ -575,6 +575,38 @@ def test_traced_model_keeps_the_padded_path_for_any_mask_and_shape(name):
             assert (got[keep] - want[keep]).abs().max().item() <= 1e-5, (B, T, cut)
 
 
+@pytest.mark.filterwarnings("ignore:There is a performance drop")  # vmap of torch's attention kernels
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
+def test_torch_func_grad_and_per_sample_vmap_match_autograd(name):
+    """Under torch.func transforms the hand-written kernels (autograd Functions without
+    setup_context, out= writes, oneDNN calls) step aside: func.grad gives autograd's gradients,
+    and vmap(grad) gives each sample's own."""
+    from torch.func import functional_call, grad, vmap
+
+    model = shrunk(name).train()
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 120, (3, 10), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+
+    def loss(params, ids, mask):  # over real tokens only: pad positions are not defined
+        logits = functional_call(model, params, (ids, mask)).logits
+        return (logits.square() * mask[..., None]).sum() / mask.sum()
+
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    got = grad(loss)(params, ids, mask)
+    loss(dict(model.named_parameters()), ids, mask).backward()
+    for k, p in model.named_parameters():
+        assert (got[k] - p.grad).abs().max().item() <= 1e-5 * max(1.0, p.grad.abs().max().item()), k
+    per_sample = vmap(grad(lambda p, x, m: loss(p, x[None], m[None])), in_dims=(None, 0, 0))(params, ids, mask)
+    alone = grad(loss)(params, ids[1:2], mask[1:2])  # the padded one
+    for k in alone:
+        assert (per_sample[k][1] - alone[k]).abs().max().item() <= 1e-5 * max(1.0, alone[k].abs().max().item()), k
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", FAMILY_PRESETS)
 def test_compiled_training_matches_eager_for_every_family(name):

@@ -11,6 +11,7 @@ from torch import nn
 from .block import Encoder
 from .masks import attention_mask_4d, key_padding_mask
 from .packing import Packing
+from .scratch import func_transforming
 from .output import EncoderOutput
 
 
@@ -50,8 +51,9 @@ class EncoderModel(nn.Module):
         if self.projection is not None:
             x = self.projection(x)                          # (B, T, H)
         # torch.jit.trace records one batch's control flow: unpadding (its lengths) and dropping an
-        # all-True mask would hold only for that batch's mask, so a trace keeps the padded path.
-        tracing = torch.jit.is_tracing()
+        # all-True mask would hold only for that batch's mask, so a trace keeps the padded path;
+        # so does a torch.func transform (vmap cannot branch on a batched tensor's values).
+        tracing = torch.jit.is_tracing() or func_transforming()
         padded = keys is not None and (tracing or not bool(keys.all()))  # all-True masks nothing: drop it
         packing = Packing.from_mask(keys) if self.unpad and padded and not tracing else None
         if packing is not None:

@@ -19,6 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules import module as module_hooks
 
+from .scratch import func_transforming
+
 ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 # Config activation names -> oneDNN's post-op (name, algorithm).
@@ -57,7 +59,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """F.linear(x, weight, bias), through oneDNN on CPU in fp32 and bf16; either operand may be
     a transposed view. Not differentiable: for inference and hand-written backward passes."""
     if (ONEDNN and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16)
-            and weight.dtype == x.dtype and not torch.jit.is_tracing()):
+            and weight.dtype == x.dtype and not torch.jit.is_tracing() and not func_transforming()):
         return _onednn(x, weight, bias, "none", "")
     return F.linear(x, weight, bias)
 
@@ -65,12 +67,12 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 def _plain(x: torch.Tensor, layer: nn.Module) -> bool:
     """A plain nn.Linear (a subclass may change forward) without forward hooks (calling it is
     what runs them) on CPU, fp32 or bf16 on both sides, without autocast (oneDNN's op would not
-    be cast), and not while torch.jit.trace records (TorchScript and ONNX export know aten's
-    linear, not this op)."""
+    be cast), not while torch.jit.trace records (TorchScript and ONNX export know aten's
+    linear, not this op) and not under a torch.func transform."""
     return (ONEDNN and type(layer) is nn.Linear and x.device.type == "cpu"
             and x.dtype in (torch.float32, torch.bfloat16) and layer.weight.dtype == x.dtype
             and not torch.is_autocast_enabled("cpu") and not torch.jit.is_tracing()
-            and not _hooked(layer))
+            and not func_transforming() and not _hooked(layer))
 
 
 def _hooked(layer: nn.Module) -> bool:

@@ -5,8 +5,8 @@ torch's CPU dropout draws one Bernoulli sample per element, and drawing dominate
 of torch's generator gives four 16-bit uniform numbers, and an element is kept where its number
 clears the threshold: the same distribution up to p rounded to a multiple of 1/65536 (the scale
 uses that rounded p, so the output stays unbiased), the mask in ~1 ms. Seeded by torch's
-generator like any torch random op. CUDA (whose dropout is already a fused kernel) and
-torch.compile (which fuses its own) keep F.dropout.
+generator like any torch random op. CUDA (whose dropout is already a fused kernel),
+torch.compile (which fuses its own) and torch.func transforms keep F.dropout.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .scratch import func_transforming
+
 
 LEVELS = 1 << 16  # resolution of p
 
@@ -25,7 +27,8 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     """F.dropout(x, p, training), with the cheap mask on CPU outside torch.compile."""
     if not training or p == 0.0:
         return x
-    if x.is_cuda or torch.compiler.is_compiling() or not 0.0 < p < 1.0 or not x.is_floating_point():
+    if (x.is_cuda or torch.compiler.is_compiling() or func_transforming() or not 0.0 < p < 1.0
+            or not x.is_floating_point()):
         return F.dropout(x, p, training)
     return _Dropout.apply(x, p)
 

@@ -34,9 +34,21 @@ def scope():
 
 def plain_eager(x: torch.Tensor) -> bool:
     """Whether hand-written kernels (out= matmuls, hand-differentiated ones) may stand in for
-    modules on `x`: no autocast (an out= or hand-differentiated matmul would not be cast) and not
-    while torch.compile traces (it fuses and plans the memory itself)."""
-    return not torch.is_autocast_enabled(x.device.type) and not torch.compiler.is_compiling()
+    modules on `x`: no autocast (an out= or hand-differentiated matmul would not be cast), not
+    while torch.compile traces (it fuses and plans the memory itself) and not under a torch.func
+    transform (`func_transforming`)."""
+    return (not torch.is_autocast_enabled(x.device.type) and not torch.compiler.is_compiling()
+            and not func_transforming())
+
+
+def func_transforming() -> bool:
+    """Whether a torch.func transform (grad, vmap, jacrev, ...) is running: it needs autograd
+    Functions written for it (setup_context, vmap rules) and tensors without out= writes, so
+    the hand-written kernels step aside for torch's own ops."""
+    return _functorch_active()
+
+
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 
 
 def scratch(name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor | None:
