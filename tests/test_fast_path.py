@@ -607,6 +607,30 @@ def test_torch_func_grad_and_per_sample_vmap_match_autograd(name):
         assert (per_sample[k][1] - alone[k]).abs().max().item() <= 1e-5 * max(1.0, alone[k].abs().max().item()), k
 
 
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
+def test_whole_model_pickles_and_trains_after(name):
+    """torch.save(model) (and process pools, which pickle) can hold every module, the fast
+    path's kernels included: the copy gives the same logits and gradients."""
+    import io
+
+    model = shrunk(name).train()
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    copy = torch.load(buffer, weights_only=False)
+    ids = torch.randint(3, 120, (2, 9), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    for side in (model, copy):
+        side(ids, mask).logits[mask.bool()].square().mean().backward()
+    assert torch.equal(model(ids, mask).logits, copy(ids, mask).logits)
+    for (k, p), q in zip(model.named_parameters(), copy.parameters()):
+        assert torch.equal(p.grad, q.grad), k
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", FAMILY_PRESETS)
 def test_compiled_training_matches_eager_for_every_family(name):

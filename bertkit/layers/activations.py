@@ -75,16 +75,33 @@ def activation_in_place(name: str):
 
 
 # Gradients with respect to the activation's input, written into `out`, for training code that
-# reuses memory it already holds (feedforward.py): the same kernels autograd calls.
+# reuses memory it already holds (feedforward.py): the same kernels autograd calls. Named
+# functions, not lambdas: modules hold them, and a pickled model (torch.save(model), process
+# pools) refers to functions by name.
+def _gelu_backward_into(grad, pre, out):
+    return torch.ops.aten.gelu_backward.grad_input(grad, pre, grad_input=out)
+
+
+def _gelu_tanh_backward_into(grad, pre, out):
+    return torch.ops.aten.gelu_backward.grad_input(grad, pre, approximate="tanh", grad_input=out)
+
+
+def _relu_backward_into(grad, pre, out):
+    return torch.ops.aten.threshold_backward.grad_input(grad, pre, 0, grad_input=out)
+
+
+def _silu_backward_into(grad, pre, out):
+    return torch.ops.aten.silu_backward.grad_input(grad, pre, grad_input=out)
+
+
 _BACKWARD_INTO = {
-    "gelu": lambda grad, pre, out: torch.ops.aten.gelu_backward.grad_input(grad, pre, grad_input=out),
-    "gelu_new": lambda grad, pre, out: torch.ops.aten.gelu_backward.grad_input(
-        grad, pre, approximate="tanh", grad_input=out),
-    "relu": lambda grad, pre, out: torch.ops.aten.threshold_backward.grad_input(grad, pre, 0, grad_input=out),
-    "silu": lambda grad, pre, out: torch.ops.aten.silu_backward.grad_input(grad, pre, grad_input=out),
+    "gelu": _gelu_backward_into,
+    "gelu_new": _gelu_tanh_backward_into,
+    "gelu_pytorch_tanh": _gelu_tanh_backward_into,
+    "relu": _relu_backward_into,
+    "silu": _silu_backward_into,
+    "swish": _silu_backward_into,
 }
-_BACKWARD_INTO["gelu_pytorch_tanh"] = _BACKWARD_INTO["gelu_new"]
-_BACKWARD_INTO["swish"] = _BACKWARD_INTO["silu"]
 
 
 def activation_backward_into(name: str):
