@@ -157,3 +157,28 @@ def test_save_overwrites_cleanly_and_reloads(good):
     for (n, a), (_, b) in zip(model.named_parameters(), again.named_parameters()):
         assert torch.equal(a, b), n
     assert transformers.BertForMaskedLM.from_pretrained(good) is not None
+
+
+BAD_INPUTS = {  # (input_ids, token_type_ids) -> words the one-line error must carry
+    "one sequence without a batch": (torch.tensor([5, 6, 7]), None, ["(3,)", "ids[None]"]),
+    "three dimensions": (torch.zeros(1, 2, 3, dtype=torch.long), None, ["(1, 2, 3)"]),
+    "float ids": (torch.tensor([[5.0, 6.0]]), None, ["integer", "float32"]),
+    "no positions": (torch.zeros(2, 0, dtype=torch.long), None, ["(2, 0)", "length >= 1"]),
+    "id past the vocabulary": (torch.tensor([[5, 120]]), None, ["input_ids", "120", "0..119"]),
+    "negative id": (torch.tensor([[-1, 5]]), None, ["input_ids", "-1"]),
+    "token type past the table": (torch.tensor([[5, 6]]), torch.tensor([[0, 2]]), ["token_type_ids", "2", "0..1"]),
+    "token types of another shape": (torch.tensor([[5, 6]]), torch.tensor([[0, 1, 1]]), ["token_type_ids", "(1, 3)"]),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_forward_refuses_bad_ids_in_one_line(case):
+    """Ids the embeddings cannot look up get one clear error before any work (torch's own is an
+    IndexError on CPU and a device-side assert on CUDA)."""
+    ids, types, words = BAD_INPUTS[case]
+    model = bertkit.build("bert-base", num_layers=1, vocab_size=120, hidden_size=32, num_heads=2,
+                          intermediate_size=64).eval()
+    with pytest.raises(bertkit.BertkitError) as info:
+        model(ids, token_type_ids=types)
+    message = str(info.value)
+    assert "\n" not in message and all(w in message for w in words), message

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..errors import BertkitError
 from .block import Encoder
 from .masks import attention_mask_4d, key_padding_mask
 from .packing import Packing
@@ -46,6 +47,7 @@ class EncoderModel(nn.Module):
         """`rows` (B, T) bool: the positions whose final states the caller needs (MLM: the masked
         ones); last_hidden_state is then (K, H), those states in row-major order, and the last
         block computes little else (Encoder.forward)."""
+        check_ids(input_ids, token_type_ids, self.embeddings)
         keys = key_padding_mask(attention_mask, input_ids)  # (B, T) bool or None
         x = self.embeddings(input_ids, token_type_ids)      # (B, T, E)
         if self.projection is not None:
@@ -85,6 +87,35 @@ class EncoderModel(nn.Module):
             hidden_states=states if output_hidden_states else None,
             attention_mask=keys,
         )
+
+
+def check_ids(input_ids, token_type_ids, embeddings: nn.Module) -> None:
+    """One clear error for ids the embeddings cannot look up (torch's own: an IndexError on CPU,
+    a device-side assert that poisons the CUDA context on GPU). The value checks are skipped
+    where they cannot run: while torch.jit.trace, torch.compile or a torch.func transform records
+    (they would freeze or break on data)."""
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype.is_floating_point \
+            or input_ids.dtype == torch.bool or input_ids.shape[1] == 0:
+        got = f"shape {tuple(input_ids.shape)}, {input_ids.dtype}" if isinstance(input_ids, torch.Tensor) \
+            else type(input_ids).__name__
+        hint = " (one sequence: pass ids[None])" if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 1 else ""
+        raise BertkitError(f"input_ids must be a (batch, length) tensor of integer token ids, length >= 1; "
+                           f"got {got}{hint}")
+    if token_type_ids is not None and (not isinstance(token_type_ids, torch.Tensor)
+                                       or token_type_ids.shape != input_ids.shape):
+        got = tuple(token_type_ids.shape) if isinstance(token_type_ids, torch.Tensor) else type(token_type_ids).__name__
+        raise BertkitError(f"token_type_ids has shape {got} but input_ids has {tuple(input_ids.shape)}")
+    if torch.jit.is_tracing() or torch.compiler.is_compiling() or func_transforming() or input_ids.numel() == 0:
+        return
+    token_type = getattr(embeddings, "token_type", None)
+    for name, ids, table in (("input_ids", input_ids, embeddings.word),
+                             ("token_type_ids", token_type_ids, token_type)):
+        if ids is None or table is None:
+            continue
+        low, high = (int(v) for v in torch.aminmax(ids))
+        if low < 0 or high >= table.num_embeddings:
+            raise BertkitError(f"{name} holds id {low if low < 0 else high}, outside the embedding table's "
+                               f"{table.num_embeddings} rows (ids 0..{table.num_embeddings - 1})")
 
 
 def _indices(wanted: torch.Tensor, real: torch.Tensor | None) -> torch.Tensor | None:
