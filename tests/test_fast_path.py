@@ -608,6 +608,41 @@ def test_torch_func_grad_and_per_sample_vmap_match_autograd(name):
 
 
 @pytest.mark.parametrize("name", FAMILY_PRESETS)
+def test_double_backward_matches_torch_func(name):
+    """create_graph=True through the hand-written backward passes (a gradient penalty, MAML,
+    Hessian-vector products) gives what torch.func's plain ops give for the same second order
+    gradient. Attention runs its explicit path (output_attentions=True): torch's CPU flash
+    kernel, the default without dropout, has no second derivative."""
+    from torch.func import functional_call, grad
+
+    model = shrunk(name).train()
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    ids = torch.randint(3, 120, (2, 9), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+
+    def loss(params):
+        logits = functional_call(model, params, (ids, mask), {"output_attentions": True}).logits
+        return (logits.square() * mask[..., None]).sum() / mask.sum()
+
+    def penalty(params):
+        return sum(g.square().sum() for g in grad(loss)(params).values())
+
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    want = grad(penalty)(params)
+    named = dict(model.named_parameters())
+    first = torch.autograd.grad(loss(named), list(named.values()), create_graph=True)
+    sum(g.square().sum() for g in first).backward()
+    # one scale for all: the key bias's true gradient is zero (softmax ignores a per-row shift),
+    # so its entries are rounding noise of the others' size
+    scale = max(1.0, max(w.abs().max().item() for w in want.values()))
+    for k, p in named.items():
+        assert (p.grad - want[k]).abs().max().item() <= 1e-5 * scale, k
+
+
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
 def test_whole_model_pickles_and_trains_after(name):
     """torch.save(model) (and process pools, which pickle) can hold every module, the fast
     path's kernels included: the copy gives the same logits and gradients."""

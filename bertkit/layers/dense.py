@@ -120,12 +120,14 @@ class _Linear(torch.autograd.Function):
         return linear(x, weight, bias)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
         need = ctx.needs_input_grad
         g = grad.reshape(-1, grad.shape[-1])  # (N, out)
-        g_x = linear(g, weight.t()).view(x.shape) if need[0] else None
+        if torch.is_grad_enabled():  # create_graph=True: autograd's ops, differentiable again
+            g_x = grad @ weight if need[0] else None
+        else:
+            g_x = linear(g, weight.t()).view(x.shape) if need[0] else None
         g_w = g.t().mm(x.reshape(-1, x.shape[-1])) if need[1] else None
         g_b = g.sum(0) if ctx.has_bias and need[2] else None
         return g_x, g_w, g_b

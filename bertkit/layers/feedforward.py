@@ -9,6 +9,7 @@ activation runs in place on it.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..config import EncoderConfig
@@ -85,23 +86,26 @@ class _Recycling(torch.autograd.Function):
     written into that recomputed tensor instead of fresh ones. On CPU fresh tensors are
     page-faulted in every step, which made the down-projection's input gradient run at 2/3 of
     the matmul's speed. Same kernels as autograd; nothing saved is overwritten, so
-    retain_graph=True works."""
+    retain_graph=True works. Under create_graph=True the backward computes the same gradients
+    with autograd's own ops (`differentiable_grads`), so they can be differentiated again."""
 
     @staticmethod
     def forward(ctx, x, w_up, b_up, w_down, b_down, act, act_backward_into):
         x2d = x.reshape(-1, x.shape[-1])                       # (N, H)
         pre = linear(x2d, w_up, b_up)                          # (N, I)
         y = linear(act(pre), w_down, b_down)                   # (N, H)
-        ctx.save_for_backward(x2d, w_up, w_down, pre)
-        ctx.act, ctx.act_backward_into, ctx.x_shape = act, act_backward_into, x.shape
+        ctx.save_for_backward(x, w_up, b_up, w_down, b_down, pre)
+        ctx.act, ctx.act_backward_into = act, act_backward_into
         return y.view(*x.shape[:-1], y.shape[-1])
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        x2d, w_up, w_down, pre = ctx.saved_tensors
-        g = grad.reshape(-1, grad.shape[-1])                   # (N, H)
+        x, w_up, b_up, w_down, b_down, pre = ctx.saved_tensors
         need = ctx.needs_input_grad
+        g = grad.reshape(-1, grad.shape[-1])                   # (N, H)
+        if torch.is_grad_enabled():  # create_graph=True
+            return (*_Recycling.differentiable_grads(ctx, x, w_up, b_up, w_down, g), None, None)
+        x2d = x.reshape(-1, x.shape[-1])                       # (N, H)
         post = ctx.act(pre)                                    # (N, I), recomputed
         g_w_down = g.t().mm(post) if need[3] else None         # (H, I)
         g_b_down = g.sum(0) if need[4] else None
@@ -109,5 +113,21 @@ class _Recycling(torch.autograd.Function):
         g_pre = ctx.act_backward_into(g_post, pre, g_post)     # (N, I), in place
         g_w_up = g_pre.t().mm(x2d) if need[1] else None        # (I, H)
         g_b_up = g_pre.sum(0) if need[2] else None
-        g_x = linear(g_pre, w_up.t()).view(ctx.x_shape) if need[0] else None
+        g_x = linear(g_pre, w_up.t()).view(x.shape) if need[0] else None
         return g_x, g_w_up, g_b_up, g_w_down, g_b_down, None, None
+
+    @staticmethod
+    def differentiable_grads(ctx, x, w_up, b_up, w_down, g):
+        """The same five gradients from autograd's own ops on the recomputed sublayer, so that
+        they can be differentiated again. Each is this sublayer's own: the activation's
+        derivative is taken back to its input only, never through x's history."""
+        need = ctx.needs_input_grad
+        x2d = x.reshape(-1, x.shape[-1])                       # (N, H)
+        pre = F.linear(x2d, w_up, b_up)                        # (N, I)
+        post = ctx.act(pre)
+        g_pre = torch.autograd.grad(post, pre, g @ w_down, create_graph=True)[0]  # (N, I)
+        return (g_pre.mm(w_up).view(x.shape) if need[0] else None,
+                g_pre.t().mm(x2d) if need[1] else None,
+                g_pre.sum(0) if need[2] else None,
+                g.t().mm(post) if need[3] else None,
+                g.sum(0) if need[4] else None)
