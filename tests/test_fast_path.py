@@ -495,10 +495,7 @@ def _compile_case(name, train, freeze=False, masked=False):
     model = shrunk(name)
     eager = shrunk(name)
     for m in (model, eager):
-        m.train(train)
-        for d in m.modules():
-            if isinstance(d, torch.nn.Dropout):
-                d.p = 0.0
+        no_dropout(m.train(train))
     model.compile(freeze=freeze)
     g = torch.Generator().manual_seed(0)
     graphs = []
@@ -583,10 +580,7 @@ def test_torch_func_grad_and_per_sample_vmap_match_autograd(name):
     and vmap(grad) gives each sample's own."""
     from torch.func import functional_call, grad, vmap
 
-    model = shrunk(name).train()
-    for m in model.modules():
-        if isinstance(m, torch.nn.Dropout):
-            m.p = 0.0
+    model = no_dropout(shrunk(name).train())
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(3, 120, (3, 10), generator=g)
     mask = torch.ones_like(ids)
@@ -615,10 +609,7 @@ def test_double_backward_matches_torch_func(name):
     kernel, the default without dropout, has no second derivative."""
     from torch.func import functional_call, grad
 
-    model = shrunk(name).train()
-    for m in model.modules():
-        if isinstance(m, torch.nn.Dropout):
-            m.p = 0.0
+    model = no_dropout(shrunk(name).train())
     ids = torch.randint(3, 120, (2, 9), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
     mask[1, 6:] = 0
@@ -648,10 +639,7 @@ def test_whole_model_pickles_and_trains_after(name):
     path's kernels included: the copy gives the same logits and gradients."""
     import io
 
-    model = shrunk(name).train()
-    for m in model.modules():
-        if isinstance(m, torch.nn.Dropout):
-            m.p = 0.0
+    model = no_dropout(shrunk(name).train())
     buffer = io.BytesIO()
     torch.save(model, buffer)
     buffer.seek(0)
