@@ -55,9 +55,9 @@ class EncoderModel(nn.Module):
         # torch.jit.trace records one batch's control flow: unpadding (its lengths) and dropping an
         # all-True mask would hold only for that batch's mask, so a trace keeps the padded path;
         # so does a torch.func transform (vmap cannot branch on a batched tensor's values).
-        tracing = torch.jit.is_tracing() or func_transforming()
-        padded = keys is not None and (tracing or not bool(keys.all()))  # all-True masks nothing: drop it
-        packing = Packing.from_mask(keys) if self.unpad and padded and not tracing else None
+        static_flow = torch.jit.is_tracing() or func_transforming()
+        padded = keys is not None and (static_flow or not bool(keys.all()))  # all-True masks nothing: drop it
+        packing = Packing.from_mask(keys) if self.unpad and padded and not static_flow else None
         if packing is not None:
             x = packing.unpad(x)                            # (total, H)
         # The positions whose final states this forward needs: `rows` and, for the pooler, each
@@ -94,22 +94,20 @@ def check_ids(input_ids, token_type_ids, embeddings: nn.Module) -> None:
     a device-side assert that poisons the CUDA context on GPU). The value checks are skipped
     where they cannot run: while torch.jit.trace, torch.compile or a torch.func transform records
     (they would freeze or break on data)."""
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype.is_floating_point \
-            or input_ids.dtype == torch.bool or input_ids.shape[1] == 0:
-        got = f"shape {tuple(input_ids.shape)}, {input_ids.dtype}" if isinstance(input_ids, torch.Tensor) \
-            else type(input_ids).__name__
-        hint = " (one sequence: pass ids[None])" if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 1 else ""
-        raise BertkitError(f"input_ids must be a (batch, length) tensor of integer token ids, length >= 1; "
+    tensor = isinstance(input_ids, torch.Tensor)
+    if not (tensor and input_ids.dim() == 2 and input_ids.shape[1] > 0
+            and not input_ids.dtype.is_floating_point and input_ids.dtype != torch.bool):
+        got = f"shape {tuple(input_ids.shape)}, {input_ids.dtype}" if tensor else type(input_ids).__name__
+        hint = " (one sequence: pass ids[None])" if tensor and input_ids.dim() == 1 else ""
+        raise BertkitError("input_ids must be a (batch, length) tensor of integer token ids, length >= 1; "
                            f"got {got}{hint}")
-    if token_type_ids is not None and (not isinstance(token_type_ids, torch.Tensor)
-                                       or token_type_ids.shape != input_ids.shape):
-        got = tuple(token_type_ids.shape) if isinstance(token_type_ids, torch.Tensor) else type(token_type_ids).__name__
+    if token_type_ids is not None and getattr(token_type_ids, "shape", None) != input_ids.shape:
+        got = tuple(getattr(token_type_ids, "shape", ())) or type(token_type_ids).__name__
         raise BertkitError(f"token_type_ids has shape {got} but input_ids has {tuple(input_ids.shape)}")
     if torch.jit.is_tracing() or torch.compiler.is_compiling() or func_transforming() or input_ids.numel() == 0:
         return
-    token_type = getattr(embeddings, "token_type", None)
     for name, ids, table in (("input_ids", input_ids, embeddings.word),
-                             ("token_type_ids", token_type_ids, token_type)):
+                             ("token_type_ids", token_type_ids, getattr(embeddings, "token_type", None))):
         if ids is None or table is None:
             continue
         low, high = (int(v) for v in torch.aminmax(ids))

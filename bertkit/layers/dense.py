@@ -58,21 +58,24 @@ if ONEDNN:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear(x, weight, bias), through oneDNN on CPU in fp32 and bf16; either operand may be
     a transposed view. Not differentiable: for inference and hand-written backward passes."""
-    if (ONEDNN and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16)
-            and weight.dtype == x.dtype and not torch.jit.is_tracing() and not func_transforming()):
+    if _serves(x, weight):
         return _onednn(x, weight, bias, "none", "")
     return F.linear(x, weight, bias)
 
 
+def _serves(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """oneDNN's op can take x @ weight.T: CPU, fp32 or bf16 on both sides, and nothing recording
+    that cannot hold it (torch.jit.trace: TorchScript and ONNX export know aten's linear, not
+    this op; torch.func transforms: it has no batching or double-backward rules)."""
+    return (ONEDNN and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16)
+            and weight.dtype == x.dtype and not torch.jit.is_tracing() and not func_transforming())
+
+
 def _plain(x: torch.Tensor, layer: nn.Module) -> bool:
     """A plain nn.Linear (a subclass may change forward) without forward hooks (calling it is
-    what runs them) on CPU, fp32 or bf16 on both sides, without autocast (oneDNN's op would not
-    be cast), not while torch.jit.trace records (TorchScript and ONNX export know aten's
-    linear, not this op) and not under a torch.func transform."""
-    return (ONEDNN and type(layer) is nn.Linear and x.device.type == "cpu"
-            and x.dtype in (torch.float32, torch.bfloat16) and layer.weight.dtype == x.dtype
-            and not torch.is_autocast_enabled("cpu") and not torch.jit.is_tracing()
-            and not func_transforming() and not _hooked(layer))
+    what runs them) that `_serves`, without autocast (oneDNN's op would not be cast)."""
+    return (type(layer) is nn.Linear and _serves(x, layer.weight) and not torch.is_autocast_enabled("cpu")
+            and not _hooked(layer))
 
 
 def _hooked(layer: nn.Module) -> bool:
