@@ -43,6 +43,10 @@ class Record:
     max_abs_diff: float | None  # ours vs reference on the same input; None where not a computation
     note: str = ""
     device: str = "cpu"
+    # The ratio bertkit would reach if its forward cost only its real tokens' matmul FLOPs at this
+    # machine's measured matmul peak: an upper bound no implementation passes here (inference
+    # rows of plain BERT-shaped models, whose FLOPs `encoder_flops` counts exactly; else None).
+    ceiling: float | None = None
 
 
 def machine(device: torch.device = CPU) -> str:
@@ -131,7 +135,25 @@ def inference(preset: str, lengths: list[int], dtype: str, repeats: int, label: 
         o, r = compare(lambda: ours(ids, mask), lambda: ref(input_ids=ids, attention_mask=mask), repeats, device)
     tokens = int(mask.sum())
     return Record(label, dtype, tokens / o, tokens / r, "tokens/s", r / o, diff,
-                  note="ours compiled (Model.compile(freeze=True))" if compiled else "")
+                  note="ours compiled (Model.compile(freeze=True))" if compiled else "",
+                  ceiling=inference_ceiling(ours.config, lengths, r, dtype, device))
+
+
+def inference_ceiling(config, lengths: list[int], reference_seconds: float, dtype: str,
+                      device: torch.device = CPU) -> float | None:
+    """reference time / the time of the real tokens' FLOPs at the measured matmul peak (see
+    Record.ceiling); None where `encoder_flops` would miscount the model (feed-forward not
+    H -> I -> H, attention not over all T keys, scores with extra terms: e.g. DeBERTa, ModernBERT)."""
+    if config.family not in EXACT_FLOPS:
+        return None
+    flops = sum(encoder_flops(config, 1, n) for n in lengths)
+    peak = matmul_peak(sum(lengths), config.hidden_size, config.intermediate_size, DTYPES[dtype], device=device)
+    return reference_seconds * peak / flops
+
+
+# Families whose forward FLOPs `encoder_flops` counts exactly (ALBERT's factorized embedding
+# projection is negligible beside its blocks).
+EXACT_FLOPS = ("bert", "roberta", "albert", "distilbert", "electra")
 
 
 def mlm_training_step(preset: str, B: int, T: int, dtype: str, repeats: int, label: str,

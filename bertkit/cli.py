@@ -302,12 +302,16 @@ def cmd_bench(args) -> None:
     from . import bench
 
     records = bench.run(args.quick, args.repeats, args.json, only=args.only, dtype=args.dtype, device=args.device)
-    rows = [["workload", "dtype", "bertkit", "transformers", "unit", "ratio", "max |diff|"]]
+    rows = [["workload", "dtype", "bertkit", "transformers", "unit", "ratio", "ceiling", "max |diff|"]]
     rows += [[r.name, r.dtype, f"{r.ours:,.0f}", f"{r.reference:,.0f}", r.unit, f"{r.ratio:.2f}",
+              "-" if r.ceiling is None else f"{r.ceiling:.2f}",
               "-" if r.max_abs_diff is None else f"{r.max_abs_diff:.1e}"] for r in records]
-    print("\n" + _table(rows, right={2, 3, 5, 6}))
+    print("\n" + _table(rows, right={2, 3, 5, 6, 7}))
     print("\nratio > 1: bertkit is better (more tokens/s, fewer MiB); same weights and batches; "
           "times alternate in one process, memory sides run in their own processes")
+    if any(r.ceiling is not None for r in records):
+        print("ceiling: the ratio if bertkit's forward cost only its real tokens' matmul FLOPs at this "
+              "machine's measured matmul peak (nothing else, no overhead): an upper bound")
     if any(r.dtype == "bf16" and r.device == "cpu" for r in records) and bench.bf16_emulated():
         print(f"this CPU: {bench.EMULATED_BF16}")
 

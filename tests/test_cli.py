@@ -86,6 +86,25 @@ def test_bench_records_say_ratio_above_one_means_better(tmp_path):
     assert main(["bench", "--quick", "--only", "deberta"]) == 2  # not in the quick set: one line, exit 2
 
 
+def test_bench_ceiling_is_the_reference_time_over_the_real_tokens_flops_at_peak(monkeypatch):
+    """ceiling = transformers' seconds / (FLOPs of the real tokens, each sequence its own length,
+    at the measured peak); None for a family whose FLOPs encoder_flops does not count."""
+    from bertkit import bench
+
+    asked = []
+    monkeypatch.setattr(bench, "matmul_peak", lambda tokens, *a, **k: asked.append(tokens) or 1e9)
+    lengths = [5, 9, 3]
+    record = bench.inference("mini-bert", lengths, "fp32", 1, "tiny")
+    c = bertkit.build("mini-bert").config
+    L, H, I = c.num_layers, c.hidden_size, c.intermediate_size
+    flops = sum(L * (2 * n * (4 * H * H + 2 * H * I) + 4 * n * n * H) for n in lengths)
+    reference_seconds = sum(lengths) / record.reference
+    assert asked == [sum(lengths)]  # the peak at the token count bertkit's projections see
+    assert record.ceiling == pytest.approx(reference_seconds * 1e9 / flops, rel=1e-9)
+    deberta = bertkit.config.get_preset("deberta-v3-base").config
+    assert bench.inference_ceiling(deberta, lengths, reference_seconds, "fp32") is None
+
+
 def test_bench_training_step_as_trained_keeps_dropout_on_both_sides(monkeypatch):
     """dropout=True times both sides with their configured dropout (each drawing its own masks),
     after checking the loss with dropout off; by default every dropout stays off."""
