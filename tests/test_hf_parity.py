@@ -378,18 +378,33 @@ def test_bf16_load_runs_close_to_fp32(tmp_path):
     assert (a - b).abs().max().item() <= 0.05 * a.abs().max().item() + 0.05
 
 
-def test_roberta_positions_skip_left_padding(tmp_path):
+def left_padded(*batch):
+    """The same right-padded (ids, mask, types) batch with each row's padding moved to the front."""
+    lengths = [int(n) for n in batch[1].sum(1)]
+    return tuple(torch.stack([torch.cat([row[n:], row[:n]]) for row, n in zip(t, lengths)]) for t in batch)
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "albert", "distilbert", "electra"])
+def test_a_classifier_on_a_left_padded_batch_reads_its_first_position_as_transformers_does(family, tmp_path):
+    """Left padding puts a pad where a sequence classifier reads ([CLS]'s place): transformers
+    reads that pad's state (a pad query attending to the real tokens), which the packed stream
+    does not hold; the logits still match, and the real tokens' states with them."""
+    prefix, _, variants = FAMILIES[family]
+    cls_name = prefix + "ForSequenceClassification"
+    config = hf_config(family, next(iter(variants)), cls_name)
+    ref = hf_model(cls_name, config)
+    ours = bertkit.from_pretrained(_saved(ref, tmp_path))
+    ids, mask, types = left_padded(*batch_for(config))
+    assert not mask[:, 0].all()
+    assert_same(ours(ids, mask, types), reference_outputs(ref, ids, mask, types), mask)
+
     """RoBERTa numbers real tokens from pad+1 whatever sits before them, so a left-padded batch
     must give the same real-token outputs as transformers (and as the unpadded sequence)."""
     config = hf_config("roberta", "pad1", "RobertaModel")
     ref = hf_model("RobertaModel", config)
     ours = bertkit.from_pretrained(_saved(ref, tmp_path))
     ids, mask, types = batch_for(config)
-    left_ids, left_mask = ids.clone(), mask.clone()
-    for i in range(ids.shape[0]):  # move each row's padding to the front
-        n = int(mask[i].sum())
-        left_ids[i] = torch.cat([ids[i, n:], ids[i, :n]])
-        left_mask[i] = torch.cat([mask[i, n:], mask[i, :n]])
+    left_ids, left_mask, _ = left_padded(ids, mask, types)
     expected = reference_outputs(ref, left_ids, left_mask, types * 0)["last_hidden_state"]
     got = ours(left_ids, left_mask).last_hidden_state
     assert max_diff_on_real(got, expected, left_mask) <= TOL

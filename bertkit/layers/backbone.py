@@ -40,6 +40,8 @@ class EncoderModel(nn.Module):
         self.pooler = pooler
         # Run the blocks on real tokens only (packing.py); False keeps the padded computation.
         self.unpad = True
+        # Whether the head reads the first position's state (Head.reads_first_token); the pooler does.
+        self.reads_first_token = False
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_attentions: bool = False,
@@ -57,7 +59,11 @@ class EncoderModel(nn.Module):
         # so does a torch.func transform (vmap cannot branch on a batched tensor's values).
         static_flow = torch.jit.is_tracing() or func_transforming()
         padded = keys is not None and (static_flow or not bool(keys.all()))  # all-True masks nothing: drop it
-        packing = Packing.from_mask(keys) if self.unpad and padded and not static_flow else None
+        # A first position that is read (the pooler, a classifier on [CLS]) but is padding (left
+        # padding) is not in the packed stream: the padded computation gives it the state
+        # transformers gives it, a pad query attending to the real tokens.
+        first_pad = padded and (self.pooler is not None or self.reads_first_token) and not bool(keys[:, 0].all())
+        packing = Packing.from_mask(keys) if self.unpad and padded and not static_flow and not first_pad else None
         if packing is not None:
             x = packing.unpad(x)                            # (total, H)
         # The positions whose final states this forward needs: `rows` and, for the pooler, each

@@ -17,11 +17,14 @@ from .output import EncoderOutput
 
 
 class Head(nn.Module):
-    """What a head asks of the encoder: its pooler (`uses_pooler`), and every layer's states
-    (`uses_hidden_states`, e.g. a decoder that reuses the last layer). `predicts_tokens`: it
-    projects onto the vocabulary, and can do so for `out.masked_positions` only."""
+    """What a head asks of the encoder: its pooler (`uses_pooler`), the first position's state
+    even where that is padding (`reads_first_token`, a classifier on [CLS]: left padding puts a
+    pad there), and every layer's states (`uses_hidden_states`, e.g. a decoder that reuses the
+    last layer). `predicts_tokens`: it projects onto the vocabulary, and can do so for
+    `out.masked_positions` only."""
 
     uses_pooler = False
+    reads_first_token = False
     uses_hidden_states = False
     predicts_tokens = False
 
@@ -143,6 +146,8 @@ class FirstTokenHead(Head):
     """Sentence classifier with its own hidden layer on the first token, for encoders without a
     pre-trained pooler: dropout, dense, activation (tanh for RoBERTa, GELU for ELECTRA, ReLU for
     DistilBERT), dropout, projection."""
+
+    reads_first_token = True
 
     def __init__(self, config: EncoderConfig, act: str, input_dropout: float, hidden_dropout: float):
         super().__init__()

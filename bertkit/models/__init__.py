@@ -45,6 +45,7 @@ def assemble(config: EncoderConfig, head: str | None) -> tuple[EncoderModel, nn.
     head_module = family.build_head(head, config, backbone)
     if not head_module.uses_pooler:
         backbone.pooler = None
+    backbone.reads_first_token = head_module.reads_first_token
     return backbone, head_module
 
 

@@ -227,6 +227,7 @@ class ModernHead(Head):
         self.dropout = Dropout(classifier_dropout(config))
         self.classifier = nn.Linear(config.hidden_size, outputs)
         self.pooling = pooling
+        self.reads_first_token = pooling == "cls"
         self.names = names
         self.depth = config.num_layers
 
