@@ -119,13 +119,16 @@ def compare(fn_ours: Callable[[], None], fn_ref: Callable[[], None], repeats: in
 
 
 def inference(preset: str, lengths: list[int], dtype: str, repeats: int, label: str,
-              compiled: bool = False, device: torch.device = CPU) -> Record:
+              compiled: bool = False, prepacked: bool = False, device: torch.device = CPU) -> Record:
     """Forward passes; `compiled` runs ours through Model.compile(freeze=True) (blocks compiled
-    once, the token count dynamic: the warm-up call compiles, the timed calls reuse it)."""
+    once, the token count dynamic: the warm-up call compiles, the timed calls reuse it),
+    `prepacked` through Model.prepack()."""
     ours, ref = pair(preset, None, DTYPES[dtype], device)
     ours.eval(), ref.eval()
     if compiled:
         ours.compile(freeze=True)
+    if prepacked:
+        ours.prepack()
     ids, mask = padded_batch(lengths, ours.config.vocab_size, ours.config.pad_token_id, device=device)
     keep = mask.bool()
     with torch.inference_mode():
@@ -135,7 +138,8 @@ def inference(preset: str, lengths: list[int], dtype: str, repeats: int, label: 
         o, r = compare(lambda: ours(ids, mask), lambda: ref(input_ids=ids, attention_mask=mask), repeats, device)
     tokens = int(mask.sum())
     return Record(label, dtype, tokens / o, tokens / r, "tokens/s", r / o, diff,
-                  note="ours compiled (Model.compile(freeze=True))" if compiled else "",
+                  note=("ours compiled (Model.compile(freeze=True))" if compiled else
+                        "ours prepacked (Model.prepack())" if prepacked else ""),
                   ceiling=inference_ceiling(ours.config, lengths, r, dtype, device))
 
 
@@ -210,9 +214,10 @@ def mlm_training_step(preset: str, B: int, T: int, dtype: str, repeats: int, lab
 def matmul_peak(tokens: int, hidden: int, intermediate: int, dtype: torch.dtype, repeats: int = 5,
                 device: torch.device = CPU) -> float:
     """FLOP/s of this machine on exactly the model's projection matmuls (Q, K, V, output, FFN up
-    and down) at this token count: the ceiling a transformer layer can approach. The faster of
-    torch's F.linear and, on CPU, oneDNN's matmul (what bertkit's inference calls: dense.py),
-    so that a library faster than torch's default raises the ceiling instead of the score."""
+    and down) at this token count: the ceiling a transformer layer can approach. The fastest of
+    torch's F.linear and, on CPU, oneDNN's matmul (what bertkit's inference calls: dense.py) on
+    plain and on prepacked weights (Model.prepack()), so that a library faster than torch's
+    default raises the ceiling instead of the score."""
     x = torch.randn(tokens, hidden, dtype=dtype, device=device)
     h = torch.randn(tokens, intermediate, dtype=dtype, device=device)
     weights = [(x, torch.randn(hidden, hidden, dtype=dtype, device=device))] * 4 + [
@@ -220,13 +225,16 @@ def matmul_peak(tokens: int, hidden: int, intermediate: int, dtype: torch.dtype,
         (h, torch.randn(hidden, intermediate, dtype=dtype, device=device))]
     flops = sum(2 * a.shape[0] * w.shape[0] * w.shape[1] for a, w in weights)
 
-    kernels = [torch.nn.functional.linear]
+    kernels = [(torch.nn.functional.linear, weights)]
     if device.type == "cpu" and dense.ONEDNN:
-        kernels.append(lambda a, w: torch.ops.mkldnn._linear_pointwise(a, w, None, "none", [], ""))
+        def onednn(a, w):
+            return torch.ops.mkldnn._linear_pointwise(a, w, None, "none", [], "")
+        packed = [(a, torch.ops.mkldnn._reorder_linear_weight(w)) for a, w in weights]
+        kernels += [(onednn, weights), (onednn, packed)]
     best = float("inf")
-    for kernel in kernels:
+    for kernel, operands in kernels:
         def layer():
-            for a, w in weights:
+            for a, w in operands:
                 kernel(a, w)
 
         layer()
@@ -255,9 +263,10 @@ def encoder_flops(config, B: int, T: int) -> int:
 
 def flop_utilization(preset: str, B: int, T: int, dtype: str, repeats: int, label: str,
                      device: torch.device = CPU) -> Record:
-    """Model FLOP utilization of full-length inference against the measured matmul peak."""
+    """Model FLOP utilization of full-length inference against the measured matmul peak, ours
+    prepacked (its fastest inference; the peak counts prepacked matmuls too)."""
     ours, ref = pair(preset, None, DTYPES[dtype], device)
-    ours.eval(), ref.eval()
+    ours.eval().prepack(), ref.eval()
     ids, mask = padded_batch([T] * B, ours.config.vocab_size, ours.config.pad_token_id, device=device)
     c = ours.config
     peak = matmul_peak(B * T, c.hidden_size, c.intermediate_size, DTYPES[dtype], device=device)
@@ -267,7 +276,7 @@ def flop_utilization(preset: str, B: int, T: int, dtype: str, repeats: int, labe
     flops = encoder_flops(c, B, T)
     mfu_ours, mfu_ref = 100 * flops / o / peak, 100 * flops / r / peak
     return Record(label, dtype, mfu_ours, mfu_ref, "% of matmul peak", mfu_ours / mfu_ref, diff,
-                  note=f"measured matmul peak {peak / 1e9:.0f} GFLOP/s")
+                  note=f"ours prepacked; measured matmul peak {peak / 1e9:.0f} GFLOP/s")
 
 
 def _status_kib(field: str) -> int:
@@ -374,13 +383,15 @@ def workloads(quick: bool, repeats: int, device: torch.device = CPU) -> list[Wor
     if quick:
         return quick_set
     full = []
-    for name, lengths, compiled in [
-            ("bert-base inference, 32 seqs, lengths in [16, 256]", mixed, False),
-            ("bert-base inference, 16 x 256 full length", [256] * 16, False),
-            ("bert-base inference, 32 seqs, lengths in [16, 256], compiled", mixed, True),
-            ("bert-base inference, 16 x 256 full length, compiled", [256] * 16, True)]:
-        full += [W(name, dt, lambda dt=dt, n=name, l=lengths, c=compiled: inference(
-                   "bert-base", l, dt, repeats, n, compiled=c, **on)) for dt in DTYPES]
+    for name, lengths, option in [
+            ("bert-base inference, 32 seqs, lengths in [16, 256]", mixed, {}),
+            ("bert-base inference, 16 x 256 full length", [256] * 16, {}),
+            ("bert-base inference, 32 seqs, lengths in [16, 256], prepacked", mixed, {"prepacked": True}),
+            ("bert-base inference, 16 x 256 full length, prepacked", [256] * 16, {"prepacked": True}),
+            ("bert-base inference, 32 seqs, lengths in [16, 256], compiled", mixed, {"compiled": True}),
+            ("bert-base inference, 16 x 256 full length, compiled", [256] * 16, {"compiled": True})]:
+        full += [W(name, dt, lambda dt=dt, n=name, l=lengths, o=option: inference(
+                   "bert-base", l, dt, repeats, n, **o, **on)) for dt in DTYPES]
     name = "bert-base FLOP utilization, 16 x 256"
     full += [W(name, dt, lambda dt=dt, n=name: flop_utilization("bert-base", 16, 256, dt, repeats, n, **on))
              for dt in DTYPES]

@@ -351,11 +351,11 @@ def parser() -> argparse.ArgumentParser:
                        description="Time bertkit against transformers on the same weights and batches: "
                                    "alternating runs in one process, medians, ratio > 1 = bertkit better. "
                                    "Memory rows run each side in its own process. The full run takes "
-                                   "about 20 minutes on 2 cores; run it on an idle machine.")
+                                   "about 30 minutes on 2 cores; run it on an idle machine.")
     s.add_argument("--quick", action="store_true", help="the mini-bert subset (under 2 minutes on 2 cores; "
                    "without its bf16 rows on a CPU that emulates bf16, unless --dtype bf16)")
     s.add_argument("--only", metavar="TEXT", help="run only the workloads whose name contains TEXT "
-                                                  "(e.g. 'memory', 'deberta', 'compiled')")
+                                                  "(e.g. 'memory', 'deberta', 'prepacked')")
     s.add_argument("--dtype", choices=["fp32", "bf16"], help="run only this dtype's rows (memory rows are "
                    "fp32); e.g. fp32 on a CPU without bf16 hardware, where bf16 rows time an emulation")
     s.add_argument("--repeats", type=int, default=5, help="timed runs per side; medians are reported")

@@ -10,6 +10,7 @@ from torch import nn
 from .config import HEADS, EncoderConfig, get_preset
 from .errors import BertkitError
 from .layers import EncoderOutput, init_weights
+from .layers.dense import pack, unpack
 from .models import assemble
 
 
@@ -72,6 +73,26 @@ class Model(nn.Module):
         for block in self.backbone.encoder.layers:
             block.compile(**options)
         return self
+
+    def prepack(self, enabled: bool = True) -> "Model":
+        """For inference on CPU (the model in eval mode): keep every linear layer's weight also
+        in oneDNN's blocked layout, which each matmul would otherwise rearrange it into on the
+        fly (layers/dense.py). Measured on bert-base (2-core EPYC, in one process): +7% in bf16,
+        +5% in fp32, the same numbers, for a second copy of those weights (bert-base: +170 MB in
+        bf16). A weight replaced, moved or changed in place afterwards serves unpacked again
+        (edits through `.data` are not seen: prepack again); `train()` drops the copies, as
+        does prepack(False). On other devices and dtypes it does nothing. Returns the model."""
+        if enabled and self.training:
+            raise BertkitError("prepack() is for inference: call model.eval() first")
+        for module in self.modules():
+            if type(module) is nn.Linear:
+                pack(module) if enabled else unpack(module)
+        return self
+
+    def train(self, mode: bool = True) -> "Model":
+        if mode:
+            self.prepack(False)  # training changes the weights and needs the plain ones
+        return super().train(mode)
 
     def num_parameters(self) -> int:
         """Unique parameters (a tied decoder counts once), as `transformers` counts them."""

@@ -137,3 +137,104 @@ def test_jit_trace_records_aten_linear_and_reproduces_the_model():
     assert "aten::linear" in graph and "mkldnn" not in graph
     keep = mask.bool()
     assert (got[keep] - want[keep]).abs().max().item() <= 1e-5
+
+
+def served_weights(monkeypatch) -> list[bool]:
+    """Records, per oneDNN call, whether it got a packed weight."""
+    seen, call = [], D._onednn
+    monkeypatch.setattr(D, "_onednn", lambda x, w, *rest: seen.append(w.is_mkldnn) or call(x, w, *rest))
+    return seen
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_prepacked_weights_serve_every_linear_with_the_same_numbers(dtype, monkeypatch):
+    """Model.prepack(): every linear of the blocks and the MLM head runs on its packed weight,
+    and the outputs are the unpacked ones exactly (the same products)."""
+    import bertkit
+
+    torch.manual_seed(0)
+    model = bertkit.build("mini-bert", head="mlm").to(dtype).eval()
+    ids, mask = torch.randint(5, 1000, (3, 20)), torch.ones(3, 20, dtype=torch.long)
+    mask[1, 9:] = 0
+    seen = served_weights(monkeypatch)
+    with torch.inference_mode():
+        want = model(ids, mask).logits
+        assert seen and not any(seen)
+        seen.clear()
+        got = model.prepack()(ids, mask).logits
+    assert seen and all(seen)
+    assert torch.equal(got, want)
+
+
+def test_a_prepacked_weight_changed_afterwards_serves_as_it_is_now(monkeypatch):
+    """A weight changed in place (an optimizer step, load_state_dict), replaced or moved after
+    prepack() must not be computed with its stale packed copy; train() drops the copies, and
+    copies of the model (deepcopy, torch.save) work and start unpacked."""
+    import copy
+    import io
+
+    import bertkit
+    from bertkit.errors import BertkitError
+
+    torch.manual_seed(0)
+    model = bertkit.build("mini-bert").eval().prepack()
+    fresh = bertkit.build("mini-bert").eval()  # other weights
+    ids = torch.randint(5, 1000, (2, 16))
+    seen = served_weights(monkeypatch)
+
+    def outputs(m):
+        with torch.inference_mode():
+            return m(ids).last_hidden_state
+
+    block = model.backbone.encoder.layers[0]
+    with torch.no_grad():
+        next(m for m in block.modules() if isinstance(m, nn.Linear)).weight.mul_(2)  # in place
+    seen.clear()
+    changed = outputs(model)
+    assert not all(seen) and any(seen)  # the changed layer went unpacked, the others packed
+    assert torch.equal(changed, outputs(copy.deepcopy(model)))  # a copy has no packed weights
+    model.load_state_dict(fresh.state_dict())
+    assert torch.equal(outputs(model), outputs(fresh))
+    model.prepack()
+    for m in model.modules():
+        if isinstance(m, nn.Linear):
+            m.weight = nn.Parameter(m.weight.detach() * 3)  # replaced
+    seen.clear()
+    tripled = outputs(model)
+    assert not any(seen) and not torch.equal(tripled, outputs(fresh))
+    model.prepack()
+    torch.save(model, io.BytesIO())
+    assert outputs(model.to(torch.bfloat16)).dtype == torch.bfloat16  # moved: new tensors
+    model.prepack().train()
+    assert not D._PACKED.get(next(m for m in model.modules() if isinstance(m, nn.Linear)))
+    with pytest.raises(BertkitError, match="eval"):
+        model.prepack()
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+def test_a_prepacked_model_compiles_and_traces_on_its_plain_weights():
+    """torch.compile and torch.jit.trace know only plain tensors: a prepacked model compiled or
+    traced gives its eager numbers (the packed copies serve eager calls only)."""
+    import torch._dynamo
+
+    import bertkit
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = bertkit.build("mini-bert", head="mlm").eval().prepack()
+    ids = torch.randint(5, 1000, (2, 12))
+
+    class Logits(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids):
+            return self.model(ids).logits
+
+    with torch.no_grad():
+        want = model(ids).logits
+        traced = torch.jit.trace(Logits(), (ids,), check_trace=False)
+        assert (traced(ids) - want).abs().max().item() <= 1e-5
+        got = model.compile()(ids).logits
+    assert (got - want).abs().max().item() <= 1e-5

@@ -10,9 +10,17 @@ hand-written backward); the numbers agree with F.linear's to rounding (the order
 differs). Under torch.compile the same oneDNN call runs as an opaque custom op: inductor would
 otherwise lower these linears, whose token count is dynamic, to MKL's addmm (measured so in
 fp32 and bf16, `freeze` or not).
+
+`pack(layer)` (through `Model.prepack()`) reorders a layer's weight once into oneDNN's blocked
+layout, which each call would otherwise do on the fly: bert-base inference +7% in bf16, +5% in
+fp32 (same numbers), for a second copy of the weights. The packed copy serves inference only
+and only while the layer's weight is the tensor it was packed from, unchanged since (autograd's
+version counter; edits through `.data` bypass it): otherwise the plain weight serves again.
 """
 
 from __future__ import annotations
+
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -53,6 +61,42 @@ if ONEDNN:
     @_traced.register_fake
     def _(x, weight, bias, act, algorithm):
         return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+# layer -> (packed weight, the weight it came from, that weight's address and version). Kept
+# outside the module: a packed tensor cannot be copied or pickled, so copies start unpacked.
+_PACKED: "weakref.WeakKeyDictionary[nn.Linear, tuple]" = weakref.WeakKeyDictionary()
+
+
+def pack(layer: nn.Linear) -> bool:
+    """Keep `layer`'s weight packed for oneDNN as well (see the module's doc); whether it could
+    (CPU, fp32 or bf16, oneDNN available)."""
+    w = layer.weight
+    if not (ONEDNN and w.device.type == "cpu" and w.dtype in (torch.float32, torch.bfloat16)):
+        return False
+    packed = torch.ops.mkldnn._reorder_linear_weight(w.detach())
+    _PACKED[layer] = (packed, weakref.ref(w), w.data_ptr(), w._version)
+    return True
+
+
+def unpack(layer: nn.Linear) -> None:
+    _PACKED.pop(layer, None)
+
+
+def serving_weight(layer: nn.Linear) -> torch.Tensor:
+    """The layer's packed weight while it is still valid, else its weight (always while
+    something records that knows only plain tensors: torch.compile, jit.trace, torch.func)."""
+    w = layer.weight
+    if torch.compiler.is_compiling() or torch.jit.is_tracing() or func_transforming():
+        return w  # before the lookup: with it first, compiled blocks computed wrong numbers (torch 2.13)
+    entry = _PACKED.get(layer)
+    if entry is None:
+        return w
+    packed, source, address, version = entry
+    if source() is w and w.data_ptr() == address and w._version == version:
+        return packed
+    unpack(layer)  # stale: the weight was replaced, moved or changed in place
+    return w
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -99,7 +143,7 @@ def dense(x: torch.Tensor, layer: nn.Module) -> torch.Tensor:
         return layer(x)
     if _recorded(x, layer):
         return _Linear.apply(x, layer.weight, layer.bias)
-    return linear(x, layer.weight, layer.bias)
+    return _onednn(x, serving_weight(layer), layer.bias, "none", "")
 
 
 def dense_act(x: torch.Tensor, layer: nn.Module, act: str) -> torch.Tensor | None:
@@ -108,7 +152,7 @@ def dense_act(x: torch.Tensor, layer: nn.Module, act: str) -> torch.Tensor | Non
     if act not in FUSED_ACTIVATIONS or not fuses(x, layer):
         return None
     name, algorithm = FUSED_ACTIVATIONS[act]
-    return _onednn(x, layer.weight, layer.bias, name, algorithm)
+    return _onednn(x, serving_weight(layer), layer.bias, name, algorithm)
 
 
 class _Linear(torch.autograd.Function):

@@ -10,7 +10,7 @@ from torch import nn
 
 from ..config import EncoderConfig
 from .activations import activation
-from .dense import dense, linear
+from .dense import dense, linear, serving_weight
 from .dropout import Dropout
 from .scratch import plain_eager
 from .output import EncoderOutput
@@ -70,7 +70,7 @@ class MLMHead(Head):
             return F.linear(x, self.decoder.weight, self.bias)  # (..., V)
         if torch.is_grad_enabled():
             return _Decoder.apply(x, self.decoder.weight, self.bias)
-        return linear(x, self.decoder.weight, self.bias)
+        return linear(x, serving_weight(self.decoder), self.bias)
 
     def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
         return {"logits": self.predict(at_masked(out, out.last_hidden_state))}  # (B, T, V) or (K, V)
