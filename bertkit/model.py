@@ -80,13 +80,14 @@ class Model(nn.Module):
         fly (layers/dense.py). Measured on bert-base (2-core EPYC, in one process): +7% in bf16,
         +5% in fp32, the same numbers, for a second copy of those weights (bert-base: +170 MB in
         bf16). A weight replaced, moved or changed in place afterwards serves unpacked again
-        (edits through `.data` are not seen: prepack again); `train()` drops the copies, as
-        does prepack(False). On other devices and dtypes it does nothing. Returns the model."""
+        (edits through `.data`, or in place on weights made under torch.inference_mode, are not
+        seen: prepack again); `train()` drops the copies, as does prepack(False). On other
+        devices and dtypes it does nothing. Returns the model."""
         if enabled and self.training:
             raise BertkitError("prepack() is for inference: call model.eval() first")
         for module in self.modules():
             if type(module) is nn.Linear:
-                pack(module) if enabled else unpack(module)
+                (pack if enabled else unpack)(module)
         return self
 
     def train(self, mode: bool = True) -> "Model":

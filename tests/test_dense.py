@@ -209,6 +209,11 @@ def test_a_prepacked_weight_changed_afterwards_serves_as_it_is_now(monkeypatch):
     assert not D._PACKED.get(next(m for m in model.modules() if isinstance(m, nn.Linear)))
     with pytest.raises(BertkitError, match="eval"):
         model.prepack()
+    with torch.inference_mode():  # weights without a version counter pack too
+        made_here = bertkit.build("mini-bert").eval()
+        want = made_here(ids).last_hidden_state
+        seen.clear()
+        assert torch.equal(made_here.prepack()(ids).last_hidden_state, want) and all(seen)
 
 
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")

@@ -15,7 +15,8 @@ fp32 and bf16, `freeze` or not).
 layout, which each call would otherwise do on the fly: bert-base inference +7% in bf16, +5% in
 fp32 (same numbers), for a second copy of the weights. The packed copy serves inference only
 and only while the layer's weight is the tensor it was packed from, unchanged since (autograd's
-version counter; edits through `.data` bypass it): otherwise the plain weight serves again.
+version counter; edits through `.data` bypass it, and weights made under torch.inference_mode
+have none): otherwise the plain weight serves again.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from torch.nn.modules import module as module_hooks
 from .scratch import func_transforming
 
 ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+ONEDNN_DTYPES = (torch.float32, torch.bfloat16)
 
 # Config activation names -> oneDNN's post-op (name, algorithm).
 FUSED_ACTIVATIONS = {
@@ -68,15 +70,17 @@ if ONEDNN:
 _PACKED: "weakref.WeakKeyDictionary[nn.Linear, tuple]" = weakref.WeakKeyDictionary()
 
 
-def pack(layer: nn.Linear) -> bool:
-    """Keep `layer`'s weight packed for oneDNN as well (see the module's doc); whether it could
-    (CPU, fp32 or bf16, oneDNN available)."""
+def pack(layer: nn.Linear) -> None:
+    """Keep `layer`'s weight packed for oneDNN as well (see the module's doc), where oneDNN
+    serves it (CPU, fp32 or bf16)."""
     w = layer.weight
-    if not (ONEDNN and w.device.type == "cpu" and w.dtype in (torch.float32, torch.bfloat16)):
-        return False
-    packed = torch.ops.mkldnn._reorder_linear_weight(w.detach())
-    _PACKED[layer] = (packed, weakref.ref(w), w.data_ptr(), w._version)
-    return True
+    if ONEDNN and w.device.type == "cpu" and w.dtype in ONEDNN_DTYPES:
+        packed = torch.ops.mkldnn._reorder_linear_weight(w.detach())
+        _PACKED[layer] = (packed, weakref.ref(w), w.data_ptr(), _version(w))
+
+
+def _version(w: torch.Tensor) -> int | None:
+    return None if w.is_inference() else w._version  # inference tensors keep no version counter
 
 
 def unpack(layer: nn.Linear) -> None:
@@ -93,7 +97,7 @@ def serving_weight(layer: nn.Linear) -> torch.Tensor:
     if entry is None:
         return w
     packed, source, address, version = entry
-    if source() is w and w.data_ptr() == address and w._version == version:
+    if source() is w and w.data_ptr() == address and _version(w) == version:
         return packed
     unpack(layer)  # stale: the weight was replaced, moved or changed in place
     return w
@@ -111,7 +115,7 @@ def _serves(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """oneDNN's op can take x @ weight.T: CPU, fp32 or bf16 on both sides, and nothing recording
     that cannot hold it (torch.jit.trace: TorchScript and ONNX export know aten's linear, not
     this op; torch.func transforms: it has no batching or double-backward rules)."""
-    return (ONEDNN and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16)
+    return (ONEDNN and x.device.type == "cpu" and x.dtype in ONEDNN_DTYPES
             and weight.dtype == x.dtype and not torch.jit.is_tracing() and not func_transforming())
 
 
