@@ -226,11 +226,9 @@ def matmul_peak(tokens: int, hidden: int, intermediate: int, dtype: torch.dtype,
     flops = sum(2 * a.shape[0] * w.shape[0] * w.shape[1] for a, w in weights)
 
     kernels = [(torch.nn.functional.linear, weights)]
-    if device.type == "cpu" and dense.ONEDNN:
-        def onednn(a, w):
-            return torch.ops.mkldnn._linear_pointwise(a, w, None, "none", [], "")
+    if dense.onednn_tensor(x):
         packed = [(a, torch.ops.mkldnn._reorder_linear_weight(w)) for a, w in weights]
-        kernels += [(onednn, weights), (onednn, packed)]
+        kernels += [(dense.linear, weights), (dense.linear, packed)]
     best = float("inf")
     for kernel, operands in kernels:
         def layer():

@@ -31,7 +31,12 @@ from torch.nn.modules import module as module_hooks
 from .scratch import func_transforming
 
 ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-ONEDNN_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def onednn_tensor(t: torch.Tensor) -> bool:
+    """Whether oneDNN's matmul takes this tensor: on CPU, in fp32 or bf16."""
+    return ONEDNN and t.device.type == "cpu" and t.dtype in (torch.float32, torch.bfloat16)
+
 
 # Config activation names -> oneDNN's post-op (name, algorithm).
 FUSED_ACTIVATIONS = {
@@ -74,7 +79,7 @@ def pack(layer: nn.Linear) -> None:
     """Keep `layer`'s weight packed for oneDNN as well (see the module's doc), where oneDNN
     serves it (CPU, fp32 or bf16)."""
     w = layer.weight
-    if ONEDNN and w.device.type == "cpu" and w.dtype in ONEDNN_DTYPES:
+    if onednn_tensor(w):
         packed = torch.ops.mkldnn._reorder_linear_weight(w.detach())
         _PACKED[layer] = (packed, weakref.ref(w), w.data_ptr(), _version(w))
 
@@ -115,8 +120,8 @@ def _serves(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """oneDNN's op can take x @ weight.T: CPU, fp32 or bf16 on both sides, and nothing recording
     that cannot hold it (torch.jit.trace: TorchScript and ONNX export know aten's linear, not
     this op; torch.func transforms: it has no batching or double-backward rules)."""
-    return (ONEDNN and x.device.type == "cpu" and x.dtype in ONEDNN_DTYPES
-            and weight.dtype == x.dtype and not torch.jit.is_tracing() and not func_transforming())
+    return (onednn_tensor(x) and weight.dtype == x.dtype and not torch.jit.is_tracing()
+            and not func_transforming())
 
 
 def _plain(x: torch.Tensor, layer: nn.Module) -> bool:
