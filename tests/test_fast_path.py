@@ -200,6 +200,19 @@ def test_buckets_cover_every_token_once_and_bound_the_padding():
         n, L = b.rows.shape
         real_lengths = b.real.div(L, rounding_mode="floor").bincount(minlength=n)
         assert n * L * L <= BUCKET_SLACK * (real_lengths ** 2).sum().item() + BUCKET_ALLOWANCE
+    # Heads: each bucket's gather gives its tokens split into heads, (b, N, L, D), and the
+    # inverse brings every bucket's slots, laid end to end, back to the tokens.
+    N, D = 3, 2
+    x = torch.randn(int(lengths.sum()), N * D, generator=g)
+    layout = packing.head_layout(N)
+    laid = []
+    for b, gather in zip(packing.buckets, layout.gathers):
+        n, L = b.rows.shape
+        heads = x.view(-1, D).index_select(0, gather).view(n, N, L, D)
+        assert torch.equal(heads, x[b.rows].view(n, L, N, D).transpose(1, 2))
+        laid.append(heads.reshape(-1, D))
+    assert packing.slots == sum(b.rows.numel() for b in packing.buckets)
+    assert torch.equal(torch.cat(laid).index_select(0, layout.inverse).view(x.shape), x)
     cu = packing.cumulative_lengths  # varlen attention's offsets: sequence i is tokens cu[i]:cu[i + 1]
     assert cu.dtype == torch.int32 and cu.tolist() == [0] + lengths.cumsum(0).tolist()
     assert (packing.index[cu[1:].long() - 1] // 200).tolist() == list(range(40))  # each run ends in its row

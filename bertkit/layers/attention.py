@@ -197,11 +197,15 @@ class SelfAttention(nn.Module):
 
     def _bucketed(self, q, k, v, packing, context) -> torch.Tensor:
         """Attention on unpadded tokens, (total, H) each, bucket by bucket (packing.py): every
-        sequence sees only its own keys, and little is computed for padding."""
-        out = q.new_empty(q.shape)  # (total, H)
-        for bucket in packing.buckets:
+        sequence sees only its own keys, and little is computed for padding. Each bucket's
+        heads are gathered straight into (b, N, L, D) and all outputs gathered back at once
+        (HeadLayout): no transposing copies, no scatter."""
+        total, N, D = q.shape[0], self.num_heads, self.head_dim
+        layout = packing.head_layout(N)
+        outputs = q.new_empty(packing.slots * N, D)  # every bucket's (b, N, L, D), end to end
+        for bucket, gather in zip(packing.buckets, layout.gathers):
             b, L = bucket.rows.shape
-            qb, kb, vb = (self.split_heads(t[bucket.rows]) for t in (q, k, v))  # (b, N, L, D)
+            qb, kb, vb = (t.reshape(total * N, D).index_select(0, gather).view(b, N, L, D) for t in (q, k, v))
             bias = self.score_bias(qb, kb, **context)
             if self.window is None:
                 ob = self._fused(qb, kb, vb, bucket.keys, bias, self.dropout_p)
@@ -211,9 +215,8 @@ class SelfAttention(nn.Module):
                     real = bucket.keys[:, 0, 0]
                     positions = positions.masked_fill(~real, -1)
                 ob = self._windowed(qb, kb, vb, positions, real, bias, self.dropout_p)
-            ob = ob.transpose(1, 2).reshape(b * L, -1)  # (b * L, H)
-            out[bucket.tokens] = ob[bucket.real]
-        return out
+            outputs[bucket.start * N:(bucket.start + b * L) * N].view(b, N, L, D).copy_(ob)
+        return outputs.index_select(0, layout.inverse).view(total, N * D)  # (total, H)
 
     def _windowed(self, q, k, v, positions, real, bias, dropout_p):
         """Local attention, q, k, v (B, N, T, D): `positions` (T,) or (B, T), `real` (B, T) bool

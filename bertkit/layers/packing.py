@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -31,6 +31,16 @@ class Bucket:
     keys: torch.Tensor | None  # (b, 1, 1, L) bool attention mask; None when all lengths are equal
     real: torch.Tensor   # (n,) flat slots (in b * L) holding real tokens
     tokens: torch.Tensor  # (n,) their packed-token index
+    start: int           # its first slot among every bucket's slots laid end to end
+
+
+@dataclass(frozen=True)
+class HeadLayout:
+    """Index maps for attention heads, which work on the packed tokens viewed as (total * N, D),
+    one row per token and head: a bucket's (b, N, L, D) inputs are one row gather, and all
+    outputs, each bucket's laid head-major after the previous one's, one gather back."""
+    gathers: tuple[torch.Tensor, ...]  # per bucket (b * N * L,): rows of (total * N, D)
+    inverse: torch.Tensor  # (total * N,): each token and head's row among the buckets' outputs
 
 
 def slots(starts: torch.Tensor, lengths: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,14 +64,15 @@ def _buckets(lengths: list[int], starts: list[int], device) -> tuple[Bucket, ...
         current.append(i)
         exact += L * L
     groups.append(current)
-    buckets = []
+    buckets, start = [], 0
     for group in groups:
         L = lengths[group[0]]
         rows, real = slots(torch.tensor([starts[i] for i in group]),
                            torch.tensor([lengths[i] for i in group]), L)  # (b, L) each
         keys = None if bool(real.all()) else real[:, None, None, :].to(device)
         flat = real.reshape(-1).nonzero().squeeze(1)
-        buckets.append(Bucket(rows.to(device), keys, flat.to(device), rows.reshape(-1)[flat].to(device)))
+        buckets.append(Bucket(rows.to(device), keys, flat.to(device), rows.reshape(-1)[flat].to(device), start))
+        start += rows.numel()
     return tuple(buckets)
 
 
@@ -75,6 +86,7 @@ class Packing:
     # windows count with (left padding shifts them, as in transformers). A field, not a cached
     # property: compiled blocks read it, and torch.compile cannot enter cached_property's lock.
     positions: torch.Tensor
+    _layouts: dict = field(default_factory=dict, compare=False, repr=False)  # heads -> HeadLayout
 
     @classmethod
     def from_mask(cls, keys: torch.Tensor) -> "Packing":
@@ -88,6 +100,27 @@ class Packing:
         """Built on first use, once per forward (every layer shares them); never when varlen
         attention runs every layer (CUDA), which needs only the cumulative lengths."""
         return _buckets(list(self.lengths), self._offsets()[:-1], self.index.device)
+
+    def head_layout(self, heads: int) -> HeadLayout:
+        """Built on first use for this head count, shared by every layer of the forward."""
+        layout = self._layouts.get(heads)
+        if layout is None:
+            n = torch.arange(heads, device=self.index.device)
+            gathers = tuple((b.rows[:, None, :] * heads + n[None, :, None]).reshape(-1)
+                            for b in self.buckets)  # (b, N, L) flattened
+            inverse = torch.empty(len(self.index), heads, dtype=torch.long, device=self.index.device)
+            for b in self.buckets:  # slot i * L + l of a bucket: its head n at row i * N * L + n * L + l
+                L = b.rows.shape[1]
+                first = heads * (b.start + b.real - b.real % L) + b.real % L  # head 0, (n,)
+                inverse[b.tokens] = first[:, None] + n[None, :] * L
+            layout = self._layouts[heads] = HeadLayout(gathers, inverse.reshape(-1))
+        return layout
+
+    @property
+    def slots(self) -> int:
+        """Slots in all buckets, real and padding."""
+        last = self.buckets[-1]
+        return last.start + last.rows.numel()
 
     @property
     def longest(self) -> int:
