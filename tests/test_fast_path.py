@@ -85,6 +85,39 @@ def test_unpadded_training_step_matches_padded_gradients():
         assert (g - grads[1][name]).abs().max().item() <= 1e-5, name
 
 
+@pytest.mark.parametrize("kernel", ["matmuls", "sdpa", "by-length"])
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
+def test_buckets_in_either_layout_match_padded_outputs_and_gradients(name, kernel, monkeypatch):
+    """Several buckets, their heads laid out for batched matmuls (head-major), for SDPA
+    (token-major), or token-major with the short buckets still on matmuls (the kernel is chosen
+    per bucket length, the layout once per forward)."""
+    from bertkit.layers import packing
+    from bertkit.layers.attention import SelfAttention
+
+    choose = {"matmuls": lambda q, keys, p: True, "sdpa": lambda q, keys, p: False,
+              "by-length": lambda q, keys, p: keys <= 20}[kernel]
+    monkeypatch.setattr(SelfAttention, "_matmuls", staticmethod(choose))
+    monkeypatch.setattr(packing, "BUCKET_ALLOWANCE", 0)
+    model = no_dropout(shrunk(name).train())
+    lengths = [36, 30, 21, 9, 2, 17]  # RoBERTa counts positions from pad + 1: 38 fit
+    g = torch.Generator().manual_seed(1)
+    mask = (torch.arange(36)[None] < torch.tensor(lengths)[:, None]).long()
+    ids = torch.randint(3, 120, mask.shape, generator=g).masked_fill(mask == 0, model.config.pad_token_id)
+    keys = mask.bool()
+    assert len(packing.Packing.from_mask(keys).buckets) >= 3
+    results = []
+    for unpad in (True, False):
+        model.zero_grad()
+        model.backbone.unpad = unpad
+        logits = model(ids, mask).logits[keys]
+        logits.logsumexp(-1).mean().backward()
+        results.append((logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (fast, fast_grads), (padded, padded_grads) = results
+    assert (fast - padded).abs().max().item() <= 1e-4
+    for n, grad in fast_grads.items():
+        assert (grad - padded_grads[n]).abs().max().item() <= 1e-5, n
+
+
 @pytest.mark.parametrize("padded", [True, False], ids=["padded", "full-length"])
 @pytest.mark.parametrize("name", FAMILY_PRESETS + ["pre-ln"])
 def test_sparse_mlm_equals_the_dense_path_at_masked_positions(name, padded):
@@ -200,19 +233,21 @@ def test_buckets_cover_every_token_once_and_bound_the_padding():
         n, L = b.rows.shape
         real_lengths = b.real.div(L, rounding_mode="floor").bincount(minlength=n)
         assert n * L * L <= BUCKET_SLACK * (real_lengths ** 2).sum().item() + BUCKET_ALLOWANCE
-    # Heads: each bucket's gather gives its tokens split into heads, (b, N, L, D), and the
-    # inverse brings every bucket's slots, laid end to end, back to the tokens.
+    # Attention layouts, one row per token or per token and head: each bucket's gather gives
+    # its tokens as (b, L, N, D), token- or head-major, and the inverse brings every bucket's
+    # slots, laid end to end, back to the tokens.
     N, D = 3, 2
     x = torch.randn(int(lengths.sum()), N * D, generator=g)
-    layout = packing.head_layout(N)
-    laid = []
-    for b, gather in zip(packing.buckets, layout.gathers):
-        n, L = b.rows.shape
-        heads = x.view(-1, D).index_select(0, gather).view(n, N, L, D)
-        assert torch.equal(heads, x[b.rows].view(n, L, N, D).transpose(1, 2))
-        laid.append(heads.reshape(-1, D))
-    assert packing.slots == sum(b.rows.numel() for b in packing.buckets)
-    assert torch.equal(torch.cat(laid).index_select(0, layout.inverse).view(x.shape), x)
+    for n in (1, N):
+        layout, laid = packing.layout(n), []
+        for b, gather in zip(packing.buckets, layout.gathers):
+            m, L = b.rows.shape
+            rows = x.view(-1, N * D // n).index_select(0, gather)
+            split = rows.view(m, L, N, D) if n == 1 else rows.view(m, N, L, D).transpose(1, 2)
+            assert torch.equal(split, x[b.rows].view(m, L, N, D))
+            laid.append(rows)
+        assert packing.slots == sum(b.rows.numel() for b in packing.buckets)
+        assert torch.equal(torch.cat(laid).index_select(0, layout.inverse).view(x.shape), x)
     cu = packing.cumulative_lengths  # varlen attention's offsets: sequence i is tokens cu[i]:cu[i + 1]
     assert cu.dtype == torch.int32 and cu.tolist() == [0] + lengths.cumsum(0).tolist()
     assert (packing.index[cu[1:].long() - 1] // 200).tolist() == list(range(40))  # each run ends in its row

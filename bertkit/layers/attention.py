@@ -198,14 +198,20 @@ class SelfAttention(nn.Module):
     def _bucketed(self, q, k, v, packing, context) -> torch.Tensor:
         """Attention on unpadded tokens, (total, H) each, bucket by bucket (packing.py): every
         sequence sees only its own keys, and little is computed for padding. Each bucket's
-        heads are gathered straight into (b, N, L, D) and all outputs gathered back at once
-        (HeadLayout): no transposing copies, no scatter."""
-        total, N, D = q.shape[0], self.num_heads, self.head_dim
-        layout = packing.head_layout(N)
-        outputs = q.new_empty(packing.slots * N, D)  # every bucket's (b, N, L, D), end to end
+        inputs are one row gather and all outputs come back in one (Packing.layout), in the
+        layout the kernel takes without copying: head-major (b, N, L, D) for batched matmuls,
+        token-major (b, L, H) for torch's SDPA."""
+        total, N = q.shape[0], self.num_heads
+        heads = N if self._matmuls(q, packing.longest, self.dropout_p) else 1  # rows per token
+        layout = packing.layout(heads)
+        outputs = q.new_empty(packing.slots * heads, q.shape[1] // heads)  # every bucket's, end to end
+
+        def split(t: torch.Tensor, b: int, L: int) -> torch.Tensor:  # (b * L * heads, H / heads) -> (b, N, L, D)
+            return t.view(b, N, L, -1) if heads == N else self.split_heads(t.view(b, L, -1))
+
         for bucket, gather in zip(packing.buckets, layout.gathers):
             b, L = bucket.rows.shape
-            qb, kb, vb = (t.reshape(total * N, D).index_select(0, gather).view(b, N, L, D) for t in (q, k, v))
+            qb, kb, vb = (split(t.reshape(total * heads, -1).index_select(0, gather), b, L) for t in (q, k, v))
             bias = self.score_bias(qb, kb, **context)
             if self.window is None:
                 ob = self._fused(qb, kb, vb, bucket.keys, bias, self.dropout_p)
@@ -215,8 +221,8 @@ class SelfAttention(nn.Module):
                     real = bucket.keys[:, 0, 0]
                     positions = positions.masked_fill(~real, -1)
                 ob = self._windowed(qb, kb, vb, positions, real, bias, self.dropout_p)
-            outputs[bucket.start * N:(bucket.start + b * L) * N].view(b, N, L, D).copy_(ob)
-        return outputs.index_select(0, layout.inverse).view(total, N * D)  # (total, H)
+            split(outputs[bucket.start * heads:(bucket.start + b * L) * heads], b, L).copy_(ob)
+        return outputs.index_select(0, layout.inverse).view(q.shape)  # (total, H)
 
     def _windowed(self, q, k, v, positions, real, bias, dropout_p):
         """Local attention, q, k, v (B, N, T, D): `positions` (T,) or (B, T), `real` (B, T) bool
@@ -252,10 +258,15 @@ class SelfAttention(nn.Module):
         if bias is not None:
             # One additive mask: fold the boolean mask into the bias.
             attn_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
-        if not q.is_cuda and (dropout_p > 0 or q.dtype == torch.bfloat16 and k.shape[-2] <= BMM_MAX_KEYS):
+        if self._matmuls(q, k.shape[-2], dropout_p):
             return self._bmm(q, k, v, attn_mask, dropout_p)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
                                               scale=self.scale)  # (B, N, T, D)
+
+    @staticmethod
+    def _matmuls(q: torch.Tensor, keys: int, dropout_p: float) -> bool:
+        """Whether `_fused` runs as batched matmuls (`_bmm`) rather than torch's SDPA."""
+        return not q.is_cuda and (dropout_p > 0 or q.dtype == torch.bfloat16 and keys <= BMM_MAX_KEYS)
 
     def _bmm(self, q, k, v, attn_mask, dropout_p):
         """softmax(scale * Q K^T + mask) V as batched matmuls, the scale and the additive mask

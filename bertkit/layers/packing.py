@@ -35,12 +35,13 @@ class Bucket:
 
 
 @dataclass(frozen=True)
-class HeadLayout:
-    """Index maps for attention heads, which work on the packed tokens viewed as (total * N, D),
-    one row per token and head: a bucket's (b, N, L, D) inputs are one row gather, and all
-    outputs, each bucket's laid head-major after the previous one's, one gather back."""
-    gathers: tuple[torch.Tensor, ...]  # per bucket (b * N * L,): rows of (total * N, D)
-    inverse: torch.Tensor  # (total * N,): each token and head's row among the buckets' outputs
+class Layout:
+    """Index maps for attention on the packed tokens viewed as (total * n, H / n): one row per
+    token (n = 1) or per token and head (n = N heads). A bucket's inputs, (b, L, H) or head-major
+    (b, N, L, D), are one row gather; all outputs, each bucket's laid out the same way after the
+    previous one's, come back to the tokens in one gather."""
+    gathers: tuple[torch.Tensor, ...]  # per bucket (b * n * L,): rows of (total * n, H / n)
+    inverse: torch.Tensor  # (total * n,): each row's place among the buckets' outputs
 
 
 def slots(starts: torch.Tensor, lengths: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,7 +87,7 @@ class Packing:
     # windows count with (left padding shifts them, as in transformers). A field, not a cached
     # property: compiled blocks read it, and torch.compile cannot enter cached_property's lock.
     positions: torch.Tensor
-    _layouts: dict = field(default_factory=dict, compare=False, repr=False)  # heads -> HeadLayout
+    _layouts: dict = field(default_factory=dict, compare=False, repr=False)  # n -> Layout
 
     @classmethod
     def from_mask(cls, keys: torch.Tensor) -> "Packing":
@@ -101,19 +102,19 @@ class Packing:
         attention runs every layer (CUDA), which needs only the cumulative lengths."""
         return _buckets(list(self.lengths), self._offsets()[:-1], self.index.device)
 
-    def head_layout(self, heads: int) -> HeadLayout:
-        """Built on first use for this head count, shared by every layer of the forward."""
-        layout = self._layouts.get(heads)
+    def layout(self, n: int) -> Layout:
+        """With n rows per token (1, or the heads): built on first use, shared by every layer."""
+        layout = self._layouts.get(n)
         if layout is None:
-            n = torch.arange(heads, device=self.index.device)
-            gathers = tuple((b.rows[:, None, :] * heads + n[None, :, None]).reshape(-1)
-                            for b in self.buckets)  # (b, N, L) flattened
-            inverse = torch.empty(len(self.index), heads, dtype=torch.long, device=self.index.device)
-            for b in self.buckets:  # slot i * L + l of a bucket: its head n at row i * N * L + n * L + l
+            part = torch.arange(n, device=self.index.device)
+            gathers = tuple((b.rows[:, None, :] * n + part[None, :, None]).reshape(-1)
+                            for b in self.buckets)  # (b, n, L) flattened
+            inverse = torch.empty(len(self.index), n, dtype=torch.long, device=self.index.device)
+            for b in self.buckets:  # slot i * L + l of a bucket: its part p at row i * n * L + p * L + l
                 L = b.rows.shape[1]
-                first = heads * (b.start + b.real - b.real % L) + b.real % L  # head 0, (n,)
-                inverse[b.tokens] = first[:, None] + n[None, :] * L
-            layout = self._layouts[heads] = HeadLayout(gathers, inverse.reshape(-1))
+                first = n * (b.start + b.real - b.real % L) + b.real % L  # part 0, (real slots,)
+                inverse[b.tokens] = first[:, None] + part[None, :] * L
+            layout = self._layouts[n] = Layout(gathers, inverse.reshape(-1))
         return layout
 
     @property
