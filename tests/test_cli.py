@@ -105,6 +105,36 @@ def test_bench_ceiling_is_the_reference_time_over_the_real_tokens_flops_at_peak(
     assert bench.inference_ceiling(deberta, lengths, reference_seconds, "fp32") is None
 
 
+def test_bench_flop_utilization_times_the_peak_in_turn_with_both_models(monkeypatch):
+    """Each side's median FLOP/s over the peak kernel's median, all three timed in one
+    alternation; the note gives the best peak run too."""
+    from bertkit import bench
+
+    real, rounds = bench.alternate, []
+
+    def alternate(fns, repeats, device=bench.CPU):
+        times = real(fns, repeats, device)
+        if len(fns) == 3:  # ours, transformers, the peak kernel
+            rounds.append(times)
+        return times
+
+    monkeypatch.setattr(bench, "alternate", alternate)
+    B, T = 2, 16
+    record = bench.flop_utilization("mini-bert", B, T, "fp32", 3, "mfu")
+    (ours, ref, peak_runs), = rounds
+    assert len(ours) == len(ref) == len(peak_runs) == 3
+    c = bertkit.build("mini-bert").config
+    L, H, I = c.num_layers, c.hidden_size, c.intermediate_size
+    model_flops = L * (2 * B * T * (4 * H * H + 2 * H * I) + 4 * B * T * T * H)
+    layer_flops = 2 * B * T * (4 * H * H + 2 * H * I)
+    median = bench.statistics.median
+    peak, best = layer_flops / median(peak_runs), layer_flops / min(peak_runs)
+    assert record.ours == pytest.approx(100 * model_flops / median(ours) / peak)
+    assert record.reference == pytest.approx(100 * model_flops / median(ref) / peak)
+    assert f"{best / 1e9:.0f} GFLOP/s" in record.note
+    assert f"ours {100 * model_flops / median(ours) / best:.0f}%" in record.note
+
+
 def test_bench_training_step_as_trained_keeps_dropout_on_both_sides(monkeypatch):
     """dropout=True times both sides with their configured dropout (each drawing its own masks),
     after checking the loss with dropout off; by default every dropout stays off."""
