@@ -91,7 +91,8 @@ class Packing:
 
     @classmethod
     def from_mask(cls, keys: torch.Tensor) -> "Packing":
-        """keys: (B, T) bool, True = real token (anywhere: left or right padding both work)."""
+        """keys: (B, T) bool, True = real token (anywhere: left or right padding both work);
+        every row holds at least one (masks.key_padding_mask makes an all-padding row all real)."""
         B, T = keys.shape
         index = keys.reshape(-1).nonzero().squeeze(1)
         return cls(index, B, T, tuple(keys.sum(1).tolist()), index % T)
