@@ -226,11 +226,15 @@ def matmul_peak(tokens: int, hidden: int, intermediate: int, dtype: torch.dtype,
     and down) at this token count: the ceiling a transformer layer can approach. The fastest of
     the kernels of `projection_kernels`, best of `repeats` runs each."""
     flops, kernels = projection_kernels(tokens, hidden, intermediate, dtype, device)
-    best = float("inf")
-    for layer in kernels:
-        layer()
-        best = min(best, *(_seconds(layer, device) for _ in range(repeats)))
-    return flops / best
+    return flops / fastest(kernels, repeats, device)[1]
+
+
+def fastest(fns: list[Callable[[], None]], repeats: int,
+            device: torch.device = CPU) -> tuple[Callable[[], None], float]:
+    """The function with the shortest single run (one warm-up each, then `repeats` runs) and
+    that run's seconds."""
+    seconds, fn = min(((min(alternate([fn], repeats, device)[0]), fn) for fn in fns), key=lambda t: t[0])
+    return fn, seconds
 
 
 def projection_kernels(tokens: int, hidden: int, intermediate: int, dtype: torch.dtype,
@@ -291,10 +295,10 @@ def flop_utilization(preset: str, B: int, T: int, dtype: str, repeats: int, labe
     ids, mask = padded_batch([T] * B, ours.config.vocab_size, ours.config.pad_token_id, device=device)
     c = ours.config
     layer_flops, kernels = projection_kernels(B * T, c.hidden_size, c.intermediate_size, DTYPES[dtype], device)
-    fastest = min(kernels, key=lambda k: min(alternate([k], 3, device)[0]))
+    peak_layer, _ = fastest(kernels, 3, device)
     with torch.inference_mode():
         diff = (ours(ids).last_hidden_state.float() - ref(input_ids=ids).last_hidden_state.float()).abs().max().item()
-        o, r, p = alternate([lambda: ours(ids, mask), lambda: ref(input_ids=ids, attention_mask=mask), fastest],
+        o, r, p = alternate([lambda: ours(ids, mask), lambda: ref(input_ids=ids, attention_mask=mask), peak_layer],
                             repeats, device)
     flops, peak, best = encoder_flops(c, B, T), layer_flops / statistics.median(p), layer_flops / min(p)
     mfu_ours, mfu_ref = (100 * flops / statistics.median(t) / peak for t in (o, r))

@@ -209,9 +209,10 @@ class SelfAttention(nn.Module):
         def split(t: torch.Tensor, b: int, L: int) -> torch.Tensor:  # (b * L * heads, H / heads) -> (b, N, L, D)
             return t.view(b, N, L, -1) if heads == N else self.split_heads(t.view(b, L, -1))
 
+        rows = [t.reshape(total * heads, -1) for t in (q, k, v)]  # (total * heads, H / heads) each
         for bucket, gather in zip(packing.buckets, layout.gathers):
             b, L = bucket.rows.shape
-            qb, kb, vb = (split(t.reshape(total * heads, -1).index_select(0, gather), b, L) for t in (q, k, v))
+            qb, kb, vb = (split(t.index_select(0, gather), b, L) for t in rows)
             bias = self.score_bias(qb, kb, **context)
             if self.window is None:
                 ob = self._fused(qb, kb, vb, bucket.keys, bias, self.dropout_p)
