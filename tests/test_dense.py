@@ -243,3 +243,54 @@ def test_a_prepacked_model_compiles_and_traces_on_its_plain_weights():
         assert (traced(ids) - want).abs().max().item() <= 1e-5
         got = model.compile()(ids).logits
     assert (got - want).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("name", ["mini-bert", "modernbert-base"])
+def test_bf16_copies_packed_for_autocast_serve_every_block_linear_with_autocasts_numbers(name, monkeypatch):
+    """prepack(dtype=bf16) on an fp32 model: under CPU autocast to bf16 every linear of the
+    blocks (the gated feed-forward included) runs on its packed bf16 copy, and the outputs are
+    autocast's own to bf16 rounding; outside autocast the fp32 weights serve, unchanged."""
+    import bertkit
+
+    torch.manual_seed(0)
+    small = {"num_layers": 2, "hidden_size": 64, "num_heads": 4, "intermediate_size": 96} if name != "mini-bert" else {}
+    model = bertkit.build(name, **small).eval()
+    ids, mask = torch.randint(5, 1000, (3, 20)), torch.ones(3, 20, dtype=torch.long)
+    mask[1, 9:] = 0
+    blocks = model.backbone.encoder.layers
+    linears = sum(type(m) is nn.Linear for m in blocks.modules())
+    seen = served_weights(monkeypatch)
+
+    def run(autocast: bool) -> torch.Tensor:
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            return model(ids, mask).last_hidden_state.float()
+
+    exact, want = run(False), run(True)
+    model.prepack(dtype=torch.bfloat16)
+    seen.clear()
+    got = run(True)
+    assert len(seen) == linears and all(seen)
+    # Same rounding budget as autocast's own: bf16 products, one rounding per layer output.
+    assert (got - want).abs().max() <= 2 * (want - exact).abs().max() + 1e-6
+    seen.clear()
+    assert torch.equal(run(False), exact) and not any(seen)  # fp32: the plain weights
+
+
+def test_prepacked_for_a_block_drops_the_copies_and_keeps_a_users_own(monkeypatch):
+    """Model.prepacked(): packed inside the `with`, unpacked after (even when it raises); a model
+    the user prepacked keeps its copies."""
+    import bertkit
+
+    model = bertkit.build("mini-bert").eval()
+    linears = [m for m in model.modules() if type(m) is nn.Linear]
+    with model.prepacked(bf16=True):
+        assert all(D.packed(m) for m in linears)
+    assert not any(D.packed(m) for m in linears)
+    with pytest.raises(ValueError), model.prepacked():
+        assert all(D.packed(m) for m in linears)
+        raise ValueError
+    assert not any(D.packed(m) for m in linears)
+    model.prepack()
+    with model.prepacked(bf16=True):
+        pass
+    assert all(D.packed(m) for m in linears)

@@ -93,3 +93,25 @@ def test_tail_truncation_reads_the_end_and_prediction_keeps_the_setting(tokenize
         assert kept["accuracy"] >= 0.95 and kept["accuracy"] >= head["accuracy"] + 0.25, (truncation, head, kept)
         predictions = classify(tmp_path / truncation, [e.text for e in dev])  # the saved setting, not the default
         assert sum(p["label"] == e.label for p, e in zip(predictions, dev)) / len(dev) == pytest.approx(kept["accuracy"])
+
+
+def test_prediction_over_several_batches_runs_on_prepacked_weights_and_drops_them(tokenizer, monkeypatch):
+    """classify() over more than one batch prepacks the weights for the run (tasks.base.serving),
+    with the numbers of an unpacked run, and drops the copies afterwards; one batch packs nothing."""
+    from torch import nn
+
+    from bertkit.layers import dense as D
+
+    model = tiny(tokenizer, 3).eval()
+    texts = ["a quiet, moving film", "dull and far too long", "it is fine", "the best thing this year",
+             "i walked out", "ok"]
+    seen, call = [], D._onednn
+    monkeypatch.setattr(D, "_onednn", lambda x, w, *rest: seen.append(w.is_mkldnn) or call(x, w, *rest))
+    one = classify(model, texts, batch_size=len(texts), bf16=False)
+    assert seen and not any(seen)
+    seen.clear()
+    several = classify(model, texts, batch_size=2, bf16=False)
+    assert seen and all(seen)
+    assert not any(D.packed(m) for m in model.modules() if type(m) is nn.Linear)
+    for a, b in zip(one, several):
+        assert a["label"] == b["label"] and a["scores"] == pytest.approx(b["scores"], abs=1e-5)

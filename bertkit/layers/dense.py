@@ -16,7 +16,10 @@ layout, which each call would otherwise do on the fly: bert-base inference +7% i
 fp32 (same numbers), for a second copy of the weights. The packed copy serves inference only
 and only while the layer's weight is the tensor it was packed from, unchanged since (autograd's
 version counter; edits through `.data` bypass it, and weights made under torch.inference_mode
-have none): otherwise the plain weight serves again.
+have none): otherwise the plain weight serves again. `pack(layer, torch.bfloat16)` on an fp32
+layer packs a bf16 copy instead, for inference under CPU autocast to bf16: autocast would cast
+the weight on every call (or once per autocast region), and its linear would not take the
+packed layout (the predict and evaluate loops of tasks/, through Model.prepacked()).
 """
 
 from __future__ import annotations
@@ -75,13 +78,15 @@ if ONEDNN:
 _PACKED: "weakref.WeakKeyDictionary[nn.Linear, tuple]" = weakref.WeakKeyDictionary()
 
 
-def pack(layer: nn.Linear) -> None:
+def pack(layer: nn.Linear, dtype: torch.dtype | None = None) -> None:
     """Keep `layer`'s weight packed for oneDNN as well (see the module's doc), where oneDNN
-    serves it (CPU, fp32 or bf16)."""
+    serves it (CPU, fp32 or bf16); `dtype` bf16 on an fp32 weight packs a bf16 copy, which
+    serves under autocast to bf16 only."""
     w = layer.weight
-    if onednn_tensor(w):
-        packed = torch.ops.mkldnn._reorder_linear_weight(w.detach())
-        _PACKED[layer] = (packed, weakref.ref(w), w.data_ptr(), _version(w))
+    dtype = dtype or w.dtype
+    if onednn_tensor(w) and dtype in (w.dtype, torch.bfloat16):
+        packed = torch.ops.mkldnn._reorder_linear_weight(w.detach().to(dtype))
+        _PACKED[layer] = (packed, dtype, weakref.ref(w), w.data_ptr(), _version(w))
 
 
 def _version(w: torch.Tensor) -> int | None:
@@ -92,20 +97,32 @@ def unpack(layer: nn.Linear) -> None:
     _PACKED.pop(layer, None)
 
 
+def packed(layer: nn.Linear) -> bool:
+    return layer in _PACKED
+
+
+def _packed_weight(layer: nn.Linear, dtype: torch.dtype) -> torch.Tensor | None:
+    """The layer's weight packed in `dtype` while it is still valid, else None; a stale copy
+    (the weight replaced, moved or changed in place since) is dropped."""
+    entry = _PACKED.get(layer)
+    if entry is None:
+        return None
+    weight, packed_dtype, source, address, version = entry
+    w = layer.weight
+    if not (source() is w and w.data_ptr() == address and _version(w) == version):
+        unpack(layer)
+        return None
+    return weight if packed_dtype == dtype else None
+
+
 def serving_weight(layer: nn.Linear) -> torch.Tensor:
     """The layer's packed weight while it is still valid, else its weight (always while
     something records that knows only plain tensors: torch.compile, jit.trace, torch.func)."""
     w = layer.weight
     if torch.compiler.is_compiling() or torch.jit.is_tracing() or func_transforming():
         return w  # before the lookup: with it first, compiled blocks computed wrong numbers (torch 2.13)
-    entry = _PACKED.get(layer)
-    if entry is None:
-        return w
-    packed, source, address, version = entry
-    if source() is w and w.data_ptr() == address and _version(w) == version:
-        return packed
-    unpack(layer)  # stale: the weight was replaced, moved or changed in place
-    return w
+    packed_w = _packed_weight(layer, w.dtype)
+    return w if packed_w is None else packed_w
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -148,6 +165,8 @@ def fuses(x: torch.Tensor, layer: nn.Module) -> bool:
 def dense(x: torch.Tensor, layer: nn.Module) -> torch.Tensor:
     """layer(x), through oneDNN where `_plain` says so: directly in inference, through `_Linear`
     (same products, hand-written backward) when autograd records."""
+    if (cast := _autocast_weight(x, layer)) is not None:
+        return _onednn(x.to(torch.bfloat16), cast, _bf16(layer.bias), "none", "")
     if not _plain(x, layer):
         return layer(x)
     if _recorded(x, layer):
@@ -158,10 +177,36 @@ def dense(x: torch.Tensor, layer: nn.Module) -> torch.Tensor:
 def dense_act(x: torch.Tensor, layer: nn.Module, act: str) -> torch.Tensor | None:
     """The activation named `act` (a config's hidden_act) of layer(x), fused through oneDNN;
     None where `fuses` says no or oneDNN has no such post-op."""
-    if act not in FUSED_ACTIVATIONS or not fuses(x, layer):
+    if act not in FUSED_ACTIVATIONS:
         return None
     name, algorithm = FUSED_ACTIVATIONS[act]
+    if (cast := _autocast_weight(x, layer)) is not None:
+        return _onednn(x.to(torch.bfloat16), cast, _bf16(layer.bias), name, algorithm)
+    if not fuses(x, layer):
+        return None
     return _onednn(x, serving_weight(layer), layer.bias, name, algorithm)
+
+
+def _autocast_weight(x: torch.Tensor, layer: nn.Module) -> torch.Tensor | None:
+    """Under CPU autocast to bf16, in inference, a plain nn.Linear's bf16 copy packed for it
+    (`pack(layer, torch.bfloat16)`); None otherwise. With it the layer computes what autocast
+    would (bf16 input, weight and bias, bf16 output) without casting the weight each call."""
+    if not (torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16):
+        return None
+    if (type(layer) is not nn.Linear or x.device.type != "cpu" or x.dtype not in (torch.float32, torch.bfloat16)
+            or torch.compiler.is_compiling() or torch.jit.is_tracing() or func_transforming()
+            or _hooked(layer) or _recorded(x, layer)):
+        return None
+    return _packed_weight(layer, torch.bfloat16)
+
+
+def autocast_packed(x: torch.Tensor, layer: nn.Module) -> bool:
+    """Whether `dense` and `dense_act` serve `layer` from its bf16 copy packed for autocast."""
+    return _autocast_weight(x, layer) is not None
+
+
+def _bf16(bias: torch.Tensor | None) -> torch.Tensor | None:
+    return None if bias is None else bias.to(torch.bfloat16)  # as autocast casts it
 
 
 class _Linear(torch.autograd.Function):

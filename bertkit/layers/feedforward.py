@@ -14,7 +14,7 @@ from torch import nn
 
 from ..config import EncoderConfig
 from .activations import activation, activation_backward_into, activation_in_place
-from .dense import dense, dense_act, fuses, linear
+from .dense import autocast_packed, dense, dense_act, fuses, linear
 from .scratch import plain_eager, scratch
 
 
@@ -37,7 +37,7 @@ class FeedForward(nn.Module):
         if self._recycles(x):
             return _Recycling.apply(x, self.up.weight, self.up.bias, self.down.weight, self.down.bias,
                                     self.act, self.act_backward_into)
-        if fuses(x, self.up) and fuses(x, self.down):
+        if (fuses(x, self.up) and fuses(x, self.down)) or autocast_packed(x, self.up):
             h = dense_act(x, self.up, self.act_name)
             if h is not None:
                 return dense(h, self.down)

@@ -27,7 +27,7 @@ from ..config import ACTIVATIONS, EncoderConfig, register_preset
 from ..errors import BertkitError
 from ..layers import (Encoder, EncoderModel, FeedForward, Head, MLMHead, SelfAttention, TransformerBlock,
                       activation, classifier_dropout)
-from ..layers.dense import dense
+from ..layers.dense import autocast_packed, dense
 from ..layers.dropout import Dropout
 from ..layers.output import EncoderOutput
 from . import Family, register_family
@@ -139,7 +139,10 @@ class GatedFeedForward(FeedForward):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dropping = self.training and self.dropout.p > 0
         buffer = None if dropping else self._buffer(x)
-        h = self.up(x) if buffer is None else self._up_into(x, buffer)  # (..., 2I)
+        if buffer is not None:
+            h = self._up_into(x, buffer)  # (..., 2I)
+        else:
+            h = dense(x, self.up) if autocast_packed(x, self.up) else self.up(x)
         a, gate = h.chunk(2, dim=-1)  # 2 x (..., I)
         if self.act_in_place is not None and not h.requires_grad and not dropping:
             h = self.act_in_place(a).mul_(gate)  # nothing records h for a backward pass: reuse it

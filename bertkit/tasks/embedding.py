@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from ..errors import BertkitError
+from .base import serving
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -38,12 +39,13 @@ def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None 
     device = next(model.parameters()).device  # the tokenizer gives CPU tensors
     # Sort by length so each batch pads little; restore the caller's order at the end.
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    chunks = []
-    for start in tqdm(range(0, len(texts), batch_size), disable=not progress, desc="embedding", unit="batch"):
-        batch = model.tokenizer([texts[i] for i in order[start:start + batch_size]], max_length=max_length)
-        ids, mask, types = (batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids"))
-        hidden = model(ids, mask, types).last_hidden_state.float()
-        chunks.append((mean_pool(hidden, mask) if pooling == "mean" else hidden[:, 0]).cpu())
+    chunks, starts = [], range(0, len(texts), batch_size)
+    with serving(model, len(starts)):
+        for start in tqdm(starts, disable=not progress, desc="embedding", unit="batch"):
+            batch = model.tokenizer([texts[i] for i in order[start:start + batch_size]], max_length=max_length)
+            ids, mask, types = (batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids"))
+            hidden = model(ids, mask, types).last_hidden_state.float()
+            chunks.append((mean_pool(hidden, mask) if pooling == "mean" else hidden[:, 0]).cpu())
     vectors = torch.cat(chunks) if chunks else torch.zeros(0, model.config.hidden_size)
     result = torch.empty_like(vectors)
     result[torch.tensor(order, dtype=torch.long)] = vectors
