@@ -70,3 +70,15 @@ def test_minilm_sentence_embeddings_match_sentence_transformers(ours, minilm_dir
     # And the embeddings mean something: paraphrases are closer than unrelated sentences.
     assert got[0] @ got[1] > got[0] @ got[2]
     assert got[7] @ got[8] > got[7] @ got[9]
+
+
+def test_minilm_bf16_embeddings_stay_within_bf16_rounding_of_sentence_transformers(ours, minilm_dir):
+    """embed(bf16=True): autocast on bf16 copies of the weights packed for it (several batches),
+    float32 vectors a few bf16 roundings away from the fp32 reference's."""
+    from sentence_transformers import SentenceTransformer
+
+    reference = SentenceTransformer(str(minilm_dir), device="cpu")
+    expected = torch.as_tensor(reference.encode(SENTENCES, convert_to_numpy=True))
+    got = embed(ours, SENTENCES, batch_size=8, max_length=reference.max_seq_length, bf16=True)
+    cosine = torch.nn.functional.cosine_similarity(got, expected, dim=-1)
+    assert got.dtype == torch.float32 and 0.999 <= cosine.min().item() < 0.99999, cosine

@@ -210,3 +210,6 @@ def test_embed_and_cosine_search(capsys, minilm_dir, tmp_path):
         vectors[pooling] = torch.tensor(json_lines(out)[0]["embedding"])
         assert code == 0 and vectors[pooling].norm().item() == pytest.approx(1.0, abs=1e-4)
     assert (vectors["mean"] - vectors["cls"]).abs().max() > 1e-2
+    code, out, _ = run(capsys, "embed", "--model", minilm_dir, "--precision", "bf16", corpus[0])
+    bf16 = torch.tensor(json_lines(out)[0]["embedding"])
+    assert code == 0 and 0.999 <= bf16 @ vectors["mean"] and not torch.equal(bf16, vectors["mean"])

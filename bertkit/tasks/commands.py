@@ -215,7 +215,7 @@ def cmd_embed(args) -> None:
         raise BertkitError(f"--batch-size must be at least 1, got {args.batch_size}")
     model = _with_tokenizer(from_pretrained(args.model), args.tokenizer)
     options = {"batch_size": args.batch_size, "max_length": args.max_length, "pooling": args.pooling,
-               "progress": len(texts) > 256}
+               "progress": len(texts) > 256, "bf16": _bf16(args.precision, None)}
     if args.query:
         hits = search(model, args.query, texts, args.top_k, **options)
         _write_lines({"query": q, "results": h} for q, h in zip(args.query, hits))
@@ -341,6 +341,8 @@ def add_parsers(sub, predict_modes) -> None:
                               "each query gets its --top-k nearest texts by cosine similarity.")
         _predict_flags(m, "model", precision=False)
         m.set_defaults(batch_size=32)
+        m.add_argument("--precision", default="fp32", help="fp32 (default: the checkpoint's numbers), bf16 "
+                       "(autocast: faster where the hardware has bf16, to two or three digits) or auto")
         m.add_argument("--pooling", default="mean", choices=("mean", "cls"), help="mean (default) or cls")
         m.add_argument("--no-normalize", dest="no_normalize", action="store_true", help="raw, unnormalized vectors")
         m.add_argument("--query", action="append", metavar="TEXT", help="search the inputs for TEXT (repeatable)")

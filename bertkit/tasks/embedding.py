@@ -26,8 +26,10 @@ POOLING = ("mean", "cls")
 
 @torch.no_grad()
 def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None = None,
-          normalize: bool = True, progress: bool = False, pooling: str = "mean") -> torch.Tensor:
-    """(len(texts), H) sentence embeddings from a model that carries its tokenizer."""
+          normalize: bool = True, progress: bool = False, pooling: str = "mean", bf16: bool = False) -> torch.Tensor:
+    """(len(texts), H) float32 sentence embeddings from a model that carries its tokenizer;
+    `bf16` runs the model under autocast to bf16 (faster where the hardware has bf16, to about
+    two or three significant digits)."""
     if pooling not in POOLING:
         raise BertkitError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLING)}")
     if batch_size < 1:
@@ -40,11 +42,12 @@ def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None 
     # Sort by length so each batch pads little; restore the caller's order at the end.
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     chunks, starts = [], range(0, len(texts), batch_size)
-    with serving(model, len(starts)):
+    with serving(model, len(starts), bf16):
         for start in tqdm(starts, disable=not progress, desc="embedding", unit="batch"):
             batch = model.tokenizer([texts[i] for i in order[start:start + batch_size]], max_length=max_length)
             ids, mask, types = (batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids"))
-            hidden = model(ids, mask, types).last_hidden_state.float()
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                hidden = model(ids, mask, types).last_hidden_state.float()
             chunks.append((mean_pool(hidden, mask) if pooling == "mean" else hidden[:, 0]).cpu())
     vectors = torch.cat(chunks) if chunks else torch.zeros(0, model.config.hidden_size)
     result = torch.empty_like(vectors)
