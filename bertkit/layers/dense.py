@@ -175,8 +175,9 @@ def dense(x: torch.Tensor, layer: nn.Module) -> torch.Tensor:
 
 
 def dense_act(x: torch.Tensor, layer: nn.Module, act: str) -> torch.Tensor | None:
-    """The activation named `act` (a config's hidden_act) of layer(x), fused through oneDNN;
-    None where `fuses` says no or oneDNN has no such post-op."""
+    """The activation named `act` (a config's hidden_act) of layer(x), fused through oneDNN
+    (under autocast, on the bf16 copy packed for it); None where neither `fuses` nor
+    `autocast_packed` says yes, or oneDNN has no such post-op."""
     if act not in FUSED_ACTIVATIONS:
         return None
     name, algorithm = FUSED_ACTIVATIONS[act]

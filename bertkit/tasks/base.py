@@ -232,7 +232,7 @@ def run_batches(model, features: list[dict], batch_size: int, bf16: bool, fields
 def serving(model, batches: int, bf16: bool = False):
     """The context an inference loop of `batches` batches runs in: Model.prepacked() (for
     autocast to bf16 if `bf16`) when there is more than one, else nothing. Packing costs about
-    one small batch (bert-base: 40 ms for bf16 copies, 140 ms in fp32) and saves 5-15% of every
+    one small batch (bert-base: 40 ms for bf16 copies, 140 ms in fp32) and saves 5-8% of every
     batch after it. Measured on the 2-core EPYC, bert-base over 512 sentences of 20-128 tokens in
     batches of 64, three runs each: under bf16 autocast 19.8-21.0 s unpacked, 18.9-19.0 s
     packed; in fp32 39.1-40.5 s and 36.8-39.4 s, the same numbers."""
