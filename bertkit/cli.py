@@ -152,35 +152,50 @@ def cmd_info(args) -> None:
     print(json.dumps(info, indent=2))
 
 
-def fill_mask(model, texts: list[str], top_k: int = 5) -> list[dict]:
+def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, progress: bool = False) -> list[dict]:
     """Top-k predictions at every mask of every text: one record per mask, with the text, the
-    token position and [{"token", "id", "score"}]."""
+    token position and [{"token", "id", "score"}], in the order of the texts. Texts run in
+    batches of similar length, and the vocabulary projection only at the masks
+    (`masked_positions`); every text is checked for a mask before any runs."""
     import torch
+    from tqdm.auto import tqdm
+
+    from .tasks.base import serving
 
     tok = model.tokenizer
     if model.head is None or not model.head.predicts_tokens:
         raise BertkitError(f"the model has no masked-LM head (head: {model.head_kind}); fill-mask needs one")
     if tok is None or tok.mask_token is None:
         raise BertkitError("the model has no tokenizer with a mask token")
-    results = []
+    if batch_size < 1:
+        raise BertkitError(f"batch size must be at least 1, got {batch_size}")
+    texts = [text.replace("[MASK]", tok.mask_token) for text in texts]  # accept BERT's spelling for any family
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths pad little
+    chunks = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+    batches = [tok([texts[i] for i in chunk], max_length=model.backbone.embeddings.max_length) for chunk in chunks]
+    for chunk, batch in zip(chunks, batches):
+        for row in (~(batch["input_ids"] == tok.mask_token_id).any(1)).nonzero().flatten().tolist():
+            i = chunk[row]
+            where = f"input {i + 1}: " if len(texts) > 1 else ""
+            raise BertkitError(f"{where}no {tok.mask_token} in {texts[i]!r} (or it lies past the length limit)")
+    found: list[list[dict]] = [[] for _ in texts]
     was_training = model.training
     model.eval()
-    for text in texts:
-        text = text.replace("[MASK]", tok.mask_token)  # accept BERT's spelling for any family
-        batch = tok([text], max_length=model.backbone.embeddings.max_length)
-        ids = batch["input_ids"][0]
-        positions = (ids == tok.mask_token_id).nonzero().flatten().tolist()
-        if not positions:
-            raise BertkitError(f"no {tok.mask_token} in {text!r}")
-        with torch.no_grad():
-            logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits[0]
-        for pos in positions:
-            top = logits[pos].float().softmax(-1).topk(min(top_k, logits.shape[-1]))
-            results.append({"text": text, "position": pos,
-                            "predictions": [{"token": tok.id_to_token(i), "id": i, "score": round(p, 6)}
-                                            for p, i in zip(top.values.tolist(), top.indices.tolist())]})
-    model.train(was_training)
-    return results
+    try:
+        with torch.no_grad(), serving(model, len(batches)):
+            for chunk, batch in tqdm(list(zip(chunks, batches)), disable=not progress, desc="filling masks",
+                                     unit="batch", leave=False):
+                masked = batch["input_ids"] == tok.mask_token_id  # (B, T)
+                logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                               masked_positions=masked).logits  # (K, V), the masks in row-major order
+                top = logits.float().softmax(-1).topk(min(top_k, logits.shape[-1]))
+                for (row, pos), scores, ids in zip(masked.nonzero().tolist(), top.values.tolist(),
+                                                   top.indices.tolist()):
+                    found[chunk[row]].append({"text": texts[chunk[row]], "position": pos, "predictions": [
+                        {"token": tok.id_to_token(i), "id": i, "score": round(p, 6)} for p, i in zip(scores, ids)]})
+    finally:
+        model.train(was_training)
+    return [record for records in found for record in records]
 
 
 def print_fill_mask(results: list[dict]) -> None:
@@ -196,13 +211,13 @@ def cmd_fill_mask(args) -> None:
 
     if args.top_k < 1:
         raise BertkitError(f"--top-k must be at least 1, got {args.top_k}")
-    from .tasks.commands import read_inputs
+    from .tasks.commands import read_inputs, shows_progress
 
     texts = [r["text"] for r in read_inputs(args, ("text",), ("text",))]
     model = from_pretrained(args.model)
     if model.head is None or not model.head.predicts_tokens:
         raise BertkitError(f"{args.model}: has no masked-LM head (head: {model.head_kind}); fill-mask needs one")
-    results = fill_mask(model, texts, args.top_k)
+    results = fill_mask(model, texts, args.top_k, args.batch_size, progress=shows_progress(len(texts)))
     if args.json:
         for r in results:
             print(json.dumps(r, ensure_ascii=False))
@@ -453,7 +468,8 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
     m.add_argument("text", nargs="*", help="text with [MASK] or the model's own mask token")
     m.add_argument("--model", required=True, help="checkpoint directory with a masked-LM head")
     m.add_argument("--input", metavar="FILE|-", help="one text per line from a file or standard input")
-    m.add_argument("--top-k", type=int, default=5)
+    m.add_argument("--top-k", type=int, default=5, help="predictions per mask (5)")
+    m.add_argument("--batch-size", type=int, default=32, help="texts per batch (32; texts are batched by length)")
     m.add_argument("--json", action="store_true", help="write JSON lines instead of a table")
     m.set_defaults(func=cmd_fill_mask)
     from .tasks.commands import add_parsers as task_parsers; task_parsers(sub, modes)  # finetune, evaluate, predict ...

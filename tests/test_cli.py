@@ -216,3 +216,32 @@ def test_bench_memory_runs_each_side_in_its_own_process():
         assert r.unit == "MiB activations" and r.ours > 0 and r.reference > 0 and r.max_abs_diff is None
         assert abs(r.ratio - r.reference / r.ours) <= 1e-9  # memory: theirs / ours, > 1 = we use less
     assert plain.reference == checkpointed.reference
+
+
+@pytest.mark.parametrize("name,head", [("bert-base", "mlm"), ("bert-base", "pretraining"), ("roberta-base", "mlm"),
+                                       ("deberta-v3-base", "mlm"), ("modernbert-base", "mlm")])
+def test_fill_mask_in_batches_gives_each_texts_own_dense_predictions(name, head, tokenizer):
+    """fill_mask batches texts by length and projects only the masks: per text, the same top-k
+    as the full (B, T, V) logits of that text run alone."""
+    from bertkit.cli import fill_mask
+
+    torch.manual_seed(0)
+    model = bertkit.build(name, head=head, vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_token_id,
+                          num_layers=2, hidden_size=64, num_heads=4, intermediate_size=96).eval()
+    model.tokenizer = tokenizer
+    texts = ["a [MASK] film", "the [MASK] was long and the [MASK] was dull", "[MASK]",
+             "one more sentence with a [MASK] in the middle of it, and then some more words", "so [MASK]"]
+    got = fill_mask(model, texts, top_k=4, batch_size=2)
+    want = []
+    for text in texts:
+        batch = tokenizer([text])
+        with torch.no_grad():
+            probs = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits[0].softmax(-1)
+        for pos in (batch["input_ids"][0] == tokenizer.mask_token_id).nonzero().flatten().tolist():
+            top = probs[pos].topk(4)
+            want.append((text, pos, top.indices.tolist(), top.values.tolist()))
+    assert [(r["text"], r["position"], [p["id"] for p in r["predictions"]]) for r in got] == [w[:3] for w in want]
+    for r, w in zip(got, want):
+        assert [p["score"] for p in r["predictions"]] == pytest.approx(w[3], abs=1e-5)
+    with pytest.raises(bertkit.BertkitError, match="input 2: no \\[MASK\\]"):
+        fill_mask(model, ["a [MASK]", "none here"])

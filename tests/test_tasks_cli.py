@@ -96,9 +96,9 @@ def test_a_finished_run_is_not_overwritten(capsys, classifier, encoder_dir, sent
 
 
 def test_evaluate_reproduces_the_dev_scores(capsys, classifier, sentiment_files, tmp_path):
-    code, out, _ = run(capsys, "evaluate", "--model", classifier, "--data", sentiment_files[1],
-                       "--out", tmp_path / "m.json")
-    assert code == 0
+    code, out, err = run(capsys, "evaluate", "--model", classifier, "--data", sentiment_files[1],
+                         "--out", tmp_path / "m.json")
+    assert code == 0 and "predicting" in err  # a progress bar on stderr
     scores, saved = json.loads(out), json.loads((classifier / "metrics.json").read_text())
     for key in ("accuracy", "f1", "mcc", "eval_examples"):
         assert scores[key] == pytest.approx(saved[key], abs=1e-9), key
@@ -106,8 +106,9 @@ def test_evaluate_reproduces_the_dev_scores(capsys, classifier, sentiment_files,
 
 
 def test_evaluate_limit_scores_a_sample(capsys, classifier, sentiment_files):
-    code, out, _ = run(capsys, "evaluate", "--model", classifier, "--data", sentiment_files[1], "--limit", "7")
-    assert code == 0 and json.loads(out)["eval_examples"] == 7
+    code, out, err = run(capsys, "evaluate", "--model", classifier, "--data", sentiment_files[1], "--limit", "7",
+                         "--no-progress")
+    assert code == 0 and json.loads(out)["eval_examples"] == 7 and "predicting" not in err
 
 
 def test_predict_classify_from_arguments_and_files_agree(capsys, classifier, tmp_path):

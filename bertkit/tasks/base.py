@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from ..errors import BertkitError
 from .readers import report
@@ -186,8 +187,9 @@ class Task:
         raise NotImplementedError
 
     def predict(self, model, examples, batch_size: int = 64, max_length: int | None = None,
-                bf16: bool = False) -> list[dict]:
-        """One plain dict per example (what a CLI prints as a JSON line)."""
+                bf16: bool = False, progress: bool = False) -> list[dict]:
+        """One plain dict per example (what a CLI prints as a JSON line); `progress` shows a bar
+        over the batches."""
         raise NotImplementedError
 
     def score(self, examples, predictions: list[dict], labels: tuple[str, ...]) -> dict[str, float]:
@@ -208,7 +210,8 @@ def model_max_length(model, max_length: int | None, default: int = 512) -> int:
 
 
 @torch.no_grad()
-def run_batches(model, features: list[dict], batch_size: int, bf16: bool, fields: tuple[str, ...]):
+def run_batches(model, features: list[dict], batch_size: int, bf16: bool, fields: tuple[str, ...],
+                progress: bool = False):
     """Run the model over features in length-sorted batches; yields (indices, {field: (B, T, ...)
     float32 numpy array}) for each batch, with the feature indices it covers. Over more than
     one batch the weights are prepacked for the run (`serving`)."""
@@ -219,7 +222,7 @@ def run_batches(model, features: list[dict], batch_size: int, bf16: bool, fields
     chunks = length_batches([len(f["input_ids"]) for f in features], batch_size)
     try:
         with serving(model, len(chunks), bf16):
-            for chunk in chunks:
+            for chunk in tqdm(chunks, disable=not progress, desc="predicting", unit="batch", leave=False):
                 batch = collate([features[i] for i in chunk], pad_id)
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                     out = model(batch["input_ids"].to(device), batch["attention_mask"].to(device),

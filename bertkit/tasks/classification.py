@@ -90,13 +90,13 @@ class SequenceClassification(Task):
     def objective(self, model):
         return ClassificationObjective(model)
 
-    def predict(self, model, examples, batch_size=64, max_length=None, bf16=False):
+    def predict(self, model, examples, batch_size=64, max_length=None, bf16=False, progress=False):
         """{"label": the most probable class, "score": its probability, "scores": every class's}."""
         max_length = model_max_length(model, max_length)
         features, cut = encode_texts(examples, model.tokenizer, max_length, self.truncation)
         report_truncated(cut, len(features), max_length)
         logits = np.zeros((len(features), model.config.num_labels), dtype=np.float32)  # (N, C)
-        for chunk, out in run_batches(model, features, batch_size, bf16, ("logits",)):
+        for chunk, out in run_batches(model, features, batch_size, bf16, ("logits",), progress):
             logits[chunk] = out["logits"]
         return self.from_logits(logits, model.config.labels)
 

@@ -132,7 +132,8 @@ def cmd_finetune(args) -> None:
 def cmd_evaluate(args) -> None:
     from .finetune import evaluate
 
-    overrides = {"max_length": args.max_length, "eval_batch_size": args.batch_size, "device": args.device}
+    overrides = {"max_length": args.max_length, "eval_batch_size": args.batch_size, "device": args.device,
+                 "progress": args.progress}
     if args.precision is not None:
         overrides["bf16"] = _bf16(args.precision, args.device)
     if args.limit is not None and args.limit < 1:
@@ -146,11 +147,17 @@ def cmd_evaluate(args) -> None:
 
 
 # ---- predict ----------------------------------------------------------------------------------
-def _common(args) -> dict:
+def _common(args, inputs: int) -> dict:
     if args.batch_size < 1:
         raise BertkitError(f"--batch-size must be at least 1, got {args.batch_size}")
     bf16 = None if args.precision is None else _bf16(args.precision, None)
-    return {"batch_size": args.batch_size, "max_length": args.max_length, "bf16": bf16, "tokenizer": args.tokenizer}
+    return {"batch_size": args.batch_size, "max_length": args.max_length, "bf16": bf16, "tokenizer": args.tokenizer,
+            "progress": shows_progress(inputs)}
+
+
+def shows_progress(inputs: int) -> bool:
+    """Predict and embed commands show a progress bar (on stderr) for more than 256 inputs."""
+    return inputs > 256
 
 
 def cmd_classify(args) -> None:
@@ -166,7 +173,7 @@ def cmd_classify(args) -> None:
     if paired and len(paired) != len(records):
         raise BertkitError("some inputs have a text_pair and some do not; a model reads one kind")
     pairs = [r["text_pair"] for r in records] if paired else None
-    _write_lines(classify(args.model, [r["text"] for r in records], pairs, **_common(args)))
+    _write_lines(classify(args.model, [r["text"] for r in records], pairs, **_common(args, len(records))))
 
 
 def cmd_tag(args) -> None:
@@ -183,7 +190,7 @@ def cmd_tag(args) -> None:
             inputs.append(r["text"])
         else:
             raise BertkitError('a JSON input line for tag needs "text" or "tokens"')
-    _write_lines(tag(args.model, inputs, **_common(args)))
+    _write_lines(tag(args.model, inputs, **_common(args, len(inputs))))
 
 
 def cmd_answer(args) -> None:
@@ -202,7 +209,8 @@ def cmd_answer(args) -> None:
     if args.top_k < 1:
         raise BertkitError(f"--top-k must be at least 1, got {args.top_k}")
     _write_lines(answer(args.model, [r["question"] for r in records], [r["context"] for r in records],
-                        top_k=args.top_k, null_answers=True if args.null_answers else None, **_common(args)))
+                        top_k=args.top_k, null_answers=True if args.null_answers else None,
+                        **_common(args, len(records))))
 
 
 def cmd_embed(args) -> None:
@@ -215,7 +223,7 @@ def cmd_embed(args) -> None:
         raise BertkitError(f"--batch-size must be at least 1, got {args.batch_size}")
     model = _with_tokenizer(from_pretrained(args.model), args.tokenizer)
     options = {"batch_size": args.batch_size, "max_length": args.max_length, "pooling": args.pooling,
-               "progress": len(texts) > 256, "bf16": _bf16(args.precision, None)}
+               "progress": shows_progress(len(texts)), "bf16": _bf16(args.precision, None)}
     if args.query:
         hits = search(model, args.query, texts, args.top_k, **options)
         _write_lines({"query": q, "results": h} for q, h in zip(args.query, hits))
@@ -308,6 +316,7 @@ def add_parsers(sub, predict_modes) -> None:
     s.add_argument("--device")
     s.add_argument("--tokenizer")
     s.add_argument("--out", metavar="FILE", help="also write the metrics to FILE")
+    s.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     _data_flags(s)
     s.set_defaults(func=cmd_evaluate)
 

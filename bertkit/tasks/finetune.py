@@ -306,26 +306,29 @@ def evaluate(model, task: str | None, data, split: str = "test", tokenizer=None,
     examples = sample(load_examples(name, data, split, columns), limit)
     has_null = name == "qa" and any(e.is_impossible for e in examples)
     model, name, job, settings, length = _prepared(model, name, tokenizer, overrides, has_null)
-    predictions = job.predict(model, examples, settings.eval_batch_size, length, settings.bf16)
+    predictions = job.predict(model, examples, settings.eval_batch_size, length, settings.bf16,
+                              progress=settings.progress)
     return {**job.score(examples, predictions, model.config.labels), "eval_examples": len(examples)}
 
 
 def classify(model, texts: list[str], text_pairs: list[str] | None = None, batch_size: int = 64,
-             max_length: int | None = None, bf16: bool | None = None, tokenizer=None) -> list[dict]:
-    """{"text", ("text_pair"), "label", "score", "scores"} per text (a regression model: "value")."""
+             max_length: int | None = None, bf16: bool | None = None, tokenizer=None,
+             progress: bool = False) -> list[dict]:
+    """{"text", ("text_pair"), "label", "score", "scores"} per text (a regression model: "value").
+    `progress` shows a bar over the batches (so do tag and answer)."""
     if text_pairs is not None and len(text_pairs) != len(texts):
         raise BertkitError(f"{len(texts)} texts but {len(text_pairs)} text pairs")
     model, name, job, settings, length = _prepared(model, None, tokenizer, {"max_length": max_length, "bf16": bf16})
     if name not in ("classification", "regression"):
         raise BertkitError(f"this is a {name} model, not a text classifier")
     examples = [TextExample(t, text_pairs[i] if text_pairs else None) for i, t in enumerate(texts)]
-    results = job.predict(model, examples, batch_size, length, settings.bf16)
+    results = job.predict(model, examples, batch_size, length, settings.bf16, progress=progress)
     return [{"text": e.text, **({"text_pair": e.text_pair} if e.text_pair else {}), **r}
             for e, r in zip(examples, results)]
 
 
 def tag(model, inputs: list[str] | list[list[str]], batch_size: int = 64, max_length: int | None = None,
-        bf16: bool | None = None, tokenizer=None) -> list[dict]:
+        bf16: bool | None = None, tokenizer=None, progress: bool = False) -> list[dict]:
     """{"tokens", "tags", "scores"} per input: a list of words, or a text split into words and
     punctuation (then also "offsets": each word's [start, end) characters in the text)."""
     overrides = {"max_length": max_length, "bf16": bf16}
@@ -339,12 +342,13 @@ def tag(model, inputs: list[str] | list[list[str]], batch_size: int = 64, max_le
         else:
             sentences.append(TaggedSentence(tuple(item)))
             spans.append(None)
-    results = job.predict(model, sentences, batch_size, length, settings.bf16)
+    results = job.predict(model, sentences, batch_size, length, settings.bf16, progress=progress)
     return [{**r, **({"offsets": [list(o) for o in s]} if s is not None else {})} for r, s in zip(results, spans)]
 
 
 def answer(model, questions: list[str], contexts: list[str], top_k: int = 1, null_answers: bool | None = None,
-           batch_size: int = 64, max_length: int | None = None, bf16: bool | None = None, tokenizer=None) -> list[dict]:
+           batch_size: int = 64, max_length: int | None = None, bf16: bool | None = None, tokenizer=None,
+           progress: bool = False) -> list[dict]:
     """{"question", "answer", "start", "end" (characters of the context, None for no answer),
     "score"} per question; top_k > 1 adds "alternatives". Empty answers are allowed when the
     model was fine-tuned with unanswerable questions, or with null_answers=True."""
@@ -353,5 +357,5 @@ def answer(model, questions: list[str], contexts: list[str], top_k: int = 1, nul
     overrides = {"max_length": max_length, "null_answers": null_answers, "bf16": bf16}
     model, _, job, settings, length = _prepared(model, "qa", tokenizer, overrides)
     examples = [QAExample(str(i), q, c) for i, (q, c) in enumerate(zip(questions, contexts))]
-    results = job.predict(model, examples, batch_size, length, settings.bf16, top_k=top_k)
+    results = job.predict(model, examples, batch_size, length, settings.bf16, top_k=top_k, progress=progress)
     return [{"question": q, **{k: v for k, v in r.items() if k != "id"}} for q, r in zip(questions, results)]

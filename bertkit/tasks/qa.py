@@ -217,12 +217,13 @@ class QuestionAnswering(Task):
     def objective(self, model):
         return SpanObjective(model)
 
-    def predict(self, model, examples, batch_size=64, max_length=None, bf16=False, top_k=1):
+    def predict(self, model, examples, batch_size=64, max_length=None, bf16=False, top_k=1, progress=False):
         max_length = model_max_length(model, max_length, default=384)
         features, _ = windows(examples, model.tokenizer, self._windowing(max_length))
         starts: list[np.ndarray] = [np.zeros(0)] * len(features)
         ends: list[np.ndarray] = [np.zeros(0)] * len(features)
-        for chunk, out in run_batches(model, features, batch_size, bf16, ("start_logits", "end_logits")):
+        for chunk, out in run_batches(model, features, batch_size, bf16, ("start_logits", "end_logits"),
+                                      progress):
             for row, i in enumerate(chunk):
                 n = len(features[i]["input_ids"])
                 starts[i], ends[i] = out["start_logits"][row, :n], out["end_logits"][row, :n]

@@ -113,7 +113,7 @@ class TokenClassification(Task):
     def objective(self, model):
         return TaggingObjective(model)
 
-    def predict(self, model, sentences, batch_size=64, max_length=None, bf16=False):
+    def predict(self, model, sentences, batch_size=64, max_length=None, bf16=False, progress=False):
         """{"tokens": words, "tags": one per word (None where the word was cut off by the length
         limit or gave no token), "scores": each tag's probability}."""
         max_length = model_max_length(model, max_length)
@@ -121,7 +121,7 @@ class TokenClassification(Task):
         report(silent, "{n} word(s) got no prediction (cut off by the length limit, or no token at all)")
         labels = model.config.labels
         results: list[dict | None] = [None] * len(features)
-        for chunk, out in run_batches(model, features, batch_size, bf16, ("logits",)):
+        for chunk, out in run_batches(model, features, batch_size, bf16, ("logits",), progress):
             for row, i in enumerate(chunk):
                 first = features[i]["first"]
                 logits = out["logits"][row][np.maximum(first, 0)]  # (W, C) at first sub-words
