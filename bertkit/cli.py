@@ -329,6 +329,8 @@ def cmd_bench(args) -> None:
               "machine's measured matmul peak (nothing else, no overhead): an upper bound")
     if any(r.dtype == "bf16" and r.device == "cpu" for r in records) and bench.bf16_emulated():
         print(f"this CPU: {bench.EMULATED_BF16}")
+    if args.json:
+        print(f"records in {args.json}; as a bar chart: bertkit visualize bench {args.json}")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -355,6 +355,45 @@ def test_cli_pictures_and_compare(tmp_path, capsys):
     assert all(r["tokens_per_second"] is None for r in rows)
 
 
+def test_bench_picture_draws_each_records_ratio_and_ceiling(tmp_path, capsys, monkeypatch):
+    """`visualize bench` reads what `bench --json` writes: one bar per record, as long as its
+    ratio, and a mark at its ceiling where it has one."""
+    from dataclasses import asdict
+
+    from bertkit import bench
+    from bertkit.viz import figure as F
+
+    records = [asdict(bench.inference("mini-bert", [5, 9, 3], "fp32", 1, "tiny inference")),
+               asdict(bench.mlm_training_step("mini-bert", 2, 16, "fp32", 1, "tiny step"))]
+    records.append({**records[0], "dtype": "bf16", "ratio": 0.5, "ceiling": None})
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(records))
+    drawn, save = [], F.save
+    monkeypatch.setattr(F, "save", lambda fig, p: drawn.append(fig) or save(fig, p))
+    assert main(["visualize", "bench", str(path), "--out", str(tmp_path / "o")]) == 0
+    assert_picture(tmp_path / "o" / "bench.png")
+    ax = drawn[0].axes[0]
+    bars = [p for p in ax.patches if p.get_height() > 0]
+    assert [b.get_width() for b in bars] == pytest.approx([r["ratio"] for r in records])
+    marks = [line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == "-"]
+    assert marks == pytest.approx([r["ceiling"] for r in records if r["ceiling"]])
+    assert records[0]["ceiling"] and not records[1]["ceiling"]  # inference has one, training none
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "no such file"), ("[{]", "not JSON (line 1"), ("{}", "non-empty JSON list"),
+    ('[{"name": "x", "dtype": "fp32"}]', "record 1 has no ratio"),
+    ('[{"name": "x", "dtype": "fp32", "ratio": 1}, 3]', "record 2 is not an object"),
+    ('[{"name": "x", "dtype": "fp32", "ratio": -1}]', "ratio must be a positive number"),
+])
+def test_bench_picture_refuses_bad_records_in_one_line(content, message, tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    if content is not None:
+        path.write_text(content)
+    assert main(["visualize", "bench", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert message in one_error_line(capsys) and not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("argv, message", [
     (["visualize", "attention", "--model", "no-such-model", "--text", "hi"], "unknown model 'no-such-model'"),
     (["visualize", "attention", "--model", "mini-bert", "--text", ""], "the text is empty"),
@@ -378,7 +417,8 @@ def test_cli_bad_input_is_one_line(argv, message, tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, phrase", [(["visualize"], "PICTURE"), (["visualize", "attention"], "explorer"),
                                           (["visualize", "distillation-temperature"], "temperature"),
-                                          (["visualize", "curves"], "metrics.jsonl"), (["compare"], "meta device")])
+                                          (["visualize", "curves"], "metrics.jsonl"), (["compare"], "meta device"),
+                                          (["visualize", "bench"], "ceiling")])
 def test_cli_help_explains_each_command(argv, phrase, capsys):
     with pytest.raises(SystemExit) as stop:
         main(argv + ["--help"])

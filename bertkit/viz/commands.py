@@ -1,5 +1,5 @@
 """The command line of bertkit.viz: `bertkit visualize attention | distillation-temperature |
-curves` and `bertkit compare`. cli.py calls `add_parsers(sub)`; each command is a function of
+curves | bench` and `bertkit compare`. cli.py calls `add_parsers(sub)`; each command is a function of
 the parsed arguments that raises BertkitError for bad input (cli.main prints it as one line) and
 prints the files it wrote.
 """
@@ -143,6 +143,13 @@ def cmd_curves(args) -> None:
         _wrote([plot_curves([Path(r) for r in args.runs], Path(args.out) / "curves.png")])
 
 
+def cmd_bench(args) -> None:
+    from .bench import plot_bench, read_records
+
+    records = read_records(Path(args.results))
+    _wrote([plot_bench(records, Path(args.out) / "bench.png", f"{Path(args.results).name}, {len(records)} records")])
+
+
 def cmd_compare(args) -> None:
     from .compare import DEFAULT_PRESETS, compare, describe_machine, plot_comparison, write_json
 
@@ -169,10 +176,10 @@ def cmd_compare(args) -> None:
 
 
 def add_parsers(sub) -> None:
-    """Add `visualize` (attention, distillation-temperature, curves) and `compare` to the
+    """Add `visualize` (attention, distillation-temperature, curves, bench) and `compare` to the
     `bertkit` command's subparsers."""
     v = sub.add_parser("visualize", help="pictures of what happens inside: attention maps and explorer, "
-                                         "distillation temperature, training curves",
+                                         "distillation temperature, training curves, bench results",
                        description="Write pictures that show the family at work. Each PICTURE has its own "
                                    "--help.")
     pictures = v.add_subparsers(dest="picture", metavar="PICTURE", required=True)
@@ -226,6 +233,16 @@ def add_parsers(sub) -> None:
     s.add_argument("runs", nargs="+", metavar="RUN", help="run directory (or its metrics.jsonl)")
     s.add_argument("--out", default="runs/viz", help="output directory (default runs/viz)")
     s.set_defaults(func=cmd_curves)
+
+    s = pictures.add_parser(
+        "bench", help="bertkit bench results (its --json file) as a bar chart of the ratios",
+        description="Draw the records that bertkit bench --json wrote: a bar per workload and dtype whose length "
+                    "is the ratio bertkit / transformers (> 1: bertkit better), the line where both are even, and "
+                    "each record's ceiling (the ratio if bertkit spent only its real tokens' matmul FLOPs at the "
+                    "measured peak) as a black mark. Writes bench.png into --out.")
+    s.add_argument("results", metavar="RESULTS.json", help="the file bertkit bench --json wrote")
+    s.add_argument("--out", default="runs/viz", help="output directory (default runs/viz)")
+    s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("compare", help="bar charts of parameters, inference speed and memory across the presets",
                        description=COMPARE_DESCRIPTION)
