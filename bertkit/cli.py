@@ -176,7 +176,7 @@ def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, pro
     for chunk, batch in zip(chunks, batches):
         for row in (~(batch["input_ids"] == tok.mask_token_id).any(1)).nonzero().flatten().tolist():
             i = chunk[row]
-            where = f"input {i + 1}: " if len(texts) > 1 else ""
+            where = f"text {i + 1} of {len(texts)}: " if len(texts) > 1 else ""
             raise BertkitError(f"{where}no {tok.mask_token} in {texts[i]!r} (or it lies past the length limit)")
     found: list[list[dict]] = [[] for _ in texts]
     was_training = model.training

@@ -243,5 +243,5 @@ def test_fill_mask_in_batches_gives_each_texts_own_dense_predictions(name, head,
     assert [(r["text"], r["position"], [p["id"] for p in r["predictions"]]) for r in got] == [w[:3] for w in want]
     for r, w in zip(got, want):
         assert [p["score"] for p in r["predictions"]] == pytest.approx(w[3], abs=1e-5)
-    with pytest.raises(bertkit.BertkitError, match="input 2: no \\[MASK\\]"):
+    with pytest.raises(bertkit.BertkitError, match="text 2 of 2: no \\[MASK\\]"):
         fill_mask(model, ["a [MASK]", "none here"])
