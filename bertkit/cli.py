@@ -160,7 +160,7 @@ def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, pro
     import torch
     from tqdm.auto import tqdm
 
-    from .tasks.base import serving
+    from .tasks.base import length_batches, serving
 
     tok = model.tokenizer
     if model.head is None or not model.head.predicts_tokens:
@@ -170,8 +170,7 @@ def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, pro
     if batch_size < 1:
         raise BertkitError(f"batch size must be at least 1, got {batch_size}")
     texts = [text.replace("[MASK]", tok.mask_token) for text in texts]  # accept BERT's spelling for any family
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths pad little
-    chunks = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+    chunks = length_batches([len(text) for text in texts], batch_size)  # similar lengths pad little
     batches = [tok([texts[i] for i in chunk], max_length=model.backbone.embeddings.max_length) for chunk in chunks]
     for chunk, batch in zip(chunks, batches):
         for row in (~(batch["input_ids"] == tok.mask_token_id).any(1)).nonzero().flatten().tolist():
