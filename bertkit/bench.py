@@ -47,6 +47,7 @@ class Record:
     # machine's measured matmul peak: an upper bound no implementation passes here (inference
     # rows of plain BERT-shaped models, whose FLOPs `encoder_flops` counts exactly; else None).
     ceiling: float | None = None
+    machine: str = ""  # where it ran: the CPU or GPU, bf16 support, torch and transformers versions
 
 
 def machine(device: torch.device = CPU) -> str:
@@ -472,7 +473,8 @@ def run(quick: bool, repeats: int, json_path: str | None, progress: Callable[[st
     except ImportError:
         raise BertkitError("bench compares against transformers: pip install 'bertkit[dev]'") from None
     torch.set_num_threads(len(os.sched_getaffinity(0)))
-    progress(machine(where))
+    here = machine(where)
+    progress(here)
     if skip_emulated:
         progress("  bf16 rows skipped: this CPU emulates bf16, and timing the emulation would take --quick "
                  "past 2 minutes (--dtype bf16 runs them anyway)")
@@ -480,7 +482,7 @@ def run(quick: bool, repeats: int, json_path: str | None, progress: Callable[[st
     for workload in chosen:
         result = workload.run()
         for record in result if isinstance(result, list) else [result]:
-            record.device = str(where)
+            record.device, record.machine = str(where), here
             records.append(record)
             progress(f"  {record.name} [{record.dtype}]: ours {record.ours:,.0f} {record.unit}, "
                      f"transformers {record.reference:,.0f}, ratio {record.ratio:.2f}")

@@ -379,7 +379,7 @@ def parser() -> argparse.ArgumentParser:
                    "or auto (cuda when available); on CUDA every timing is synchronized and memory rows "
                    "read the CUDA allocator's peak")
     s.add_argument("--json", metavar="PATH", help="also write the records (name, dtype, ours, reference, "
-                                                  "unit, ratio, device, ...) as a JSON list")
+                                                  "unit, ratio, device, machine, ...) as a JSON list")
     s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser(

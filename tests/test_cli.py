@@ -158,8 +158,8 @@ def test_bench_dtype_picks_rows(capsys):
     from bertkit import bench
 
     records = bench.run(True, 1, None, progress=lambda line: None, only="inference", dtype="fp32")
-    assert [(r.name, r.dtype, r.device) for r in records] == [
-        ("mini-bert inference, 32 seqs, lengths in [8, 64], padded", "fp32", "cpu")]
+    assert [(r.name, r.dtype, r.device, r.machine) for r in records] == [
+        ("mini-bert inference, 32 seqs, lengths in [8, 64], padded", "fp32", "cpu", bench.machine())]
     assert main(["bench", "--quick", "--only", "memory", "--dtype", "bf16"]) == 2
     assert "--only 'memory' and --dtype 'bf16' matches no workload" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # argparse: not a choice

@@ -366,12 +366,15 @@ def test_bench_picture_draws_each_records_ratio_and_ceiling(tmp_path, capsys, mo
     records = [asdict(bench.inference("mini-bert", [5, 9, 3], "fp32", 1, "tiny inference")),
                asdict(bench.mlm_training_step("mini-bert", 2, 16, "fp32", 1, "tiny step"))]
     records.append({**records[0], "dtype": "bf16", "ratio": 0.5, "ceiling": None})
+    for r in records:
+        r["machine"] = "a test machine"  # bench.run fills it in; the picture's subtitle shows it
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(records))
     drawn, save = [], F.save
     monkeypatch.setattr(F, "save", lambda fig, p: drawn.append(fig) or save(fig, p))
     assert main(["visualize", "bench", str(path), "--out", str(tmp_path / "o")]) == 0
     assert_picture(tmp_path / "o" / "bench.png")
+    assert "a test machine" in drawn[0]._suptitle.get_text()
     ax = drawn[0].axes[0]
     bars = [p for p in ax.patches if p.get_height() > 0]
     assert [b.get_width() for b in bars] == pytest.approx([r["ratio"] for r in records])

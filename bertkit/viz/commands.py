@@ -147,7 +147,9 @@ def cmd_bench(args) -> None:
     from .bench import plot_bench, read_records
 
     records = read_records(Path(args.results))
-    _wrote([plot_bench(records, Path(args.out) / "bench.png", f"{Path(args.results).name}, {len(records)} records")])
+    machines = sorted({r.get("machine") or "" for r in records} - {""})
+    where = "; ".join(machines) if machines else f"{len(records)} records of {Path(args.results).name}"
+    _wrote([plot_bench(records, Path(args.out) / "bench.png", where)])
 
 
 def cmd_compare(args) -> None:
