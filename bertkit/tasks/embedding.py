@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from ..errors import BertkitError
-from .base import serving
+from .base import length_batches, serving
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -39,19 +39,18 @@ def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None 
     max_length = min(max_length or model.config.max_positions, model.config.max_positions)
     model.eval()
     device = next(model.parameters()).device  # the tokenizer gives CPU tensors
-    # Sort by length so each batch pads little; restore the caller's order at the end.
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    chunks, starts = [], range(0, len(texts), batch_size)
-    with serving(model, len(starts), bf16):
-        for start in tqdm(starts, disable=not progress, desc="embedding", unit="batch"):
-            batch = model.tokenizer([texts[i] for i in order[start:start + batch_size]], max_length=max_length)
+    # Batches of similar length pad little; the caller's order is restored at the end.
+    batches, chunks = length_batches([len(text) for text in texts], batch_size), []
+    with serving(model, len(batches), bf16):
+        for batch_of in tqdm(batches, disable=not progress, desc="embedding", unit="batch"):
+            batch = model.tokenizer([texts[i] for i in batch_of], max_length=max_length)
             ids, mask, types = (batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids"))
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 hidden = model(ids, mask, types).last_hidden_state.float()
             chunks.append((mean_pool(hidden, mask) if pooling == "mean" else hidden[:, 0]).cpu())
     vectors = torch.cat(chunks) if chunks else torch.zeros(0, model.config.hidden_size)
     result = torch.empty_like(vectors)
-    result[torch.tensor(order, dtype=torch.long)] = vectors
+    result[torch.tensor([i for batch_of in batches for i in batch_of], dtype=torch.long)] = vectors
     return F.normalize(result, dim=-1) if normalize else result
 
 
