@@ -384,20 +384,49 @@ def left_padded(*batch):
     return tuple(torch.stack([torch.cat([row[n:], row[:n]]) for row, n in zip(t, lengths)]) for t in batch)
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta", "albert", "distilbert", "electra"])
-def test_a_classifier_on_a_left_padded_batch_reads_its_first_position_as_transformers_does(family, tmp_path):
+LEFT_PADDED = [(family, variant) for family, (_, _, variants) in FAMILIES.items() for variant in variants]
+
+
+@pytest.mark.parametrize("family, variant", LEFT_PADDED)
+def test_a_classifier_on_a_left_padded_batch_reads_its_first_position_as_transformers_does(family, variant,
+                                                                                            tmp_path):
     """Left padding puts a pad where a sequence classifier reads ([CLS]'s place): transformers
-    reads that pad's state (a pad query attending to the real tokens), which the packed stream
-    does not hold; the logits still match, and the real tokens' states with them."""
-    prefix, _, variants = FAMILIES[family]
-    cls_name = prefix + "ForSequenceClassification"
-    config = hf_config(family, next(iter(variants)), cls_name)
+    reads that pad's state, which the packed stream does not hold. The padded computation gives
+    it what transformers gives it (a pad query attending to the real tokens; DeBERTa's to every
+    position alike; ModernBERT's to nothing in a local layer far from every real token), so the
+    logits match, and the real tokens' states with them. ModernBERT's mean pooling reads none."""
+    cls_name = FAMILIES[family][0] + "ForSequenceClassification"
+    config = hf_config(family, variant, cls_name)
     ref = hf_model(cls_name, config)
     ours = bertkit.from_pretrained(_saved(ref, tmp_path))
     ids, mask, types = left_padded(*batch_for(config))
     assert not mask[:, 0].all()
     assert_same(ours(ids, mask, types), reference_outputs(ref, ids, mask, types), mask)
 
+
+@pytest.mark.parametrize("family, variant", LEFT_PADDED)
+def test_the_padded_computation_gives_pad_positions_what_transformers_gives_them(family, variant, tmp_path):
+    """With unpad off, every position, padding included, holds transformers' state, for left and
+    right padding; the default packed path holds zeros at right padding."""
+    config = hf_config(family, variant, FAMILIES[family][0] + "Model")
+    ref = hf_model(FAMILIES[family][0] + "Model", config)
+    ours = bertkit.from_pretrained(_saved(ref, tmp_path))
+    right = batch_for(config)
+    for side, (ids, mask, types) in (("right", right), ("left", left_padded(*right))):
+        expected = reference_outputs(ref, ids, mask, types)["last_hidden_state"]
+        ours.backbone.unpad = True
+        with torch.no_grad():
+            packed = ours(ids, mask, types).last_hidden_state
+        ours.backbone.unpad = False
+        with torch.no_grad():
+            padded = ours(ids, mask, types).last_hidden_state
+        assert (padded - expected).abs().max().item() <= TOL
+        assert max_diff_on_real(packed, expected, mask) <= TOL
+        if side == "right":  # (left padding under a pooler runs the padded computation: see above)
+            assert packed[~mask.bool()].abs().max().item() == 0.0
+
+
+def test_roberta_left_padding_numbers_positions_from_the_first_real_token(tmp_path):
     """RoBERTa numbers real tokens from pad+1 whatever sits before them, so a left-padded batch
     must give the same real-token outputs as transformers (and as the unpadded sequence)."""
     config = hf_config("roberta", "pad1", "RobertaModel")

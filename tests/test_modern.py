@@ -89,8 +89,8 @@ def test_blocked_local_attention_equals_the_masked_full_one(padding, dtype):
         real = torch.arange(T)[None] < torch.tensor([[50], [31], [4]])  # (B, T)
     if padding == "bucket":
         positions = torch.arange(T).expand(B, T).masked_fill(~real, -1)
-    mask = window_mask(None if real is None else real[:, None, None, :], positions, positions, 3)
-    full = attn._fused(q, k, v, mask, None, 0.0)
+    mask, stranded = window_mask(None if real is None else real[:, None, None, :], positions, positions, 3)
+    full = attn._fused(q, k, v, mask, None, 0.0).masked_fill(stranded, 0.0)
     blocked = attn._blocks(q, k, v, positions, real, 0.0)
     # A bucket's padding slots share position -1, so they see each other only within a block:
     # their rows differ, and the caller drops them. Every other row must agree.

@@ -110,22 +110,35 @@ class SelfAttention(nn.Module):
         if packing is not None:  # the explicit path returns (B, N, T, T) maps: pad around it
             q, k, v = packing.pad(q), packing.pad(k), packing.pad(v)  # (B, T, H)
         q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # (B, N, T, D)
-        bias = self.score_bias(q, k, **context)
-        if need_weights:
-            if self.window is not None:
-                positions = self._positions(q)
-                mask = window_mask(mask, positions, positions, self.window)  # (B or 1, 1, T, T)
+        bias, keys = self.score_bias(q, k, **context), mask
+        if need_weights and self.window is not None:
+            positions = self._positions(q)
+            mask, stranded = window_mask(mask, positions, positions, self.window)  # (B or 1, 1, T, T or 1)
+            out, probs = self._explicit(q, k, v, mask, bias, self.dropout_p)
+            out, probs = out.masked_fill(stranded, 0.0), probs.masked_fill(stranded, 0.0)
+        elif need_weights:
             out, probs = self._explicit(q, k, v, mask, bias, self.dropout_p)
         elif self.window is not None:
             real = None if mask is None else mask[:, 0, 0]  # (B, T)
             out, probs = self._windowed(q, k, v, self._positions(q), real, bias, self.dropout_p), None
         else:
             out, probs = self._fused(q, k, v, mask, bias, self.dropout_p), None
+        if keys is not None:
+            out, probs = self.padding_queries(out, probs, v, keys)
         B, N, T, D = out.shape
         out = out.transpose(1, 2).reshape(B, T, N * D)  # (B, T, H)
         if packing is not None:
             out = packing.unpad(out)  # (total, H)
         return dense(take(out, rows), self.out_proj), probs
+
+    def padding_queries(self, out: torch.Tensor, probs: torch.Tensor | None, v: torch.Tensor,
+                        keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """What the queries at the padding positions of a padded stream end up with: out and v
+        (B, N, T, D), probs (B, N, T, T) or None, keys the (B, 1, 1, T) mask. No real token reads
+        these rows, but a [CLS] classifier does under left padding, and attention maps show them.
+        Here they attend to the real keys like every query, as in transformers; a family whose
+        reference gives them something else overrides this (DeBERTa)."""
+        return out, probs
 
     @staticmethod
     def _positions(x: torch.Tensor) -> torch.Tensor:
@@ -148,10 +161,13 @@ class SelfAttention(nn.Module):
         q, k = dense(take(x if query is None else query, rows), self.query), dense(x, self.key)  # (K, H), (B, T, H)
         if self.rotary:
             q, k = self.rotate(q, rows % T, **context), self.rotate(k, self._positions(x), **context)
+        stranded = None
         if self.window is not None:
-            mask = window_mask(mask, (rows % T)[gather], self._positions(x), self.window)  # (B, 1, M, T)
+            mask, stranded = window_mask(mask, (rows % T)[gather], self._positions(x), self.window)  # (B, 1, M, T or 1)
         q, k, v = self.split_heads(q[gather]), self.split_heads(k), self.split_heads(dense(x, self.value))
         out = self._fused(q, k, v, mask, None, self.dropout_p)  # (B, N, M, D)
+        if stranded is not None:
+            out = out.masked_fill(stranded, 0.0)
         return dense(out.transpose(1, 2).reshape(B * M, -1)[real], self.out_proj)  # (K, H)
 
     @property
@@ -221,19 +237,23 @@ class SelfAttention(nn.Module):
                 if bucket.keys is not None:  # padding slots repeat a real token: give them no position of it
                     real = bucket.keys[:, 0, 0]
                     positions = positions.masked_fill(~real, -1)
-                ob = self._windowed(qb, kb, vb, positions, real, bias, self.dropout_p)
+                # only padding slots can see no key here, and they are dropped: no pass to zero them
+                ob = self._windowed(qb, kb, vb, positions, real, bias, self.dropout_p, zero_stranded=False)
             split(outputs[bucket.start * heads:(bucket.start + b * L) * heads], b, L).copy_(ob)
         return outputs.index_select(0, layout.inverse).view(q.shape)  # (total, H)
 
-    def _windowed(self, q, k, v, positions, real, bias, dropout_p):
+    def _windowed(self, q, k, v, positions, real, bias, dropout_p, zero_stranded=True):
         """Local attention, q, k, v (B, N, T, D): `positions` (T,) or (B, T), `real` (B, T) bool
-        key mask or None. Past a length where most scores would be masked, in blocks."""
+        key mask or None. Past a length where most scores would be masked, in blocks. Queries
+        that see no key get zeros (`window_mask`), unless `zero_stranded` is False."""
         if bias is None and q.shape[-2] > 8 * self.window:
-            return self._blocks(q, k, v, positions, real, dropout_p)
+            return self._blocks(q, k, v, positions, real, dropout_p, zero_stranded)
         keys = None if real is None else real[:, None, None, :]  # (B, 1, 1, T)
-        return self._fused(q, k, v, window_mask(keys, positions, positions, self.window), bias, dropout_p)
+        allowed, stranded = window_mask(keys, positions, positions, self.window)  # (B or 1, 1, T, T or 1)
+        out = self._fused(q, k, v, allowed, bias, dropout_p)  # (B, N, T, D)
+        return out.masked_fill(stranded, 0.0) if zero_stranded else out
 
-    def _blocks(self, q, k, v, positions, real, dropout_p):
+    def _blocks(self, q, k, v, positions, real, dropout_p, zero_stranded=True):
         """Sliding-window attention by blocks (Longformer's banded attention, sec. 3.1): queries
         in chunks of C = 2w, each against the C + 2w keys around it, S = 4w scores per query
         instead of T. Each block's mask is `window_mask` on its queries' and keys' positions."""
@@ -247,11 +267,12 @@ class SelfAttention(nn.Module):
         pq = F.pad(positions, fill, value=far).view(B * n, C)                  # (B * n, C)
         pk = F.pad(positions, around, value=far).unfold(1, S, C).reshape(B * n, S)  # (B * n, S)
         keys = None if real is None else F.pad(real, around, value=False).unfold(1, S, C).reshape(B * n, 1, 1, S)
-        allowed = window_mask(keys, pq, pk, w)                                 # (B * n, 1, C, S)
+        allowed, stranded = window_mask(keys, pq, pk, w)                       # (B * n, 1, C, S or 1)
         qc = F.pad(q, (0, 0, *fill)).view(B, N, n, C, D).transpose(1, 2).reshape(B * n, N, C, D)
         kb, vb = (F.pad(t, (0, 0, *around)).unfold(2, S, C)                  # (B, N, n, D, S)
                   .permute(0, 2, 1, 4, 3).reshape(B * n, N, S, D) for t in (k, v))  # (B * n, N, S, D)
-        out = self._fused(qc, kb, vb, allowed, None, dropout_p)                # (B * n, N, C, D)
+        out = self._fused(qc, kb, vb, allowed, None, dropout_p)               # (B * n, N, C, D)
+        out = out.masked_fill(stranded, 0.0) if zero_stranded else out
         return out.view(B, n, N, C, D).transpose(1, 2).reshape(B, N, n * C, D)[:, :, :T]  # (B, N, T, D)
 
     def _fused(self, q, k, v, mask, bias, dropout_p):

@@ -61,7 +61,8 @@ class EncoderModel(nn.Module):
         padded = keys is not None and (static_flow or not bool(keys.all()))  # all-True masks nothing: drop it
         # A first position that is read (the pooler, a classifier on [CLS]) but is padding (left
         # padding) is not in the packed stream: the padded computation gives it the state
-        # transformers gives it, a pad query attending to the real tokens.
+        # transformers gives it (a pad query attending to the real tokens, or what the family's
+        # SelfAttention.padding_queries says).
         first_pad = padded and (self.pooler is not None or self.reads_first_token) and not bool(keys[:, 0].all())
         packing = Packing.from_mask(keys) if self.unpad and padded and not static_flow and not first_pad else None
         if packing is not None:

@@ -34,15 +34,20 @@ def attention_mask_4d(mask: torch.Tensor | None) -> torch.Tensor | None:
     return mask[:, None, None, :]  # (B, 1, 1, T)
 
 
-def window_mask(mask: torch.Tensor | None, queries: torch.Tensor, keys: torch.Tensor, window: int) -> torch.Tensor:
+def window_mask(mask: torch.Tensor | None, queries: torch.Tensor, keys: torch.Tensor,
+                window: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Restrict a (B, 1, 1 or Tq, Tk) mask (or None) to a bidirectional sliding window: query i
     sees key j only if |position_i - position_j| <= window (Longformer's local attention, as in
     ModernBERT's local layers). queries: (Tq,) or (B, Tq) positions; keys: (Tk,) or (B, Tk).
-    A query also sees a key at its own position whatever the mask says: a padding query far
-    from every real token would otherwise see nothing, and its NaN would reach real rows as
-    0 * NaN in the next layer's values (real queries see themselves anyway).
-    Returns (B or 1, 1, Tq, Tk) bool."""
+    Returns the (B or 1, 1, Tq, Tk) bool mask and the (B or 1, 1, Tq, 1) bool `stranded`
+    queries, which see no key at all (a padding query farther than the window from every real
+    token). A stranded query is given every key, so that its softmax is defined: a NaN there
+    would reach real rows as 0 * NaN in the next layer's values or in gradients. The attention
+    then sets its output to zero, which is what torch's SDPA gives a query with no key, and so
+    what transformers gives it."""
     delta = queries[..., :, None] - keys[..., None, :]                   # (B or 1, Tq, Tk)
-    near, itself = delta.abs() <= window, delta == 0
-    near, itself = (t[:, None] if t.dim() == 3 else t[None, None] for t in (near, itself))  # (B or 1, 1, Tq, Tk)
-    return near if mask is None else near & mask | itself
+    near = delta.abs() <= window
+    near = near[:, None] if near.dim() == 3 else near[None, None]        # (B or 1, 1, Tq, Tk)
+    allowed = near if mask is None else near & mask
+    stranded = ~allowed.any(-1, keepdim=True)                            # (B or 1, 1, Tq, 1)
+    return allowed | stranded, stranded

@@ -165,6 +165,16 @@ class DisentangledAttention(SelfAttention):
             bias = bias + p2c.transpose(-1, -2)  # (B, N, T, T), rows = queries
         return bias * self.scale if torch.is_tensor(bias) else None
 
+    def padding_queries(self, out, probs, v, keys):
+        """transformers masks DeBERTa's scores on both sides, padding queries included, by
+        filling them with the dtype's minimum: a padding query's scores are then all equal, and
+        its softmax is uniform over every position, padding too. Its output is the mean value."""
+        pad = ~keys.transpose(-1, -2)  # (B, 1, T, 1): the padding queries
+        out = torch.where(pad, v.mean(-2, keepdim=True), out)  # (B, N, T, D)
+        if probs is not None:
+            probs = probs.masked_fill(pad, 1.0 / probs.shape[-1])  # (B, N, T, T)
+        return out, probs
+
     @torch.no_grad()
     def score_terms(self, x: torch.Tensor, **context) -> dict[str, torch.Tensor]:
         """The three terms of eq. 2 apart, for reading (bertkit.viz): "c2c", and "c2p" / "p2c"
@@ -222,6 +232,11 @@ class DebertaEncoder(Encoder):
         if self.rel_norm is not None:
             table = self.rel_norm(table)
         return {"rel_embeddings": table, "rel_pos": relative_positions(length, self.config, device)}
+
+    def forward(self, x, mask=None, output_attentions=False, packing=None, output_hidden_states=False, rows=None):
+        if mask is not None and packing is None:  # transformers zeroes the embeddings at padding
+            x = x * mask[:, 0, 0, :, None].to(x.dtype)  # (B, T, H)
+        return super().forward(x, mask, output_attentions, packing, output_hidden_states, rows)
 
     def after_layer(self, i, x, inputs, mask, packing):
         if i != 0 or self.conv is None:
