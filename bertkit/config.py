@@ -16,7 +16,7 @@ from .errors import BertkitError
 # Activation names accepted in configs; layers/activations.py implements each one.
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "quick_gelu", "relu", "silu", "swish", "tanh")
 
-HEADS = (None, "mlm", "pretraining", "classification", "token-classification", "qa")
+HEADS = (None, "mlm", "pretraining", "classification", "token-classification", "qa", "multiple-choice")
 
 
 @dataclass(frozen=True)

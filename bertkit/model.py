@@ -32,7 +32,15 @@ class Model(nn.Module):
         """`masked_positions` (B, T) bool: compute MLM logits only there; `logits` is then (K, V)
         and `last_hidden_state` (K, H) for the K True entries in row-major order (what an MLM loss
         needs, at a fraction of the cost: the vocabulary projection and the last block, all but
-        its keys and values, run on those rows only)."""
+        its keys and values, run on those rows only).
+
+        A multiple-choice model takes (B, C, T) inputs, each context paired with each of its C
+        choices, and runs them as B * C sequences: `logits` is (B, C), one score per choice, and
+        the encoder's outputs are per sequence, (B * C, T, H), as in transformers."""
+        choices = None
+        if self.head_kind == "multiple-choice":
+            input_ids, attention_mask, token_type_ids, choices = _flat_choices(input_ids, attention_mask,
+                                                                               token_type_ids)
         if masked_positions is not None:
             if self.head is None or not self.head.predicts_tokens:
                 raise BertkitError(f"masked_positions needs a masked-LM head; this model's head is {self.head_kind!r}")
@@ -49,6 +57,8 @@ class Model(nn.Module):
         if self.head is not None:
             for name, value in self.head(out).items():
                 setattr(out, name, value)
+        if choices is not None:
+            out.logits = out.logits.view(-1, choices)  # (B, C)
         if not output_hidden_states:
             out.hidden_states = None
         return out
@@ -122,6 +132,21 @@ class Model(nn.Module):
         from .interop.hf import save_pretrained  # interop knows the foreign names; models do not
 
         save_pretrained(self, path)
+
+
+def _flat_choices(input_ids, attention_mask, token_type_ids):
+    """(B, C, T) inputs -> (B * C, T) each, and C."""
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 3 or input_ids.shape[1] == 0:
+        got = f"shape {tuple(input_ids.shape)}" if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+        raise BertkitError("a multiple-choice model takes (batch, choices, length) input_ids, each context "
+                           f"paired with each of its choices; got {got}")
+    flat = []
+    for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+        if t is not None and getattr(t, "shape", None) != input_ids.shape:
+            raise BertkitError(f"{name} has shape {tuple(getattr(t, 'shape', ()))} but input_ids has "
+                               f"{tuple(input_ids.shape)}")
+        flat.append(None if t is None else t.reshape(-1, t.shape[-1]))
+    return input_ids.reshape(-1, input_ids.shape[-1]), *flat, input_ids.shape[1]  # (B * C, T)
 
 
 def build(name: str | EncoderConfig, head: str | None = None, num_labels: int | None = None,

@@ -456,3 +456,51 @@ def test_hidden_states_match_transformers(family, cls_name, variant, tmp_path):
     for a, b in zip(mine, theirs):
         assert max_diff_on_real(a, b, mask) <= TOL
     assert ours(ids, mask, types).hidden_states is None
+
+
+MULTIPLE_CHOICE = [(family, variant) for family, (prefix, _, variants) in FAMILIES.items()
+                   if hasattr(transformers, prefix + "ForMultipleChoice") for variant in variants]
+
+
+def choice_batch(config, seed: int = 1):
+    """Right-padded (ids, mask, token types) of 6 sequences: 2 contexts x 3 choices once viewed
+    as (2, 3, T)."""
+    return make_batch(config.vocab_size, getattr(config, "type_vocab_size", 0), (9, 6, 3, 8, 2, 5), seed=seed,
+                      pad_id=config.pad_token_id)
+
+
+@pytest.mark.parametrize("family, variant", MULTIPLE_CHOICE)
+def test_a_multiple_choice_checkpoint_scores_each_choice_as_transformers_does(family, variant, tmp_path):
+    """XxxForMultipleChoice loads as the "multiple-choice" head: (B, C, T) inputs, (B, C) logits
+    equal to transformers' for right and left padding, and saved back, transformers reads it
+    to the same logits."""
+    cls_name = FAMILIES[family][0] + "ForMultipleChoice"
+    config = transformers.AutoConfig.for_model(family, **FAMILIES[family][2][variant])
+    ref = hf_model(cls_name, config)
+    ours = bertkit.from_pretrained(_saved(ref, tmp_path / "src"))
+    assert ours.head_kind == "multiple-choice"
+    flat = choice_batch(config)
+    for batch in (flat, left_padded(*flat)):
+        ids, mask, types = (t.view(2, 3, -1) for t in batch)
+        with torch.no_grad():
+            got = ours(ids, mask, types).logits
+        assert got.shape == (2, 3)
+        assert (got - call(ref, ids, mask, types).logits).abs().max().item() <= TOL
+    randomize(ours, seed=7)  # new values, so a silently unsaved tensor cannot pass
+    ours.save_pretrained(tmp_path / "out")
+    back = getattr(transformers, cls_name).from_pretrained(tmp_path / "out").eval()
+    with torch.no_grad():
+        got = ours(ids, mask, types).logits
+    assert (got - call(back, ids, mask, types).logits).abs().max().item() <= TOL
+
+
+def test_multiple_choice_refuses_inputs_without_a_choice_axis_and_deberta_v1():
+    model = bertkit.build("mini-bert", head="multiple-choice").eval()
+    ids = torch.randint(5, 100, (2, 3, 7))
+    assert model(ids).logits.shape == (2, 3)
+    with pytest.raises(BertkitError, match=r"\(batch, choices, length\) input_ids.*shape \(2, 7\)"):
+        model(ids[:, 0])
+    with pytest.raises(BertkitError, match=r"attention_mask has shape \(2, 7\) but input_ids has \(2, 3, 7\)"):
+        model(ids, torch.ones(2, 7))
+    with pytest.raises(BertkitError, match="DeBERTa v1 has no multiple-choice head"):
+        bertkit.build(bertkit.PRESETS["deberta-base"].config.replace(num_layers=1), head="multiple-choice")

@@ -22,6 +22,7 @@ HEAD_SUFFIX = {
     "ForSequenceClassification": "classification",
     "ForTokenClassification": "token-classification",
     "ForQuestionAnswering": "qa",
+    "ForMultipleChoice": "multiple-choice",
 }
 
 Rules = list[tuple[str, str]]
@@ -116,7 +117,8 @@ BERT = HFFamily(
     encoder=BERT_EMBEDDINGS + BERT_LAYERS + [("pooler.dense.{p}", "pooler.dense.{p}")],
     heads={None: [], "mlm": BERT_MLM,
            "pretraining": _nest("mlm.", BERT_MLM) + [("cls.seq_relationship.{p}", "pair.classifier.{p}")],
-           "classification": CLASSIFIER, "token-classification": CLASSIFIER, "qa": QA},
+           "classification": CLASSIFIER, "token-classification": CLASSIFIER, "qa": QA,
+           "multiple-choice": CLASSIFIER},
     tokenizer_class="BertTokenizer",
     ignored=POSITION_IDS,
     tied_bias=("cls.predictions.bias", "cls.predictions.decoder.bias"),
@@ -128,7 +130,7 @@ ROBERTA = HFFamily(
     defaults={"vocab_size": 50265, "pad_token_id": 1},
     encoder=BERT.encoder,
     heads={None: [], "mlm": ROBERTA_MLM, "classification": FIRST_TOKEN,
-           "token-classification": CLASSIFIER, "qa": QA},
+           "token-classification": CLASSIFIER, "qa": QA, "multiple-choice": CLASSIFIER},
     tokenizer_class="RobertaTokenizer",
     ignored=POSITION_IDS,
     tied_bias=("lm_head.bias", "lm_head.decoder.bias"),
@@ -159,7 +161,8 @@ ALBERT = HFFamily(
        for hf, ours in ALBERT_BLOCK],
     heads={None: [], "mlm": ALBERT_MLM,
            "pretraining": _nest("mlm.", ALBERT_MLM) + [("sop_classifier.classifier.{p}", "pair.classifier.{p}")],
-           "classification": CLASSIFIER, "token-classification": CLASSIFIER, "qa": QA},
+           "classification": CLASSIFIER, "token-classification": CLASSIFIER, "qa": QA,
+           "multiple-choice": CLASSIFIER},
     tokenizer_class="AlbertTokenizer",
     ignored=POSITION_IDS,
     tied_bias=("predictions.bias", "predictions.decoder.bias"),
@@ -192,7 +195,8 @@ DISTILBERT = HFFamily(
            "mlm": [("vocab_transform.{p}", "transform.{p}"), ("vocab_layer_norm.{p}", "norm.{p}"),
                    ("vocab_projector.bias", "bias"), ("vocab_projector.weight", "decoder.weight")],
            "classification": [("pre_classifier.{p}", "dense.{p}"), ("classifier.{p}", "out_proj.{p}")],
-           "token-classification": CLASSIFIER, "qa": QA},
+           "token-classification": CLASSIFIER, "qa": QA,
+           "multiple-choice": [("pre_classifier.{p}", "dense.{p}"), ("classifier.{p}", "out_proj.{p}")]},
     tokenizer_class="DistilBertTokenizer",
     ignored=POSITION_IDS,
 )
@@ -211,7 +215,8 @@ ELECTRA = HFFamily(
                    ("generator_predictions.LayerNorm.{p}", "norm.{p}"),
                    ("generator_lm_head.bias", "bias"), ("generator_lm_head.weight", "decoder.weight")],
            "pretraining": REPLACED_TOKEN,
-           "classification": FIRST_TOKEN, "token-classification": CLASSIFIER, "qa": QA},
+           "classification": FIRST_TOKEN, "token-classification": CLASSIFIER, "qa": QA,
+           "multiple-choice": [("sequence_summary.summary.{p}", "dense.{p}"), ("classifier.{p}", "out_proj.{p}")]},
     tokenizer_class="ElectraTokenizer",
     ignored=POSITION_IDS,
 )
@@ -254,7 +259,8 @@ DEBERTA_V2 = HFFamily(
     + [(f"encoder.layer.{{i}}.{hf}", f"encoder.layers.{{i}}.{ours}") for hf, ours in DEBERTA_V2_BLOCK],
     heads={None: [], "mlm": BERT_MLM + EMD, "pretraining": REPLACED_TOKEN,
            "classification": [("pooler.dense.{p}", "dense.{p}"), ("classifier.{p}", "out_proj.{p}")],
-           "token-classification": CLASSIFIER, "qa": QA},
+           "token-classification": CLASSIFIER, "qa": QA,
+           "multiple-choice": [("pooler.dense.{p}", "dense.{p}"), ("classifier.{p}", "out_proj.{p}")]},
     modern_mlm=[("lm_predictions.lm_head.dense.{p}", "transform.{p}"),
                 ("lm_predictions.lm_head.LayerNorm.{p}", "norm.{p}"),
                 ("lm_predictions.lm_head.bias", "bias")] + EMD,
@@ -313,6 +319,7 @@ DEBERTA = replace(
     DEBERTA_V2, model_type="deberta", class_prefix="Deberta",
     config_keys={k: v for k, v in DEBERTA_V2.config_keys.items() if k not in V2_ONLY},
     defaults={"vocab_size": 50265, "relative_attention": False, "position_biased_input": True, "pos_att_type": ()},
+    heads={k: v for k, v in DEBERTA_V2.heads.items() if k != "multiple-choice"},  # no DebertaForMultipleChoice
     tokenizer_class="DebertaTokenizer",
     to_common=deberta_v1_to_common, from_common=deberta_v1_from_common,
 )
@@ -430,7 +437,7 @@ MODERNBERT = HFFamily(
            "mlm": [("head.dense.{p}", "transform.{p}"), ("head.norm.{p}", "norm.{p}"),
                    ("decoder.bias", "bias"), ("decoder.weight", "decoder.weight")],
            "classification": MODERNBERT_CLASSIFIER, "token-classification": MODERNBERT_CLASSIFIER,
-           "qa": MODERNBERT_CLASSIFIER},
+           "qa": MODERNBERT_CLASSIFIER, "multiple-choice": MODERNBERT_CLASSIFIER},
     tokenizer_class="PreTrainedTokenizerFast",
     token_types_optional=True,
     to_common=modernbert_to_common, from_common=modernbert_from_common,

@@ -129,14 +129,15 @@ class PreTrainingHead(Head):
 
 
 class SequenceClassificationHead(Head):
-    """Dropout + linear on the pooled [CLS] vector (BERT sec. 4.1)."""
+    """Dropout + linear on the pooled [CLS] vector (BERT sec. 4.1). `outputs` (default: the
+    config's labels) is 1 for multiple choice: one score per (context, choice) sequence (sec. 4.4)."""
 
     uses_pooler = True
 
-    def __init__(self, config: EncoderConfig):
+    def __init__(self, config: EncoderConfig, outputs: int | None = None):
         super().__init__()
         self.dropout = Dropout(classifier_dropout(config))
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.classifier = nn.Linear(config.hidden_size, outputs or config.num_labels)
 
     def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
         return {"logits": self.classifier(self.dropout(out.pooler_output))}  # (B, C)
@@ -145,17 +146,19 @@ class SequenceClassificationHead(Head):
 class FirstTokenHead(Head):
     """Sentence classifier with its own hidden layer on the first token, for encoders without a
     pre-trained pooler: dropout, dense, activation (tanh for RoBERTa, GELU for ELECTRA, ReLU for
-    DistilBERT), dropout, projection."""
+    DistilBERT), dropout, projection to `outputs` (default: the config's labels; 1 for multiple
+    choice)."""
 
     reads_first_token = True
 
-    def __init__(self, config: EncoderConfig, act: str, input_dropout: float, hidden_dropout: float):
+    def __init__(self, config: EncoderConfig, act: str, input_dropout: float, hidden_dropout: float,
+                 outputs: int | None = None):
         super().__init__()
         self.input_dropout = Dropout(input_dropout)
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.act = activation(act)
         self.dropout = Dropout(hidden_dropout)
-        self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
+        self.out_proj = nn.Linear(config.hidden_size, outputs or config.num_labels)
 
     def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
         x = self.act(self.dense(self.input_dropout(out.last_hidden_state[:, 0])))  # (B, H)
@@ -199,4 +202,6 @@ def standard_head(kind: str, config: EncoderConfig, word_embeddings: nn.Embeddin
         return TokenClassificationHead(config)
     if kind == "qa":
         return SpanHead(config)
+    if kind == "multiple-choice":
+        return SequenceClassificationHead(config, outputs=1)
     raise ValueError(f"unknown head kind {kind!r}")

@@ -322,10 +322,14 @@ def build_head(kind, config, backbone):
     word = backbone.embeddings.word
     if kind == "mlm":
         return EnhancedMaskDecoder(config, backbone) if config.enhanced_mask_decoder else MLMHead(config, word)
-    if kind == "classification":
+    if kind == "multiple-choice" and config.family == "deberta":
+        raise BertkitError("DeBERTa v1 has no multiple-choice head in transformers to load or save; "
+                           "use a deberta-v2 (v3) model")
+    if kind in ("classification", "multiple-choice"):
         # The "context pooler": dense + activation on the first token, trained with the task.
         return FirstTokenHead(config, act=config.pooler_act, input_dropout=config.pooler_dropout,
-                              hidden_dropout=classifier_dropout(config))
+                              hidden_dropout=classifier_dropout(config),
+                              outputs=1 if kind == "multiple-choice" else None)
     if kind == "pretraining":
         # DeBERTaV3 pre-trains a discriminator (He et al., 2021, sec. 3): ELECTRA's head, reused.
         return ReplacedTokenHead(config)

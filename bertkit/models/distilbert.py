@@ -60,8 +60,9 @@ def build_backbone(config: DistilBertConfig, with_pooler: bool) -> EncoderModel:
 
 
 def build_head(kind, config, backbone):
-    if kind == "classification":
-        return FirstTokenHead(config, act="relu", input_dropout=0.0, hidden_dropout=classifier_dropout(config))
+    if kind in ("classification", "multiple-choice"):
+        return FirstTokenHead(config, act="relu", input_dropout=0.0, hidden_dropout=classifier_dropout(config),
+                              outputs=1 if kind == "multiple-choice" else None)
     if kind == "token-classification":
         return TokenClassificationHead(config, dropout=config.hidden_dropout)
     if kind == "qa":

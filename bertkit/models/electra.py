@@ -66,9 +66,10 @@ def build_head(kind, config, backbone):
         return MLMHead(config, word, act="gelu")
     if kind == "pretraining":
         return ReplacedTokenHead(config)
-    if kind == "classification":
+    if kind in ("classification", "multiple-choice"):  # (transformers' "sequence summary" for the latter)
         p = classifier_dropout(config)
-        return FirstTokenHead(config, act="gelu", input_dropout=p, hidden_dropout=p)
+        return FirstTokenHead(config, act="gelu", input_dropout=p, hidden_dropout=p,
+                              outputs=1 if kind == "multiple-choice" else None)
     return standard_head(kind, config, word)
 
 

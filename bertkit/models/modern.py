@@ -219,7 +219,8 @@ class ModernEmbeddings(nn.Module):
 
 class ModernHead(Head):
     """Classifier heads: dense + activation + LayerNorm (the MLM head's transform), dropout,
-    linear. `pooling` "cls" / "mean" makes one vector per sequence (sequence classification);
+    linear. `pooling` "cls" / "mean" makes one vector per sequence (sequence classification;
+    "first-real" reads each sequence's first real token, as multiple choice does in transformers);
     None scores every token (token classification, and QA with two outputs: start, end)."""
 
     def __init__(self, config: ModernConfig, outputs: int, pooling: str | None, names: tuple[str, ...]):
@@ -243,6 +244,9 @@ class ModernHead(Head):
         x = out.last_hidden_state  # (B, T, H)
         if self.pooling == "cls":
             x = x[:, 0]  # (B, H)
+        elif self.pooling == "first-real":
+            first = 0 if out.attention_mask is None else out.attention_mask.int().argmax(-1)  # (B,)
+            x = x[torch.arange(x.shape[0], device=x.device), first]  # (B, H)
         elif self.pooling == "mean":
             keep = torch.ones_like(x[..., 0]) if out.attention_mask is None else out.attention_mask.to(x.dtype)
             x = (x * keep[..., None]).sum(1) / keep.sum(1, keepdim=True)  # (B, H)
@@ -275,6 +279,9 @@ def build_head(kind, config: ModernConfig, backbone):
         return ModernMLMHead(config, backbone.embeddings.word)
     if kind == "classification":
         return ModernHead(config, config.num_labels, config.classifier_pooling, ("logits",))
+    if kind == "multiple-choice":  # transformers pools "cls" here at each sequence's first real token
+        pooling = "first-real" if config.classifier_pooling == "cls" else config.classifier_pooling
+        return ModernHead(config, 1, pooling, ("logits",))
     if kind == "token-classification":
         return ModernHead(config, config.num_labels, None, ("logits",))
     if kind == "qa":
