@@ -135,6 +135,8 @@ def test_choice_files_in_every_layout(tmp_path):
     ({"text": "x", "choices": "a b", "label": 0}, r"line 1: column 'choices' must be a list of strings"),
     ({"text": "x", "choices": ["a", "b"]}, r"line 1: no column 'label'"),
     ({"text": " ", "choices": ["a", "b"], "label": 0}, r"line 1: empty context"),
+    ({"text": "x", "choice0": "a", "choice1": "", "choice2": "c", "label": 2},
+     r"line 1: column 'choice1' is empty but a later choice is not"),
 ])
 def test_bad_choice_rows_are_one_error_naming_the_line(tmp_path, row, message):
     path = tmp_path / "bad.jsonl"

@@ -216,8 +216,8 @@ def _numbered(keys, prefixes) -> list[str]:
 
 def choice_rows(rows, columns: Columns = Columns(), labelled: bool = True) -> list[ChoiceExample]:
     """Multiple-choice examples from (where, row dict) pairs; see the module docstring. Empty
-    numbered cells (fewer choices than columns) are left out; a row without a context, or with
-    fewer than two choices, is one error naming it."""
+    numbered cells at the end (fewer choices than columns) are left out; an empty one before a
+    filled one, a row without a context, or with fewer than two choices, is one error naming it."""
     text_col, label_col = columns.text or "text", columns.label or "label"
     list_col = columns.choices or "choices"
     examples = []
@@ -241,7 +241,14 @@ def choice_rows(rows, columns: Columns = Columns(), labelled: bool = True) -> li
             if not numbered:
                 raise BertkitError(f"{where}: no choices: a column {list_col!r} (a list) or numbered columns "
                                    f"{list_col}0, {list_col}1, ... (columns: {', '.join(map(str, keys))})")
-            choices = [row[k] for k in numbered if isinstance(row[k], str) and row[k].strip()]
+            cells = [row[k] if isinstance(row[k], str) else "" if row[k] is None else row[k] for k in numbered]
+            while cells and isinstance(cells[-1], str) and not cells[-1].strip():
+                cells.pop()  # an example with fewer choices than there are columns
+            for k, cell in zip(numbered, cells):  # a gap would shift every later choice's index
+                if not isinstance(cell, str) or not cell.strip():
+                    raise BertkitError(f"{where}: column {k!r} is {'empty' if isinstance(cell, str) else 'not a string'}"
+                                       " but a later choice is not")
+            choices = cells
         if swag:  # SWAG: the second sentence's start is the first part of every ending
             choices = [f"{row['sent2']} {c}".strip() for c in choices]
         if not isinstance(text, str) or not text.strip():
