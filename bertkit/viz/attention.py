@@ -59,7 +59,8 @@ def run_attention(model, encoded: Encoded) -> np.ndarray:
     model.eval()
     mask = torch.ones_like(encoded.ids)
     with torch.no_grad():
-        out = model(encoded.ids, mask, encoded.types, output_attentions=True)
+        # the encoder alone: the maps are its own, and a head may want other inputs (multiple choice)
+        out = model.backbone(encoded.ids, mask, encoded.types, output_attentions=True)
     return torch.stack([a[0] for a in out.attentions]).float().numpy()  # (L, N, T, T)
 
 

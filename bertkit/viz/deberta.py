@@ -60,10 +60,10 @@ def score_components(model, encoded: Encoded, layer: int, head: int, description
     model.eval()
     try:
         with torch.no_grad():
-            out = model(encoded.ids, torch.ones_like(encoded.ids), encoded.types, output_attentions=True)
+            out = model.backbone(encoded.ids, torch.ones_like(encoded.ids), encoded.types, output_attentions=True)
     finally:
         handle.remove()
-    x, context = calls[0]  # the encoder's pass (the enhanced mask decoder may call the last layer again)
+    x, context = calls[0]  # the layer's one call in the encoder
     terms = attn.score_terms(x, **context)
     scores = {name: t[0, head].float().numpy() for name, t in terms.items()}  # (T, T) each
     scores["combined"] = sum(scores.values())
