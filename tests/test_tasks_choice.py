@@ -15,7 +15,7 @@ import transformers
 import bertkit
 from bertkit.cli import main
 from bertkit.errors import BertkitError
-from bertkit.tasks import ChoiceExample, Columns, FinetuneSettings, choose, evaluate, finetune, load_examples
+from bertkit.tasks import ChoiceExample, Columns, FinetuneSettings, choose, embed, evaluate, finetune, load_examples
 from bertkit.tasks.choice import ChoiceObjective, collate_choices, encode_choices
 from tasks_support import FAST_BF16, minilm_lower_layers
 
@@ -166,3 +166,12 @@ def test_attention_maps_of_a_multiple_choice_model_come_from_its_encoder(trained
     assert main(["visualize", "attention", "--model", str(out), "--text", "the film is good",
                  "--out", str(tmp_path / "maps")]) == 0
     assert (tmp_path / "maps" / "attention.html").exists()
+
+
+def test_embeddings_of_a_model_with_a_head_come_from_its_encoder(trained):
+    """embed runs the encoder alone: a multiple-choice model (whose forward takes (B, C, T)) gives
+    the vectors its bare encoder gives."""
+    out, dev, _, _ = trained
+    texts = [e.text for e in dev[:20]]
+    headed = embed(bertkit.from_pretrained(out), texts)
+    assert torch.equal(headed, embed(bertkit.from_pretrained(out, head=None), texts))

@@ -46,7 +46,9 @@ def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None 
             batch = model.tokenizer([texts[i] for i in batch_of], max_length=max_length)
             ids, mask, types = (batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids"))
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                hidden = model(ids, mask, types).last_hidden_state.float()
+                # the encoder alone: a head's work (an MLM head's vocabulary projection of every
+                # token) would be thrown away, and a multiple-choice head wants (B, C, T) inputs
+                hidden = model.backbone(ids, mask, types).last_hidden_state.float()
             chunks.append((mean_pool(hidden, mask) if pooling == "mean" else hidden[:, 0]).cpu())
     vectors = torch.cat(chunks) if chunks else torch.zeros(0, model.config.hidden_size)
     result = torch.empty_like(vectors)
