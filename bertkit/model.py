@@ -26,9 +26,10 @@ class Model(nn.Module):
         self.tokenizer = tokenizer
         init_weights(self, config.initializer_range)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+    def forward(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_attentions: bool = False,
-                output_hidden_states: bool = False, masked_positions: torch.Tensor | None = None) -> EncoderOutput:
+                output_hidden_states: bool = False, masked_positions: torch.Tensor | None = None,
+                inputs_embeds: torch.Tensor | None = None) -> EncoderOutput:
         """`masked_positions` (B, T) bool: compute MLM logits only there; `logits` is then (K, V)
         and `last_hidden_state` (K, H) for the K True entries in row-major order (what an MLM loss
         needs, at a fraction of the cost: the vocabulary projection and the last block, all but
@@ -36,23 +37,30 @@ class Model(nn.Module):
 
         A multiple-choice model takes (B, C, T) inputs, each context paired with each of its C
         choices, and runs them as B * C sequences: `logits` is (B, C), one score per choice, and
-        the encoder's outputs are per sequence, (B * C, T, H), as in transformers."""
+        the encoder's outputs are per sequence, (B * C, T, H), as in transformers.
+
+        `inputs_embeds` (B, T, E) (multiple choice: (B, C, T, E)) stands for input_ids, which is
+        then None: the word vectors themselves, as transformers takes them (e.g. to take
+        gradients with respect to them); positions, token types and LayerNorm still apply."""
         choices = None
         if self.head_kind == "multiple-choice":
-            input_ids, attention_mask, token_type_ids, choices = _flat_choices(input_ids, attention_mask,
-                                                                               token_type_ids)
+            input_ids, attention_mask, token_type_ids, inputs_embeds, choices = _flat_choices(
+                input_ids, attention_mask, token_type_ids, inputs_embeds)
+        shape = input_ids.shape if input_ids is not None else getattr(inputs_embeds, "shape", (None,))[:-1]
         if masked_positions is not None:
             if self.head is None or not self.head.predicts_tokens:
                 raise BertkitError(f"masked_positions needs a masked-LM head; this model's head is {self.head_kind!r}")
-            if masked_positions.shape != input_ids.shape:
-                raise BertkitError(f"masked_positions has shape {tuple(masked_positions.shape)} but input_ids "
-                                   f"has {tuple(input_ids.shape)}")
-            masked_positions = masked_positions.to(device=input_ids.device, dtype=torch.bool)
+            if masked_positions.shape != shape:
+                raise BertkitError(f"masked_positions has shape {tuple(masked_positions.shape)} but the input "
+                                   f"has {tuple(shape)}")
+            masked_positions = masked_positions.to(device=self.backbone.embeddings.word.weight.device,
+                                                   dtype=torch.bool)
         head_needs_states = self.head is not None and self.head.uses_hidden_states
         # A head that reads every layer (DeBERTa's enhanced mask decoder) gets them in full: the
         # backbone then computes every token and picks the rows at the end.
         out = self.backbone(input_ids, attention_mask, token_type_ids, output_attentions,
-                            output_hidden_states or head_needs_states, rows=masked_positions)
+                            output_hidden_states or head_needs_states, rows=masked_positions,
+                            inputs_embeds=inputs_embeds)
         out.masked_positions = masked_positions
         if self.head is not None:
             for name, value in self.head(out).items():
@@ -134,19 +142,23 @@ class Model(nn.Module):
         save_pretrained(self, path)
 
 
-def _flat_choices(input_ids, attention_mask, token_type_ids):
-    """(B, C, T) inputs -> (B * C, T) each, and C."""
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 3 or input_ids.shape[1] == 0:
-        got = f"shape {tuple(input_ids.shape)}" if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
-        raise BertkitError("a multiple-choice model takes (batch, choices, length) input_ids, each context "
-                           f"paired with each of its choices; got {got}")
+def _flat_choices(input_ids, attention_mask, token_type_ids, inputs_embeds):
+    """(B, C, T) inputs (inputs_embeds (B, C, T, E)) -> (B * C, T) each ((B * C, T, E)), and C."""
+    given = input_ids if inputs_embeds is None else inputs_embeds
+    name, dims = ("input_ids", 3) if inputs_embeds is None else ("inputs_embeds", 4)
+    if not isinstance(given, torch.Tensor) or given.dim() != dims or given.shape[1] == 0:
+        got = f"shape {tuple(given.shape)}" if isinstance(given, torch.Tensor) else type(given).__name__
+        raise BertkitError(f"a multiple-choice model takes (batch, choices, length{', width' * (dims == 4)}) "
+                           f"{name}, each context paired with each of its choices; got {got}")
+    shape = given.shape[:3]
     flat = []
-    for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
-        if t is not None and getattr(t, "shape", None) != input_ids.shape:
-            raise BertkitError(f"{name} has shape {tuple(getattr(t, 'shape', ()))} but input_ids has "
-                               f"{tuple(input_ids.shape)}")
+    for what, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+        if t is not None and getattr(t, "shape", None) != shape:
+            raise BertkitError(f"{what} has shape {tuple(getattr(t, 'shape', ()))} but {name} has {tuple(shape)}")
         flat.append(None if t is None else t.reshape(-1, t.shape[-1]))
-    return input_ids.reshape(-1, input_ids.shape[-1]), *flat, input_ids.shape[1]  # (B * C, T)
+    ids = None if input_ids is None else input_ids.reshape(-1, shape[-1])  # (B * C, T)
+    embeds = None if inputs_embeds is None else inputs_embeds.reshape(-1, *inputs_embeds.shape[2:])  # (B * C, T, E)
+    return ids, *flat, embeds, shape[1]
 
 
 def build(name: str | EncoderConfig, head: str | None = None, num_labels: int | None = None,

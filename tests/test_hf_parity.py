@@ -498,9 +498,45 @@ def test_multiple_choice_refuses_inputs_without_a_choice_axis_and_deberta_v1():
     model = bertkit.build("mini-bert", head="multiple-choice").eval()
     ids = torch.randint(5, 100, (2, 3, 7))
     assert model(ids).logits.shape == (2, 3)
+    words = model.backbone.embeddings.word(ids)  # (2, 3, 7, E): inputs_embeds keep the choice axis too
+    assert torch.allclose(model(None, inputs_embeds=words).logits, model(ids).logits, atol=1e-6)
     with pytest.raises(BertkitError, match=r"\(batch, choices, length\) input_ids.*shape \(2, 7\)"):
         model(ids[:, 0])
     with pytest.raises(BertkitError, match=r"attention_mask has shape \(2, 7\) but input_ids has \(2, 3, 7\)"):
         model(ids, torch.ones(2, 7))
     with pytest.raises(BertkitError, match="DeBERTa v1 has no multiple-choice head"):
         bertkit.build(bertkit.PRESETS["deberta-base"].config.replace(num_layers=1), head="multiple-choice")
+
+
+@pytest.mark.parametrize("family, variant", [(f, next(iter(v[2]))) for f, v in FAMILIES.items()])
+def test_inputs_embeds_give_transformers_outputs_and_input_gradients(family, variant, tmp_path):
+    """Word vectors passed in place of ids (inputs_embeds): the same outputs as transformers given
+    the same vectors, and the same gradients with respect to them (what attribution methods such
+    as integrated gradients take)."""
+    cls_name = FAMILIES[family][0] + "ForSequenceClassification"
+    config = hf_config(family, variant, cls_name)
+    ref = hf_model(cls_name, config)
+    ours = bertkit.from_pretrained(_saved(ref, tmp_path)).eval()
+    ids, mask, types = batch_for(config)
+    words = ref.get_input_embeddings()(ids).detach()  # (B, T, E)
+    theirs_in, mine_in = words.clone().requires_grad_(), words.clone().requires_grad_()
+    kw = {"token_type_ids": types} if getattr(config, "type_vocab_size", 0) else {}
+    theirs = ref(inputs_embeds=theirs_in, attention_mask=mask, **kw).logits
+    mine = ours(None, mask, types if kw else None, inputs_embeds=mine_in).logits
+    assert (mine - theirs).abs().max().item() <= TOL
+    with torch.no_grad():
+        assert (ours(ids, mask, types if kw else None).logits - mine).abs().max().item() <= TOL
+    theirs.sum().backward()
+    mine.sum().backward()
+    keep = mask.bool()
+    assert (mine_in.grad[keep] - theirs_in.grad[keep]).abs().max().item() <= TOL
+
+
+def test_inputs_embeds_refuses_ids_beside_it_and_the_wrong_width():
+    model = bertkit.build("mini-bert").eval()
+    ids = torch.randint(5, 100, (2, 7))
+    words = model.backbone.embeddings.word(ids)
+    with pytest.raises(BertkitError, match="give input_ids or inputs_embeds, not both"):
+        model(ids, inputs_embeds=words)
+    with pytest.raises(BertkitError, match=r"inputs_embeds must be \(batch, length, 192\).*got \(2, 7, 5\)"):
+        model(None, inputs_embeds=torch.randn(2, 7, 5))

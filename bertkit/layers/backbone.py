@@ -43,15 +43,19 @@ class EncoderModel(nn.Module):
         # Whether the head reads the first position's state (Head.reads_first_token); the pooler does.
         self.reads_first_token = False
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+    def forward(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_attentions: bool = False,
-                output_hidden_states: bool = False, rows: torch.Tensor | None = None) -> EncoderOutput:
+                output_hidden_states: bool = False, rows: torch.Tensor | None = None,
+                inputs_embeds: torch.Tensor | None = None) -> EncoderOutput:
         """`rows` (B, T) bool: the positions whose final states the caller needs (MLM: the masked
         ones); last_hidden_state is then (K, H), those states in row-major order, and the last
-        block computes little else (Encoder.forward)."""
+        block computes little else (Encoder.forward). `inputs_embeds` (B, T, E): word vectors
+        in place of input_ids (None then), e.g. for gradients with respect to the input."""
+        if inputs_embeds is not None:
+            input_ids = stand_in_ids(input_ids, inputs_embeds, self.embeddings)
         check_ids(input_ids, token_type_ids, self.embeddings)
         keys = key_padding_mask(attention_mask, input_ids)  # (B, T) bool or None
-        x = self.embeddings(input_ids, token_type_ids)      # (B, T, E)
+        x = self.embeddings(input_ids, token_type_ids, words=inputs_embeds)  # (B, T, E)
         if self.projection is not None:
             x = self.projection(x)                          # (B, T, H)
         # torch.jit.trace records one batch's control flow: unpadding (its lengths) and dropping an
@@ -94,6 +98,19 @@ class EncoderModel(nn.Module):
             hidden_states=states if output_hidden_states else None,
             attention_mask=keys,
         )
+
+
+def stand_in_ids(input_ids, inputs_embeds, embeddings: nn.Module) -> torch.Tensor:
+    """(B, T) ids that give inputs_embeds' rows their shape and positions: none of them padding,
+    so RoBERTa numbers them pad+1, pad+2, ... as transformers does for inputs_embeds."""
+    if input_ids is not None:
+        raise BertkitError("give input_ids or inputs_embeds, not both")
+    width = embeddings.word.embedding_dim
+    if not isinstance(inputs_embeds, torch.Tensor) or inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != width:
+        got = tuple(inputs_embeds.shape) if isinstance(inputs_embeds, torch.Tensor) else type(inputs_embeds).__name__
+        raise BertkitError(f"inputs_embeds must be (batch, length, {width}), the word embedding width; got {got}")
+    real = 1 if embeddings.word.padding_idx == 0 else 0
+    return torch.full(inputs_embeds.shape[:2], real, dtype=torch.long, device=inputs_embeds.device)  # (B, T)
 
 
 def check_ids(input_ids, token_type_ids, embeddings: nn.Module) -> None:

@@ -34,11 +34,14 @@ class Embeddings(nn.Module):
     def position_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         return torch.arange(input_ids.shape[1], device=input_ids.device)[None, :]  # (1, T)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                words: torch.Tensor | None = None) -> torch.Tensor:
+        """`words` (B, T, E): word vectors to use instead of looking input_ids up (inputs_embeds)."""
         T = input_ids.shape[1]
         if T > self.max_length:
             raise BertkitError(f"sequence length {T} exceeds the model's maximum of {self.max_length} tokens")
-        x = self.word(input_ids) + self.position(self.position_ids(input_ids))  # (B, T, H)
+        words = self.word(input_ids) if words is None else words  # (B, T, H)
+        x = words + self.position(self.position_ids(input_ids))  # (B, T, H)
         if self.token_type is not None:
             if token_type_ids is None:
                 x = x + self.token_type.weight[0]  # every token is segment A

@@ -262,9 +262,11 @@ class DebertaEmbeddings(nn.Module):
         self.dropout = Dropout(config.hidden_dropout)
         self.max_length = config.max_positions
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                words: torch.Tensor | None = None) -> torch.Tensor:
+        """`words` (B, T, E): word vectors to use instead of looking input_ids up (inputs_embeds)."""
         T = input_ids.shape[1]
-        x = self.word(input_ids)  # (B, T, E)
+        x = self.word(input_ids) if words is None else words  # (B, T, E)
         if self.position is not None:
             if T > self.max_length:
                 raise BertkitError(f"sequence length {T} exceeds the model's maximum of {self.max_length} tokens")

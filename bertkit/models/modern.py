@@ -210,11 +210,14 @@ class ModernEmbeddings(nn.Module):
         truncated(self.word.weight, std)
         self.word.weight[self.word.padding_idx].zero_()  # bertkit's convention: padding embeds to 0
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                words: torch.Tensor | None = None) -> torch.Tensor:
+        """`words` (B, T, E): word vectors to use instead of looking input_ids up (inputs_embeds)."""
         T = input_ids.shape[1]
         if T > self.max_length:
             raise BertkitError(f"sequence length {T} exceeds the model's maximum of {self.max_length} tokens")
-        return self.dropout(self.norm(self.word(input_ids)))  # (B, T, H); token types ignored
+        words = self.word(input_ids) if words is None else words  # (B, T, H)
+        return self.dropout(self.norm(words))  # (B, T, H); token types ignored
 
 
 class ModernHead(Head):
