@@ -158,7 +158,7 @@ def test_predict_choose_from_arguments_and_json_lines(trained, tmp_path, capsys)
     assert [x["choice"] for x in lines] == [p["choice"] for p in choose(out, [x.text for x in dev[:5]],
                                                                         [list(x.choices) for x in dev[:5]])]
     assert main(["predict", "choose", "--model", str(out), "a context", "--choice", "only one"]) == 2
-    assert capsys.readouterr().err.strip().endswith('input 1: "choices" must be a list of at least two strings')
+    assert capsys.readouterr().err.strip().endswith("context 1: choices must be a list of at least two strings")
 
 
 def test_attention_maps_of_a_multiple_choice_model_come_from_its_encoder(trained, tmp_path, capsys):

@@ -225,8 +225,6 @@ def cmd_choose(args) -> None:
             if not args.choice:
                 raise BertkitError(f"input {n} has no choices (--choice, repeated, or a \"choices\" list)")
             r["choices"] = args.choice
-        if not isinstance(r["choices"], list) or len(r["choices"]) < 2 or not all(isinstance(c, str) for c in r["choices"]):
-            raise BertkitError(f'input {n}: "choices" must be a list of at least two strings')
     _write_lines(choose(args.model, [r["text"] for r in records], [r["choices"] for r in records],
                         **_common(args, len(records))))
 
