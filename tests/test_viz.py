@@ -524,3 +524,53 @@ def test_explorer_in_a_real_browser(minilm_dir, tmp_path):
         driver.quit()
     assert_picture(tmp_path / "head_view.png", 1000, 800)
     assert_picture(tmp_path / "model_view.png", 1000, 800)
+
+
+# ---- token attributions (integrated gradients) ------------------------------------------------
+
+@pytest.mark.parametrize("name", ["bert-base", "roberta-base", "albert-base", "distilbert-base", "electra-small",
+                                  "deberta-v3-base", "modernbert-base"])
+def test_attributions_add_up_to_the_class_logit_minus_the_baselines(name, tokenizer):
+    """Completeness (Sundararajan et al., 2017, sec. 3): the tokens' attributions sum to F(x) -
+    F(baseline), up to the path sum's error, which shrinks with more steps; the special tokens,
+    equal in input and baseline, get exactly zero."""
+    from bertkit.viz.attribution import integrated_gradients
+
+    model = tiny(name, tokenizer.vocab_size, num_labels=3)
+    model = bertkit.Model(model.config, head="classification", tokenizer=tokenizer)
+    randomize(model, seed=2)
+    model.eval()
+    encoded = encode(model, SENTENCE, PAIR)
+    coarse, fine = (integrated_gradients(model, encoded, steps=s) for s in (4, 64))
+    difference = fine.output - fine.baseline_output
+    assert abs(difference) > 1e-3
+    assert fine.gap <= 0.01 * abs(difference) + 1e-5 and fine.gap <= coarse.gap + 1e-6, (fine.gap, coarse.gap)
+    special = [t in ("[CLS]", "[SEP]") for t in encoded.tokens]
+    assert np.all(fine.scores[special] == 0.0) and np.any(fine.scores[~np.array(special)] != 0.0)
+    with torch.no_grad():
+        logits = model(encoded.ids, None, encoded.types).logits[0]
+    assert fine.target == model.config.labels[int(logits.argmax())]
+    assert fine.output == pytest.approx(float(logits.max()), abs=1e-5)  # the vectors go in as inputs_embeds
+    other = integrated_gradients(model, encoded, target=model.config.labels[0], steps=8)
+    assert other.target == model.config.labels[0]
+
+
+def test_attribution_command_draws_and_writes_the_scores(bert, tokenizer, tmp_path, capsys):
+    model = bertkit.Model(bert.config.replace(num_labels=2, label_names=("negative", "positive")),
+                          head="classification", tokenizer=tokenizer)
+    randomize(model, seed=3)
+    model.save_pretrained(tmp_path / "clf")
+    assert main(["visualize", "attribution", "--model", str(tmp_path / "clf"), "--text", SENTENCE,
+                 "--target", "positive", "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "'positive' (p = " in out and "attributions sum to" in out
+    data = json.loads((tmp_path / "out" / "attribution.json").read_text())
+    assert data["target"] == "positive" and len(data["scores"]) == len(data["tokens"])
+    assert data["gap"] <= 0.01 * abs(data["output"] - data["baseline_output"]) + 1e-5
+    assert_picture(tmp_path / "out" / "attribution.png", min_width=500)
+    assert main(["visualize", "attribution", "--model", str(tmp_path / "clf"), "--text", SENTENCE,
+                 "--target", "neutral", "--out", str(tmp_path / "out")]) == 2
+    assert "'neutral' is not one of the model's labels (negative, positive)" in capsys.readouterr().err
+    bert.save_pretrained(tmp_path / "bare")
+    assert main(["visualize", "attribution", "--model", str(tmp_path / "bare"), "--text", SENTENCE]) == 2
+    assert "attribution explains a sequence classifier" in capsys.readouterr().err

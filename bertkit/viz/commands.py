@@ -1,5 +1,5 @@
-"""The command line of bertkit.viz: `bertkit visualize attention | distillation-temperature |
-curves | bench` and `bertkit compare`. cli.py calls `add_parsers(sub)`; each command is a function of
+"""The command line of bertkit.viz: `bertkit visualize attention | attribution |
+distillation-temperature | curves | bench` and `bertkit compare`. cli.py calls `add_parsers(sub)`; each command is a function of
 the parsed arguments that raises BertkitError for bad input (cli.main prints it as one line) and
 prints the files it wrote.
 """
@@ -110,6 +110,25 @@ def cmd_attention(args) -> None:
           f"open {out / 'attention.html'} in a browser to explore")
 
 
+def cmd_attribution(args) -> None:
+    import numpy as np
+
+    from .attribution import integrated_gradients, write_attribution
+    from .inputs import encode, load_model
+
+    with _warnings_as_lines():
+        model, description = load_model(args.model, args.tokenizer)
+        encoded = encode(model, args.text, args.text_pair, args.max_length)
+        result = integrated_gradients(model, encoded, args.target, args.steps, description=description)
+        written = write_attribution(result, Path(args.out))
+    _wrote(written)
+    order = np.argsort(-np.abs(result.scores))[:8]
+    chance = "" if np.isnan(result.probability) else f" (p = {result.probability:.3f})"
+    print(f"{result.target!r}{chance}: " + ", ".join(f"{result.tokens[i]} {result.scores[i]:+.3f}" for i in order))
+    print(f"attributions sum to {result.scores.sum():+.4f}; F(x) - F(baseline) = "
+          f"{result.output - result.baseline_output:+.4f} (gap {result.gap:.1e}: raise --steps if it is large)")
+
+
 def cmd_distillation_temperature(args) -> None:
     from .distillation import EXAMPLE_CONTEXT, EXAMPLE_LABELS, EXAMPLE_LOGITS, TEMPERATURES, mlm_logits, plot_temperatures
 
@@ -178,10 +197,11 @@ def cmd_compare(args) -> None:
 
 
 def add_parsers(sub) -> None:
-    """Add `visualize` (attention, distillation-temperature, curves, bench) and `compare` to the
+    """Add `visualize` (attention, attribution, distillation-temperature, curves, bench) and `compare` to the
     `bertkit` command's subparsers."""
     v = sub.add_parser("visualize", help="pictures of what happens inside: attention maps and explorer, "
-                                         "distillation temperature, training curves, bench results",
+                                         "token attributions, distillation temperature, training curves, "
+                                         "bench results",
                        description="Write pictures that show the family at work. Each PICTURE has its own "
                                    "--help.")
     pictures = v.add_subparsers(dest="picture", metavar="PICTURE", required=True)
@@ -209,6 +229,23 @@ def add_parsers(sub) -> None:
     s.add_argument("--head", type=int, help="with --deberta-components: the head (default 0)")
     s.add_argument("--out", default="runs/viz/attention", help="output directory (default runs/viz/attention)")
     s.set_defaults(func=cmd_attention)
+
+    s = pictures.add_parser(
+        "attribution", help="which tokens made a classifier's decision (integrated gradients)",
+        description="Explain one prediction of a sequence classifier (a fine-tuned classification or regression "
+                    "model): integrated gradients (Sundararajan et al., 2017) of the predicted class, or --target, "
+                    "against a baseline whose word vectors are all the padding token's (special tokens kept). "
+                    "The attributions add up to the class's logit minus the baseline's; the gap is printed. "
+                    "Writes attribution.png (a bar per token) and attribution.json into --out.")
+    s.add_argument("--model", required=True, help="a fine-tuned classifier directory (bertkit finetune's --out)")
+    s.add_argument("--text", required=True, help="the text to explain")
+    s.add_argument("--text-pair", dest="text_pair", help="the second text of a pair")
+    s.add_argument("--target", help="the class to explain, a label name or index (default: the predicted one)")
+    s.add_argument("--steps", type=int, default=50, help="points on the path from the baseline (50)")
+    s.add_argument("--tokenizer", help="tokenizer file or directory, if the model has none")
+    s.add_argument("--max-length", dest="max_length", type=int, help="tokens at most (default: the model's maximum)")
+    s.add_argument("--out", default="runs/viz/attribution", help="output directory (default runs/viz/attribution)")
+    s.set_defaults(func=cmd_attribution)
 
     s = pictures.add_parser(
         "distillation-temperature", help="softmax of example logits at several temperatures",
