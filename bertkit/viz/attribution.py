@@ -76,7 +76,8 @@ def integrated_gradients(model, encoded: Encoded, target: str | None = None, ste
     ids, types = encoded.ids.to(device), encoded.types.to(device)  # (1, T) each
     with torch.no_grad():
         x = word(ids)                                                    # (1, T, E)
-        special = torch.tensor([i in set(model.tokenizer.special_ids) for i in ids[0].tolist()], device=device)
+        specials = set(model.tokenizer.special_ids)
+        special = torch.tensor([i in specials for i in ids[0].tolist()], device=device)  # (T,)
         baseline = torch.where(special[None, :, None], x, word.weight[model.tokenizer.pad_token_id])
         logits = model(None, None, types, inputs_embeds=x).logits[0].float()        # (C,)
         base_logits = model(None, None, types, inputs_embeds=baseline).logits[0].float()
