@@ -178,6 +178,8 @@ DISTILBERT_BLOCK = [
     ("ffn.lin2.{p}", "ffn.down.{p}"),
     ("output_layer_norm.{p}", "ffn_norm.{p}"),
 ]
+# Its sentence classifier, for one label set or for one score per choice.
+DISTILBERT_CLASSIFIER = [("pre_classifier.{p}", "dense.{p}"), ("classifier.{p}", "out_proj.{p}")]
 DISTILBERT = HFFamily(
     model_type="distilbert", class_prefix="DistilBert", encoder_prefix="distilbert.",
     config_keys={"vocab_size": "vocab_size", "dim": "hidden_size", "n_layers": "num_layers",
@@ -194,9 +196,8 @@ DISTILBERT = HFFamily(
     heads={None: [],
            "mlm": [("vocab_transform.{p}", "transform.{p}"), ("vocab_layer_norm.{p}", "norm.{p}"),
                    ("vocab_projector.bias", "bias"), ("vocab_projector.weight", "decoder.weight")],
-           "classification": [("pre_classifier.{p}", "dense.{p}"), ("classifier.{p}", "out_proj.{p}")],
-           "token-classification": CLASSIFIER, "qa": QA,
-           "multiple-choice": [("pre_classifier.{p}", "dense.{p}"), ("classifier.{p}", "out_proj.{p}")]},
+           "classification": DISTILBERT_CLASSIFIER, "token-classification": CLASSIFIER, "qa": QA,
+           "multiple-choice": DISTILBERT_CLASSIFIER},
     tokenizer_class="DistilBertTokenizer",
     ignored=POSITION_IDS,
 )
@@ -233,6 +234,8 @@ DEBERTA_V2_BLOCK = [("attention.self.query_proj.{p}", "attn.query.{p}"),
                     ("attention.self.value_proj.{p}", "attn.value.{p}"),
                     ("attention.self.pos_key_proj.{p}", "attn.pos_key.{p}"),
                     ("attention.self.pos_query_proj.{p}", "attn.pos_query.{p}")] + BERT_BLOCK[3:]
+# DeBERTa's "context pooler" classifier, for one label set or for one score per choice.
+CONTEXT_POOLER = [("pooler.dense.{p}", "dense.{p}"), ("classifier.{p}", "out_proj.{p}")]
 DEBERTA_V2 = HFFamily(
     model_type="deberta-v2", class_prefix="DebertaV2", encoder_prefix="deberta.",
     config_keys={**{k: v for k, v in BERT_KEYS.items() if k != "classifier_dropout"},
@@ -258,9 +261,8 @@ DEBERTA_V2 = HFFamily(
              ("encoder.conv.LayerNorm.{p}", "encoder.conv.norm.{p}")] + GDES_DELTA
     + [(f"encoder.layer.{{i}}.{hf}", f"encoder.layers.{{i}}.{ours}") for hf, ours in DEBERTA_V2_BLOCK],
     heads={None: [], "mlm": BERT_MLM + EMD, "pretraining": REPLACED_TOKEN,
-           "classification": [("pooler.dense.{p}", "dense.{p}"), ("classifier.{p}", "out_proj.{p}")],
-           "token-classification": CLASSIFIER, "qa": QA,
-           "multiple-choice": [("pooler.dense.{p}", "dense.{p}"), ("classifier.{p}", "out_proj.{p}")]},
+           "classification": CONTEXT_POOLER, "token-classification": CLASSIFIER, "qa": QA,
+           "multiple-choice": CONTEXT_POOLER},
     modern_mlm=[("lm_predictions.lm_head.dense.{p}", "transform.{p}"),
                 ("lm_predictions.lm_head.LayerNorm.{p}", "norm.{p}"),
                 ("lm_predictions.lm_head.bias", "bias")] + EMD,

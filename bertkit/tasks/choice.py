@@ -102,10 +102,15 @@ class MultipleChoice(Task):
     def features(self, examples, tokenizer, labels, max_length, source):
         if any(e.label is None for e in examples):
             raise BertkitError(f"{source}: training examples need the index of the right choice")
-        features, cut = encode_choices(examples, tokenizer, max_length, self.truncation)
-        report_truncated(cut, sum(len(e.choices) for e in examples), max_length, "context-choice pairs")
+        features = self._encoded(examples, tokenizer, max_length)
         for f, e in zip(features, examples):
             f["label"] = e.label
+        return features
+
+    def _encoded(self, examples, tokenizer, max_length) -> list[dict]:
+        """encode_choices, with one counted warning for the context-choice pairs it cut."""
+        features, cut = encode_choices(examples, tokenizer, max_length, self.truncation)
+        report_truncated(cut, sum(len(e.choices) for e in examples), max_length, "context-choice pairs")
         return features
 
     def objective(self, model):
@@ -116,8 +121,7 @@ class MultipleChoice(Task):
         probability, "scores": every choice's}. A batch of examples counts their choices against
         batch_size: B * C sequences run at once."""
         max_length = model_max_length(model, max_length)
-        features, cut = encode_choices(examples, model.tokenizer, max_length, self.truncation)
-        report_truncated(cut, sum(len(e.choices) for e in examples), max_length, "context-choice pairs")
+        features = self._encoded(examples, model.tokenizer, max_length)
         widest = max(len(e.choices) for e in examples)
         logits = np.full((len(features), widest), -np.inf, dtype=np.float32)  # (N, C)
         per_batch = max(1, batch_size // widest)
