@@ -13,8 +13,11 @@ from typing import Any
 
 from .errors import BertkitError
 
-# Activation names accepted in configs; layers/activations.py implements each one.
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "quick_gelu", "relu", "silu", "swish", "tanh")
+# Activation names accepted in configs (transformers' names, less the two with parameters:
+# prelu and xielu); layers/activations.py implements each one.
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "quick_gelu", "relu", "silu", "swish", "tanh",
+               "gelu_python", "gelu_python_tanh", "gelu_accurate", "gelu_10", "mish", "relu6", "relu2",
+               "leaky_relu", "hardswish", "sigmoid", "laplace", "sqrtsoftplus", "linear")
 
 HEADS = (None, "mlm", "pretraining", "classification", "token-classification", "qa", "multiple-choice")
 

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 import bertkit
-from bertkit.config import EncoderConfig
+from bertkit.config import ACTIVATIONS, EncoderConfig
 from bertkit.layers import SelfAttention, TransformerBlock, attention_mask_4d, key_padding_mask
+from bertkit.layers.activations import activation
 
 CFG = EncoderConfig(vocab_size=50, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
                     max_positions=16, attention_dropout=0.0, hidden_dropout=0.0)
@@ -94,3 +95,12 @@ def test_pre_ln_stack_ends_with_a_norm_and_trains():
     loss = model(ids).logits.logsumexp(-1).mean()
     loss.backward()
     assert all(p.grad is not None for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_every_activation_name_computes_what_transformers_computes(name):
+    """A config's hidden_act means in bertkit what it means in transformers (its ACT2FN)."""
+    from transformers.activations import ACT2FN
+
+    x = torch.linspace(-12, 12, 2001, dtype=torch.float64)
+    torch.testing.assert_close(activation(name)(x), ACT2FN[name](x), rtol=1e-12, atol=1e-12)

@@ -23,6 +23,39 @@ def _quick_gelu(x: torch.Tensor) -> torch.Tensor:
     return x * torch.sigmoid(1.702 * x)
 
 
+def _gelu_erf(x: torch.Tensor) -> torch.Tensor:
+    # Exact GELU spelled out (transformers' "gelu_python"); F.gelu rounds a little differently.
+    return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def _gelu_tanh_formula(x: torch.Tensor) -> torch.Tensor:
+    # The tanh approximation spelled out with x**3 ("gelu_accurate", "gelu_python_tanh").
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3))))
+
+
+def _gelu_clipped(x: torch.Tensor) -> torch.Tensor:
+    # GELU clipped to [-10, 10], which keeps int8-quantized activations in range ("gelu_10").
+    return torch.clip(F.gelu(x), -10.0, 10.0)
+
+
+def _laplace(x: torch.Tensor, mu: float = 0.707107, sigma: float = 0.282095) -> torch.Tensor:
+    # The Laplace-CDF gate of MEGA (Ma et al., 2022, sec. 3.1), a cheap stand-in for GELU's.
+    return 0.5 * (1.0 + torch.erf((x - mu) / (sigma * math.sqrt(2.0))))
+
+
+def _relu_squared(x: torch.Tensor) -> torch.Tensor:
+    # Primer's squared ReLU (So et al., 2021, sec. 3).
+    return torch.square(F.relu(x))
+
+
+def _sqrt_softplus(x: torch.Tensor) -> torch.Tensor:
+    return F.softplus(x).sqrt()
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
 _ACTIVATIONS = {
     "gelu": F.gelu,  # exact, erf-based: what the original BERT release uses
     "gelu_new": _gelu_tanh,
@@ -33,6 +66,20 @@ _ACTIVATIONS = {
     "silu": F.silu,
     "swish": F.silu,
     "tanh": torch.tanh,
+    # Names transformers also accepts, rarer in encoder checkpoints.
+    "gelu_python": _gelu_erf,
+    "gelu_python_tanh": _gelu_tanh_formula,
+    "gelu_accurate": _gelu_tanh_formula,
+    "gelu_10": _gelu_clipped,
+    "mish": F.mish,
+    "relu6": F.relu6,
+    "relu2": _relu_squared,
+    "leaky_relu": F.leaky_relu,  # slope 0.01, torch's and transformers' default
+    "hardswish": F.hardswish,
+    "sigmoid": torch.sigmoid,
+    "laplace": _laplace,
+    "sqrtsoftplus": _sqrt_softplus,
+    "linear": _identity,
 }
 
 
