@@ -56,8 +56,9 @@ FAMILIES = {
     }),
     "electra": ("Electra", ["Model", "ForPreTraining", "ForMaskedLM", "ForSequenceClassification",
                             "ForTokenClassification", "ForQuestionAnswering"], {
-        "E<H": dict(BASE, embedding_size=16),
-        "E=H-gelu_new": dict(BASE, embedding_size=32, hidden_act="gelu_new", type_vocab_size=3),
+        # the multiple-choice head's sequence summary: its own activation, or no dense layer
+        "E<H": dict(BASE, embedding_size=16, summary_activation="tanh"),
+        "E=H-gelu_new": dict(BASE, embedding_size=32, hidden_act="gelu_new", type_vocab_size=3, summary_use_proj=False),
     }),
     "deberta-v2": ("DebertaV2", ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification",
                                  "ForQuestionAnswering"], {
@@ -506,6 +507,10 @@ def test_multiple_choice_refuses_inputs_without_a_choice_axis_and_deberta_v1():
         model(ids, torch.ones(2, 7))
     with pytest.raises(BertkitError, match="DeBERTa v1 has no multiple-choice head"):
         bertkit.build(bertkit.PRESETS["deberta-base"].config.replace(num_layers=1), head="multiple-choice")
+    # ELECTRA's summary of the last position or of every position would read padding
+    with pytest.raises(BertkitError, match="summary_type 'mean' is not supported"):
+        bertkit.build(bertkit.PRESETS["electra-small"].config.replace(num_layers=1, summary_type="mean"),
+                      head="multiple-choice")
 
 
 @pytest.mark.parametrize("family, variant", [(f, next(iter(v[2]))) for f, v in FAMILIES.items()])

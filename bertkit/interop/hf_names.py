@@ -206,9 +206,19 @@ DISTILBERT = HFFamily(
 # transformers has no DebertaV2ForPreTraining, so loading such a file there reports them unused).
 REPLACED_TOKEN = [("discriminator_predictions.dense.{p}", "dense.{p}"),
                   ("discriminator_predictions.dense_prediction.{p}", "score.{p}")]
+
+
+def electra_config_in(hf: dict) -> dict:
+    """transformers' sequence summary takes no activation for None or "" ("linear" here)."""
+    if "summary_activation" in hf:
+        return {**hf, "summary_activation": hf["summary_activation"] or "linear"}
+    return hf
+
+
 ELECTRA = HFFamily(
     model_type="electra", class_prefix="Electra", encoder_prefix="electra.",
-    config_keys={**BERT_KEYS, "embedding_size": "embedding_size"},
+    config_keys={**BERT_KEYS, "embedding_size": "embedding_size", "summary_type": "summary_type",
+                 "summary_use_proj": "summary_dense", "summary_activation": "summary_act"},
     defaults={"embedding_size": 128, "hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 1024},
     encoder=BERT_EMBEDDINGS + [("embeddings_project.{p}", "projection.{p}")] + BERT_LAYERS,
     heads={None: [],
@@ -220,6 +230,7 @@ ELECTRA = HFFamily(
            "multiple-choice": [("sequence_summary.summary.{p}", "dense.{p}"), ("classifier.{p}", "out_proj.{p}")]},
     tokenizer_class="ElectraTokenizer",
     ignored=POSITION_IDS,
+    config_in=electra_config_in,
 )
 
 # bertkit's enhanced mask decoder (transformers has none, and ignores this tensor and config key).

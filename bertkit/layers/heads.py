@@ -147,15 +147,15 @@ class FirstTokenHead(Head):
     """Sentence classifier with its own hidden layer on the first token, for encoders without a
     pre-trained pooler: dropout, dense, activation (tanh for RoBERTa, GELU for ELECTRA, ReLU for
     DistilBERT), dropout, projection to `outputs` (default: the config's labels; 1 for multiple
-    choice)."""
+    choice). `dense=False` leaves the hidden layer out (an ELECTRA sequence summary may)."""
 
     reads_first_token = True
 
     def __init__(self, config: EncoderConfig, act: str, input_dropout: float, hidden_dropout: float,
-                 outputs: int | None = None):
+                 outputs: int | None = None, dense: bool = True):
         super().__init__()
         self.input_dropout = Dropout(input_dropout)
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size) if dense else nn.Identity()
         self.act = activation(act)
         self.dropout = Dropout(hidden_dropout)
         self.out_proj = nn.Linear(config.hidden_size, outputs or config.num_labels)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..config import EncoderConfig, register_preset
+from ..config import ACTIVATIONS, EncoderConfig, register_preset
 from ..errors import BertkitError
 from ..layers import (Embeddings, EncoderModel, EncoderOutput, FirstTokenHead, Head, MLMHead, build_encoder,
                       classifier_dropout, standard_head)
@@ -29,11 +29,19 @@ from . import Family, register_family
 class ElectraConfig(EncoderConfig):
     family: str = "electra"
     embedding_size: int = 128
+    # The multiple-choice head's "sequence summary": of the first token (transformers also
+    # offers the last position and the mean of all, padding included, which bertkit refuses),
+    # through a dense layer or none, and an activation ("linear": none).
+    summary_type: str = "first"
+    summary_dense: bool = True
+    summary_act: str = "gelu"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.embedding_size <= 0:
             raise BertkitError(f"config: embedding_size must be positive, got {self.embedding_size}")
+        if self.summary_act not in ACTIVATIONS:
+            raise BertkitError(f"config: unknown summary_act {self.summary_act!r}; known: {', '.join(ACTIVATIONS)}")
 
 
 class ReplacedTokenHead(Head):
@@ -66,10 +74,15 @@ def build_head(kind, config, backbone):
         return MLMHead(config, word, act="gelu")
     if kind == "pretraining":
         return ReplacedTokenHead(config)
-    if kind in ("classification", "multiple-choice"):  # (transformers' "sequence summary" for the latter)
-        p = classifier_dropout(config)
-        return FirstTokenHead(config, act="gelu", input_dropout=p, hidden_dropout=p,
-                              outputs=1 if kind == "multiple-choice" else None)
+    p = classifier_dropout(config)
+    if kind == "classification":
+        return FirstTokenHead(config, act="gelu", input_dropout=p, hidden_dropout=p)
+    if kind == "multiple-choice":  # transformers' "sequence summary", then one score
+        if config.summary_type != "first":
+            raise BertkitError(f"config: summary_type {config.summary_type!r} is not supported; the multiple-choice "
+                               "head reads the first token ('first'), not positions that may be padding")
+        return FirstTokenHead(config, act=config.summary_act, input_dropout=0.0, hidden_dropout=p, outputs=1,
+                              dense=config.summary_dense)
     return standard_head(kind, config, word)
 
 
