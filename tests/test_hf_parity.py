@@ -4,6 +4,8 @@ Every BERT class loads into bertkit with the same outputs (<= 1e-4 on non-pad po
 bertkit model saved with save_pretrained loads back into transformers with the same outputs.
 """
 
+import json
+
 import pytest
 import torch
 import transformers
@@ -63,9 +65,10 @@ FAMILIES = {
     "deberta-v2": ("DebertaV2", ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification",
                                  "ForQuestionAnswering"], {
         # v3's shape: log buckets (T=9 > 8/2 reaches them), shared keys, normalized table, new MLM layout
+        # (which decodes with the word embeddings whatever tie_word_embeddings says)
         "v3-buckets-shared": dict(BASE, relative_attention=True, position_buckets=8, share_att_key=True,
                                   norm_rel_ebd="layer_norm", pos_att_type="p2c|c2p", position_biased_input=False,
-                                  legacy=False, layer_norm_eps=1e-7),
+                                  legacy=False, layer_norm_eps=1e-7, tie_word_embeddings=False),
         # c2p only, own projections, clamped distances, conv layer, absolute positions, E < H, legacy MLM
         "c2p-conv-absolute": dict(BASE, relative_attention=True, max_relative_positions=6, pos_att_type=["c2p"],
                                   share_att_key=False, conv_kernel_size=3, position_biased_input=True,
@@ -74,6 +77,9 @@ FAMILIES = {
         "p2c-buckets-groupconv": dict(BASE, relative_attention=True, position_buckets=4, pos_att_type=["p2c"],
                                       share_att_key=False, norm_rel_ebd="none", conv_kernel_size=5, conv_groups=2,
                                       hidden_act="gelu_new", position_biased_input=False),
+        # no relative attention: transformers still builds (and saves) the table's norm, unused
+        "no-relative": dict(BASE, relative_attention=False, norm_rel_ebd="layer_norm", position_biased_input=True,
+                            type_vocab_size=2),
     }),
     "deberta": ("Deberta", ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification",
                             "ForQuestionAnswering"], {
@@ -321,6 +327,27 @@ def test_a_classifier_on_a_masked_lm_checkpoint_gets_a_fresh_pooler_as_in_transf
     save_file(tensors, path / "model.safetensors")
     with pytest.raises(BertkitError, match="missing 1 tensor"):  # any other encoder tensor must be there
         bertkit.from_pretrained(path, head="classification", num_labels=3)
+
+
+def test_a_file_that_names_no_architecture_loads_as_the_encoder_with_a_fresh_pooler(tmp_path):
+    """config.json without `architectures` (DeBERTa-v3's release has none) means the bare encoder;
+    when the file is a masked LM, the encoder's pooler is not in it and starts fresh, as
+    transformers' AutoModel does. A file that names a head must still hold it."""
+    mlm = hf_model("BertForMaskedLM", tiny_hf_config())
+    path = _saved(mlm, tmp_path)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "architectures"}))
+    with pytest.warns(UserWarning, match="pooler.dense.weight"):
+        ours = bertkit.from_pretrained(path)
+    assert ours.head_kind is None
+    ref = transformers.BertModel.from_pretrained(path, add_pooling_layer=False).eval()
+    ids, mask, types = make_batch(99, 2)
+    with torch.no_grad():
+        expected = ref(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+    assert max_diff_on_real(ours(ids, mask, types).last_hidden_state, expected, mask) <= TOL
+    (path / "config.json").write_text(json.dumps({**config, "architectures": ["BertForSequenceClassification"]}))
+    with pytest.raises(BertkitError, match="missing 4 tensor"):  # pooler and classifier
+        bertkit.from_pretrained(path)
 
 
 def test_a_classifier_re_headed_for_another_label_count_keeps_its_encoder(tmp_path):

@@ -352,10 +352,12 @@ def match_state(model: Model, state: dict[str, torch.Tensor], source: Path,
     missing = [n for n in params if n not in loaded]
     # The pooler serves the classification heads: a masked-LM checkpoint (BertForMaskedLM, what
     # pre-training saves) has none, so a new classifier on it starts with a fresh one, as in
-    # transformers. Any other encoder tensor must be there.
+    # transformers; so does the bare encoder (a file whose config names no architecture, or one
+    # saved without its pooler). Any other encoder tensor must be there.
     missing_encoder = [n for n in missing if n.startswith("backbone.") and not n.startswith("backbone.pooler.")]
-    if missing_encoder or (missing and head_from_file):
-        shown = [names.to_hf(n) or n for n in missing_encoder or missing]
+    missing_head = [n for n in missing if not (model.head_kind is None and n.startswith("backbone.pooler."))]
+    if missing_encoder or (missing_head and head_from_file):
+        shown = [names.to_hf(n) or n for n in missing_encoder or missing_head]
         raise BertkitError(f"{source}: missing {len(shown)} tensor(s): {', '.join(shown[:5])}"
                            + (" ..." if len(shown) > 5 else ""))
     return loaded, missing

@@ -245,6 +245,16 @@ DEBERTA_V2_BLOCK = [("attention.self.query_proj.{p}", "attn.query.{p}"),
                     ("attention.self.value_proj.{p}", "attn.value.{p}"),
                     ("attention.self.pos_key_proj.{p}", "attn.pos_key.{p}"),
                     ("attention.self.pos_query_proj.{p}", "attn.pos_query.{p}")] + BERT_BLOCK[3:]
+
+
+def deberta_config_in(hf: dict) -> dict:
+    """transformers' newer MLM layout (legacy False, lm_predictions.*) has no decoder of its own:
+    it multiplies by the word embeddings whatever tie_word_embeddings says."""
+    if hf.get("legacy") is False:
+        return {**hf, "tie_word_embeddings": True}
+    return hf
+
+
 # DeBERTa's "context pooler" classifier, for one label set or for one score per choice.
 CONTEXT_POOLER = [("pooler.dense.{p}", "dense.{p}"), ("classifier.{p}", "out_proj.{p}")]
 DEBERTA_V2 = HFFamily(
@@ -280,9 +290,11 @@ DEBERTA_V2 = HFFamily(
     tokenizer_class="DebertaV2Tokenizer",
     token_types_optional=True,
     # Released v3 files keep an unused absolute-position table; MLM files the EMD's weights.
+    # transformers builds the position table's norm even without relative attention (unused).
     ignored=POSITION_IDS + (r"embeddings\.position_embeddings\.weight", r"mask_predictions\..*",
-                            r"embeddings\.\w+_embeddings\.gdes_delta"),
+                            r"embeddings\.\w+_embeddings\.gdes_delta", r"encoder\.LayerNorm\.(weight|bias)"),
     tied_bias=("cls.predictions.bias", "cls.predictions.decoder.bias"),
+    config_in=deberta_config_in,
 )
 
 V1_ATTENTION = re.compile(r"(.*encoder\.layer\.\d+\.attention\.self\.)(in_proj\.weight|q_bias|v_bias|pos_proj\.weight"

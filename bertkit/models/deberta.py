@@ -80,6 +80,9 @@ class DebertaConfig(EncoderConfig):
             raise BertkitError("config: relative attention needs position_buckets or max_relative_positions > 0")
         if self.conv_kernel_size < 0 or self.conv_kernel_size and self.hidden_size % self.conv_groups:
             raise BertkitError("config: conv_kernel_size must be >= 0 and conv_groups divide hidden_size")
+        if not self.legacy_mlm and not self.tie_word_embeddings:
+            raise BertkitError("config: the lm_predictions MLM layout (legacy_mlm=False) decodes with the word "
+                               "embeddings; it needs tie_word_embeddings=True (or legacy_mlm=True)")
 
     @property
     def key_bias(self) -> bool:
