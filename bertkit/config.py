@@ -21,6 +21,10 @@ ACTIVATIONS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "quick_gelu
 
 HEADS = (None, "mlm", "pretraining", "classification", "token-classification", "qa", "multiple-choice")
 
+# How a sequence classifier's outputs are read (transformers' problem_type): a softmax over the
+# labels, a sigmoid per label (several may hold), or real values.
+PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
+
 
 @dataclass(frozen=True)
 class EncoderConfig:
@@ -43,6 +47,7 @@ class EncoderConfig:
     tie_word_embeddings: bool = True
     num_labels: int = 2
     label_names: tuple[str, ...] = ()  # index -> label; empty means LABEL_0, LABEL_1, ...
+    problem_type: str | None = None  # one of PROBLEM_TYPES; None: regression for one output, else single-label
 
     def __post_init__(self) -> None:
         positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
@@ -68,6 +73,9 @@ class EncoderConfig:
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise BertkitError(
                 f"config: pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
+        if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
+            raise BertkitError(f"config: problem_type must be one of {', '.join(PROBLEM_TYPES)}, "
+                               f"got {self.problem_type!r}")
         if self.label_names and len(self.label_names) != self.num_labels:
             raise BertkitError(
                 f"config: {len(self.label_names)} label_names given for num_labels={self.num_labels}")

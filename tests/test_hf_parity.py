@@ -329,6 +329,28 @@ def test_a_classifier_on_a_masked_lm_checkpoint_gets_a_fresh_pooler_as_in_transf
         bertkit.from_pretrained(path, head="classification", num_labels=3)
 
 
+@pytest.mark.parametrize("problem_type", [None, "single_label_classification", "multi_label_classification",
+                                          "regression"])
+def test_a_classifier_saved_back_keeps_its_problem_type_and_so_its_loss_in_transformers(problem_type, tmp_path):
+    """problem_type decides transformers' loss (and how pipelines read the outputs): a 3-output
+    regression model without it would be trained with binary cross-entropy."""
+    ref = hf_model("BertForSequenceClassification", tiny_hf_config(problem_type=problem_type))
+    ours = bertkit.from_pretrained(_saved(ref, tmp_path / "src"))
+    assert ours.config.problem_type == problem_type
+    ours.save_pretrained(tmp_path / "out")
+    back = transformers.BertForSequenceClassification.from_pretrained(tmp_path / "out").eval()
+    assert back.config.problem_type == problem_type
+    ids, mask, types = make_batch(99, 2)
+    real_valued = problem_type in ("regression", "multi_label_classification")
+    labels = torch.rand(3, 3) if real_valued else torch.tensor([0, 2, 1])  # (B, C) or (B,)
+    with torch.no_grad():
+        before = ref(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels).loss
+        after = back(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels).loss
+    assert abs(before.item() - after.item()) <= TOL
+    with pytest.raises(BertkitError, match="problem_type must be one of"):
+        ours.config.replace(problem_type="multi_label")
+
+
 def test_a_file_that_names_no_architecture_loads_as_the_encoder_with_a_fresh_pooler(tmp_path):
     """config.json without `architectures` (DeBERTa-v3's release has none) means the bare encoder;
     when the file is a masked LM, the encoder's pooler is not in it and starts fresh, as

@@ -132,6 +132,7 @@ def test_the_best_checkpoint_is_kept_at_the_root_in_hf_format(tokenizer, sentime
     assert ours.config.labels == ("negative", "positive")
     reference = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
     assert reference.config.id2label == {0: "negative", 1: "positive"}
+    assert reference.config.problem_type == "single_label_classification"  # its loss is the one trained
     batch = ours.tokenizer([e.text for e in dev[:4]], max_length=32)
     with torch.no_grad():
         expected = reference(**batch).logits
@@ -182,6 +183,37 @@ def test_regression_and_pair_inputs_run_through_finetune(tokenizer, sentiment, t
     assert set(metrics) >= {"pearson", "spearman", "mse", "eval_examples"}
     [prediction] = classify(tmp_path, ["a film"], ["second part"])
     assert set(prediction) == {"text", "text_pair", "value"} and isinstance(prediction["value"], float)
+    assert json.loads((tmp_path / "config.json").read_text())["problem_type"] == "regression"
+
+
+@pytest.mark.parametrize("problem_type", ["multi_label_classification", "regression"])
+def test_a_multi_label_or_multi_output_regression_checkpoint_predicts_as_transformers_reads_it(
+        problem_type, tokenizer, tmp_path):
+    """transformers' problem_type says how a classifier's outputs are read: a sigmoid per label
+    (several labels may hold) or real values. classify follows it, checked against transformers'
+    logits; evaluating several regression outputs against one number per row is refused."""
+    import transformers
+
+    model = tiny("classification", tokenizer, num_labels=3)
+    model.config = model.config.replace(label_names=("toxic", "obscene", "insult"), problem_type=problem_type)
+    model.save_pretrained(tmp_path)
+    texts = [e.text for e in load_examples("classification", "rotten-tomatoes", "dev")[:6]]
+    reference = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
+    assert reference.config.problem_type == problem_type
+    with torch.no_grad():
+        logits = reference(**bertkit.load_tokenizer(tmp_path)(texts, max_length=32)).logits
+    predictions = classify(tmp_path, texts, max_length=32)
+    if problem_type == "regression":
+        got = torch.tensor([list(p["values"].values()) for p in predictions])
+        torch.testing.assert_close(got, logits, atol=1e-5, rtol=1e-4)
+        with pytest.raises(BertkitError, match="has 3 outputs; bertkit scores one number per example"):
+            evaluate(tmp_path, None, [type(load_examples("regression", "rotten-tomatoes", "dev")[0])("a", None, 1.0)])
+        return
+    got = torch.tensor([[p["scores"][n] for n in ("toxic", "obscene", "insult")] for p in predictions])
+    torch.testing.assert_close(got, torch.sigmoid(logits), atol=1e-5, rtol=1e-4)
+    for p in predictions:
+        assert p["labels"] == [n for n, v in p["scores"].items() if v > 0.5]
+        assert p["score"] == max(p["scores"].values())
 
 
 def test_tag_and_answer_helpers_return_plain_spans(tokenizer, tmp_path):

@@ -93,6 +93,8 @@ def config_from_hf(hf: dict, source: Path) -> EncoderConfig:
             fields["label_names"] = tuple(names)
     elif "num_labels" in hf:
         fields["num_labels"] = hf["num_labels"]
+    if hf.get("problem_type") is not None:
+        fields["problem_type"] = hf["problem_type"]
     try:
         return get_family(spec.model_type).config_class(family=spec.model_type, **fields)
     except BertkitError as e:
@@ -124,6 +126,7 @@ def config_to_hf(config: EncoderConfig, head: str | None) -> dict:
         **values,
         "id2label": {str(i): name for i, name in enumerate(labels)},
         "label2id": {name: i for i, name in enumerate(labels)},
+        **({"problem_type": config.problem_type} if config.problem_type else {}),
     }
 
 

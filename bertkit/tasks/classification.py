@@ -91,21 +91,29 @@ class SequenceClassification(Task):
         return ClassificationObjective(model)
 
     def predict(self, model, examples, batch_size=64, max_length=None, bf16=False, progress=False):
-        """{"label": the most probable class, "score": its probability, "scores": every class's}."""
+        """{"label": the most probable class, "score": its probability, "scores": every class's};
+        a multi-label model (problem_type) also gives "labels", every class with probability > 0.5."""
         max_length = model_max_length(model, max_length)
         features, cut = encode_texts(examples, model.tokenizer, max_length, self.truncation)
         report_truncated(cut, len(features), max_length)
         logits = np.zeros((len(features), model.config.num_labels), dtype=np.float32)  # (N, C)
         for chunk, out in run_batches(model, features, batch_size, bf16, ("logits",), progress):
             logits[chunk] = out["logits"]
-        return self.from_logits(logits, model.config.labels)
+        return self.from_logits(logits, model.config.labels, model.config.problem_type == "multi_label_classification")
 
-    def from_logits(self, logits: np.ndarray, labels) -> list[dict]:
-        shifted = np.exp(logits - logits.max(-1, keepdims=True))
-        probs = shifted / shifted.sum(-1, keepdims=True)  # (N, C) softmax
+    def from_logits(self, logits: np.ndarray, labels, multi_label: bool = False) -> list[dict]:
+        if multi_label:
+            probs = 1.0 / (1.0 + np.exp(-logits))  # (N, C): each label on its own
+        else:
+            shifted = np.exp(logits - logits.max(-1, keepdims=True))
+            probs = shifted / shifted.sum(-1, keepdims=True)  # (N, C) softmax
         best = probs.argmax(-1)
-        return [{"label": labels[k], "score": float(p[k]), "scores": {n: float(v) for n, v in zip(labels, p)}}
-                for k, p in zip(best, probs)]
+        results = [{"label": labels[k], "score": float(p[k]), "scores": {n: float(v) for n, v in zip(labels, p)}}
+                   for k, p in zip(best, probs)]
+        if multi_label:
+            for r, p in zip(results, probs):
+                r["labels"] = [n for n, v in zip(labels, p) if v > 0.5]
+        return results
 
     def score(self, examples, predictions, labels):
         gold = self.targets(examples, labels, "evaluation data")
@@ -114,7 +122,8 @@ class SequenceClassification(Task):
 
 
 class Regression(SequenceClassification):
-    """One real-valued output per text (pair); predictions are {"value": number}."""
+    """One real-valued output per text (pair); predictions are {"value": number}, or, from a model
+    with several outputs (problem_type regression), {"values": {label: number}}."""
 
     name = "regression"
     metric = "pearson"
@@ -129,8 +138,13 @@ class Regression(SequenceClassification):
             raise BertkitError(f"{source}: regression needs numeric labels")
         return values
 
-    def from_logits(self, logits, labels):
+    def from_logits(self, logits, labels, multi_label=False):
+        if logits.shape[1] > 1:
+            return [{"values": {n: float(v) for n, v in zip(labels, row)}} for row in logits]
         return [{"value": float(v)} for v in logits[:, 0]]
 
     def score(self, examples, predictions, labels):
+        if len(labels) > 1:
+            raise BertkitError(f"this regression model has {len(labels)} outputs; bertkit scores one number per "
+                               "example (predict gives all of them)")
         return regression_scores(self.targets(examples, labels, "evaluation data"), [p["value"] for p in predictions])

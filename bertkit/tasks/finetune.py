@@ -150,6 +150,9 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
         if set(model.config.label_names) == set(labels):
             labels = model.config.label_names  # a model fine-tuned on these labels keeps its order
         model.config = model.config.replace(label_names=tuple(labels))
+    if task.head == "classification":  # what the training makes of the outputs, for whoever loads the model
+        model.config = model.config.replace(
+            problem_type="regression" if task.name == "regression" else "single_label_classification")
     return _with_tokenizer(model, tokenizer), labels
 
 
@@ -174,7 +177,8 @@ def _task_of(model, name: str | None, saved: dict) -> str:
         return name
     if "task" in saved:
         return saved["task"]
-    by_head = {"classification": "regression" if model.config.num_labels == 1 else "classification",
+    regression = model.config.num_labels == 1 or model.config.problem_type == "regression"
+    by_head = {"classification": "regression" if regression else "classification",
                "token-classification": "token-classification", "qa": "qa", "multiple-choice": "multiple-choice"}
     if model.head_kind not in by_head:
         raise BertkitError(f"the model has a {model.head_kind!r} head, not a fine-tuning task's; name the task")
