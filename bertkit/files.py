@@ -1,23 +1,65 @@
 """Reading the small text and JSON files users and checkpoints give, with errors that name the
-file and line."""
+file and line.
+
+One way in for user files: `byte_lines` (gzip decompressed on the fly, told by its magic bytes)
+and `read_text` on top of it (UTF-8, a byte-order mark dropped since Excel writes one by default,
+other bytes one error line); `csv_records` for CSV / TSV read strictly, so a stray quote or comma
+is an error rather than rows silently merged or shifted; `shown` for file content quoted in an
+error line."""
 
 from __future__ import annotations
 
+import csv
+import gzip
 import json
+import sys
+import zlib
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from .errors import BertkitError
 
+GZIP_MAGIC = b"\x1f\x8b"
 
-def read_text(path: str | Path, what: str = "file") -> str:
-    """A UTF-8 text file; a missing file or other bytes are one BertkitError line."""
+
+def data_suffix(path: Path) -> str:
+    """The suffix that names the format, looking through a trailing .gz (train.csv.gz is a CSV)."""
+    return Path(path.name.lower().removesuffix(".gz")).suffix
+
+
+def checked_file(path: str | Path, what: str = "file") -> Path:
+    """`path`, if it is a file; a folder or a missing path is one BertkitError line saying which."""
     path = Path(path)
+    if path.is_dir():
+        raise BertkitError(f"{path}: a directory, not a {what}")
     if not path.is_file():
         raise BertkitError(f"{path}: no such {what}")
-    try:
-        return path.read_text(encoding="utf-8")
+    return path
+
+
+def byte_lines(path: str | Path, what: str = "file") -> Iterator[bytes]:
+    """The file's lines as bytes, decompressed when the file is gzip (so corpus.txt.gz is read as
+    the text it holds, not as compressed noise); a missing file, a folder or damaged gzip data is
+    one BertkitError line."""
+    path = checked_file(path, what)
+    with open(path, "rb") as f:
+        compressed = f.read(2) == GZIP_MAGIC
+    with gzip.open(path) if compressed else open(path, "rb") as f:
+        try:
+            yield from f
+        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+            raise BertkitError(f"{path}: damaged gzip data ({e})") from None
+
+
+def read_text(path: str | Path, what: str = "file") -> str:
+    """A UTF-8 text file (or gzip of one) without its byte-order mark; a missing file or other
+    bytes are one BertkitError line."""
+    data = b"".join(byte_lines(path, what))
+    try:  # decoded as plain UTF-8 so the error's offset counts the mark's bytes too
+        return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
-        raise BertkitError(f"{path}: not UTF-8 text (byte {e.start})") from None
+        line = data.count(b"\n", 0, e.start) + 1
+        raise BertkitError(f"{path}, line {line}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
 
 
 def read_json(path: Path) -> dict:
@@ -28,3 +70,43 @@ def read_json(path: Path) -> dict:
     if not isinstance(data, dict):
         raise BertkitError(f"{path}: expected a JSON object at the top level")
     return data
+
+
+def shown(text: str, limit: int = 80) -> str:
+    """File content quoted in an error line: escaped unless printable (a NUL or an escape byte
+    must not reach the terminal), cut to `limit` characters."""
+    text = text if text.isprintable() else repr(text)[1:-1]
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def csv_records(path: Path, lines: Iterable[str], tsv: bool = False) -> Iterator[tuple[int, list[str]]]:
+    """(line where it starts, fields) for each record of a CSV (quotes may hold commas and
+    newlines) or a TSV (tabs, no quoting, as GLUE writes them), the header first. Read strictly:
+    a quote never closed (which would swallow every later row into one field), text after a
+    closing quote, or a row with another number of fields than the header (which would shift
+    texts into labels) is one error naming the line. Blank rows are passed through as they are."""
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # long documents are fine
+    reader = (csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE, strict=True) if tsv
+              else csv.reader(lines, strict=True))
+    start, width = 1, None
+    while True:
+        try:
+            row = next(reader, None)
+        except csv.Error as e:
+            if str(e) == "unexpected end of data":
+                problem = "a quote opened in this row is never closed"
+            elif reader.line_num > start:
+                problem = f"a quote opened in this row runs on to line {reader.line_num}, where it stops ({e})"
+            else:
+                problem = f"bad quoting ({e}); a quote inside a quoted field is written twice (\"\")"
+            raise BertkitError(f"{path}, line {start}: {problem}") from None
+        if row is None:
+            return
+        if any(cell.strip() for cell in row):
+            if width is None:
+                width = len(row)
+            elif len(row) != width:
+                hint = "; quote texts that hold commas" if len(row) > width and not tsv else ""
+                raise BertkitError(f"{path}, line {start}: {len(row)} field(s) but the header has {width}{hint}")
+        yield start, row
+        start = reader.line_num + 1

@@ -2,6 +2,7 @@
 pre-training), file formats, streaming, and bad input named in one line."""
 
 import csv
+import gzip
 import json
 import subprocess
 import sys
@@ -124,6 +125,44 @@ def test_hub_names_need_the_hub_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)  # import datasets -> ImportError
     with pytest.raises(bertkit.BertkitError, match=r"pip install 'bertkit\[hub\]'"):
         _documents(corpus)
+
+
+def test_a_byte_order_mark_is_dropped_and_gzip_is_read_as_its_text(tmp_path):
+    text = tmp_path / "bom.txt"
+    text.write_bytes(b"\xef\xbb\xbfone.\n\ntwo.\n")
+    assert _documents(open_corpus(text)) == ["one.", "two."]
+    table = tmp_path / "bom.csv"
+    table.write_bytes(b"\xef\xbb\xbftext,label\nhello,1\n")  # Excel's UTF-8 CSV
+    assert _documents(open_corpus(table)) == ["hello"]
+    packed = tmp_path / "corpus.txt.gz"
+    packed.write_bytes(gzip.compress(b"\xef\xbb\xbfone.\n\ntwo.\n"))
+    assert _documents(open_corpus(packed)) == ["one.", "two."]
+    packed = tmp_path / "rows.jsonl.gz"
+    packed.write_bytes(gzip.compress(json.dumps({"text": "row"}).encode() + b"\n"))
+    assert _documents(open_corpus(packed)) == ["row"]
+    packed.write_bytes(gzip.compress((json.dumps({"text": "row"}) + "\n").encode() * 1000)[:-20])
+    with pytest.raises(bertkit.BertkitError, match="rows.jsonl.gz: damaged gzip data"):
+        _documents(open_corpus(packed))
+
+
+def test_csv_corpus_quoting_errors_and_binary_headers_are_one_escaped_line(tmp_path):
+    table = tmp_path / "q.csv"
+    table.write_text('text\nfine\n"never closed\n' + "more\n" * 5)
+    with pytest.raises(bertkit.BertkitError, match=r"q.csv, line 3: a quote opened in this row is never closed"):
+        _documents(open_corpus(table))
+    table.write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(bertkit.BertkitError, match=r"q.csv, line 1: no column 'text'") as e:
+        _documents(open_corpus(table))
+    message = str(e.value)
+    assert message.isprintable() and "\\x00" in message and len(message) < 200
+
+
+def test_a_mistyped_path_says_so_as_well_as_naming_the_hub_extra(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    with pytest.raises(bertkit.BertkitError) as e:
+        _documents(open_corpus("pc/dirr"))
+    assert str(e.value) == "pc/dirr: no such file or directory (if it names a Hugging Face data set: " \
+                           "pip install 'bertkit[hub]')"
 
 
 def test_sentences_split_lines_and_sentence_ends():

@@ -2,8 +2,10 @@
 built-in splits), its one-line errors and counted warnings, and the features each task builds
 (checked against the tokenizer itself and against transformers' tokenizer)."""
 
+import gzip
 import io
 import json
+import sys
 import tarfile
 import warnings
 
@@ -12,6 +14,7 @@ import pytest
 import torch
 
 from bertkit.data import DataWarning, builtin
+from bertkit import files
 from bertkit.errors import BertkitError
 from bertkit.tasks import Answer, Columns, FinetuneSettings, QAExample, TaggedSentence, TextExample, load_examples
 from bertkit.tasks import readers
@@ -107,6 +110,112 @@ def test_builtin_splits_are_the_shared_hash_split():
         load_examples("qa", "imdb")
 
 
+# ---- reading user files: quoting, field counts, encodings, paths ---------------------------------
+def test_a_csv_quote_never_closed_is_an_error_at_the_line_where_it_opens(tmp_path):
+    path = tmp_path / "d.csv"
+    rows = "".join(f"film {i},pos\n" for i in range(6))
+    path.write_text(f"text,label\nok,neg\n\"unterminated,pos\n{rows}")  # the quote swallowed every later row
+    with pytest.raises(BertkitError, match=r"d.csv, line 3: a quote opened in this row is never closed") as e:
+        readers.read_table(path)
+    one_line(e)
+    path.write_text(f"text,label\n\"unterminated,pos\n{rows}a \"quoted\" word,neg\n")  # a later quote closes it
+    with pytest.raises(BertkitError, match=r"d.csv, line 2: a quote opened in this row runs on to line 9") as e:
+        readers.read_table(path)
+    one_line(e)
+    path.write_text('text,label\n"great, really\ngreat film",pos\n"she said ""hi""",neg\n')
+    assert readers.read_table(path) == [TextExample("great, really\ngreat film", None, "pos"),
+                                        TextExample('she said "hi"', None, "neg")]
+
+
+@pytest.mark.parametrize("name, body, line, found, header", [
+    ("d.csv", "text,label\ngreat,pos\ntoo,many,fields,pos\n", 3, 4, 2),
+    ("d.csv", "text,label\n\"multi\nline\",pos\nonlyone\n", 4, 1, 2),
+    ("d.tsv", "text\tlabel\ngreat\tpos\na\ttab\tpos\n", 3, 3, 2),
+])
+def test_rows_with_another_number_of_fields_than_the_header_are_errors(tmp_path, name, body, line, found, header):
+    path = _write(tmp_path / name, body)
+    with pytest.raises(BertkitError, match=rf"{name}, line {line}: {found} field\(s\) but the header has {header}") as e:
+        load_examples("classification", path)
+    one_line(e)
+
+
+@pytest.mark.parametrize("task, name, body", [
+    ("classification", "d.csv", "text,label\ncaf\xe9,pos\n"),
+    ("classification", "d.tsv", "text\tlabel\ncaf\xe9\tpos\n"),
+    ("classification", "d.jsonl", '{"text": "caf\xe9", "label": "pos"}\n'),
+    ("token-classification", "d.conll", "caf\xe9 O\n"),
+    ("token-classification", "d.txt", "caf\xe9/NN\n"),
+    ("qa", "d.json", '{"data": [{"title": "caf\xe9"}]}'),
+    ("multiple-choice", "d.csv", "text,choice0,choice1,label\ncaf\xe9,a,b,0\n"),
+])
+def test_files_that_are_not_utf8_are_one_line_naming_the_byte(tmp_path, task, name, body):
+    path = tmp_path / name
+    path.write_bytes(body.encode("latin-1"))
+    offset = body.encode("latin-1").index(b"\xe9")
+    with pytest.raises(BertkitError, match=rf"{name}, line \d+: not UTF-8 text \(byte {offset}\)") as e:
+        load_examples(task, path)
+    one_line(e)
+
+
+@pytest.mark.parametrize("task, name, body", [
+    ("classification", "d.csv", "text,label\nhello,pos\n"),
+    ("classification", "d.tsv", "text\tlabel\nhello\tpos\n"),
+    ("classification", "d.jsonl", '{"text": "hello", "label": "pos"}\n'),
+    ("classification", "d.json", '[{"text": "hello", "label": "pos"}]'),
+    ("token-classification", "d.conll", "hello O\n"),
+    ("qa", "d.json", json.dumps({"data": [{"paragraphs": [{"context": "hello there", "qas": [
+        {"id": "1", "question": "who?", "answers": [{"text": "there", "answer_start": 6}]}]}]}]})),
+])
+def test_a_utf8_byte_order_mark_is_dropped(tmp_path, task, name, body):
+    """Excel writes UTF-8 CSV with a byte-order mark; it must not become part of the first column name."""
+    path = tmp_path / name
+    path.write_bytes(b"\xef\xbb\xbf" + body.encode())
+    first = load_examples(task, path)[0]
+    assert (first.words[0] if task == "token-classification" else first.context if task == "qa" else first.text) in (
+        "hello", "hello there")
+    config = _write(tmp_path / "config.json", "")
+    config.write_bytes(b"\xef\xbb\xbf" + b'{"a": 1}')
+    assert files.read_json(config) == {"a": 1}
+
+
+@pytest.mark.parametrize("name, body, line, value", [
+    ("d.csv", "text,label\na,1.5\nb,nan\n", 3, "'nan'"),
+    ("d.csv", "text,label\na,1.5\nb,-inf\n", 3, "'-inf'"),
+    ("d.jsonl", '{"text": "a", "label": 1.5}\n{"text": "b", "label": Infinity}\n', 2, "inf"),
+])
+def test_regression_labels_must_be_finite(tmp_path, name, body, line, value):
+    """float() takes nan and inf, and one such label makes every training loss NaN."""
+    path = _write(tmp_path / name, body)
+    with pytest.raises(BertkitError, match=rf"{name}, line {line}: label {value} in column 'label' is not a finite") as e:
+        load_examples("regression", path)
+    one_line(e)
+
+
+def test_a_directory_is_not_a_missing_file(tmp_path):
+    for task in ("classification", "token-classification", "qa", "multiple-choice"):
+        with pytest.raises(BertkitError, match=rf"{tmp_path}: a directory, not a file") as e:
+            load_examples(task, tmp_path)
+        one_line(e)
+
+
+def test_a_mistyped_path_is_not_only_called_a_hub_data_set(monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # import datasets -> ImportError
+    with pytest.raises(BertkitError) as e:
+        load_examples("classification", "data/train")
+    message = one_line(e)
+    assert "data/train: no such file or directory" in message and "pip install 'bertkit[hub]'" in message
+
+
+def test_gzipped_data_files_are_read_as_their_text(tmp_path):
+    path = tmp_path / "train.csv.gz"
+    path.write_bytes(gzip.compress("text,label\nhello,pos\n".encode()))
+    assert load_examples("classification", path) == [TextExample("hello", None, "pos")]
+    path.write_bytes(gzip.compress("text,label\nhello,pos\n".encode())[:-8])
+    with pytest.raises(BertkitError, match="train.csv.gz: damaged gzip data") as e:
+        load_examples("classification", path)
+    one_line(e)
+
+
 # ---- token classification files ------------------------------------------------------------------
 def test_conll_columns_sentences_and_docstart(tmp_path):
     path = tmp_path / "ner.conll"
@@ -128,6 +237,13 @@ def test_word_slash_tag_text_splits_at_the_last_slash(tmp_path):
         TaggedSentence(("Its", "role", "."), ("PRP$", "NN", "."))]
     with pytest.raises(BertkitError, match="line 1: 'rule' is not word/TAG"):
         readers.read_tagged(_write(tmp_path / "bad.txt", "the/DT rule\n"))
+
+
+def test_word_slash_tag_text_that_starts_with_a_one_word_sentence_is_not_taken_for_conll(tmp_path):
+    path = _write(tmp_path / "tagged.txt", "Yes/UH\nto/TO Paris/NNP\nI/PRP went/VBD\n")
+    assert load_examples("token-classification", path)[0] == TaggedSentence(("Yes",), ("UH",))
+    path = _write(tmp_path / "ner.conll", "and/or CC\nthis DT\n\nthat DT\n")  # a slashed token stays a token
+    assert load_examples("token-classification", path)[0] == TaggedSentence(("and/or", "this"), ("CC", "DT"))
 
 
 def test_token_jsonl(tmp_path):

