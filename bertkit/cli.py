@@ -439,7 +439,8 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
     g.add_argument("--schedule", default=S, help="decay after warmup: linear (default), cosine or constant")
     g.add_argument("--weight-decay", dest="weight_decay", type=float, default=S, help="AdamW decay (0.01; "
                                                                                      "never on biases and norms)")
-    g.add_argument("--clip-norm", dest="clip_norm", type=float, default=S, help="gradient clipping (1.0)")
+    g.add_argument("--clip-norm", dest="clip_norm", default=S, metavar="NORM",
+                   help="clip the gradient's global norm to this (1.0; none: no clipping)")
     g.add_argument("--accumulation", type=int, default=S, help="micro-batches per optimizer step (1)")
     g.add_argument("--precision", default=S, help="auto (bf16 autocast where the hardware has bf16), fp32, bf16")
     g.add_argument("--device", default=S, help="auto (cuda when available), cpu, cuda, cuda:1, ...")

@@ -27,7 +27,8 @@ def lr_factor(progress: float, warmup: float, schedule: str) -> float:
 
 def check_training(settings) -> None:
     """The checks both trainers' TrainSettings run on construction (the fields they share:
-    steps, time_budget, schedule, warmup, accumulation)."""
+    steps, time_budget, schedule, warmup, accumulation and the optimizer's). A negative clip
+    norm or weight decay would not fail: it would scale the update the wrong way."""
     if settings.steps is None and settings.time_budget is None:
         raise BertkitError("give a number of steps or a time budget")
     if settings.steps is not None and settings.steps < 1:
@@ -40,3 +41,11 @@ def check_training(settings) -> None:
         raise BertkitError(f"accumulation must be at least 1, got {settings.accumulation}")
     if not 0 <= settings.warmup < 1:
         raise BertkitError(f"warmup is a fraction of training in [0, 1), got {settings.warmup}")
+    if not settings.lr > 0:
+        raise BertkitError(f"lr must be positive, got {settings.lr}")
+    if not settings.weight_decay >= 0:
+        raise BertkitError(f"weight decay must be >= 0, got {settings.weight_decay}")
+    if settings.clip_norm is not None and not settings.clip_norm > 0:
+        raise BertkitError(f"clip norm must be positive (or none), got {settings.clip_norm}")
+    if not (all(0 <= b < 1 for b in settings.betas) and settings.eps > 0):
+        raise BertkitError(f"Adam's betas must lie in [0, 1) and eps be positive, got {settings.betas}, {settings.eps}")

@@ -203,10 +203,13 @@ def test_nonfinite_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(review
 
     objective.forward = sometimes_nan
     trainer = Trainer(objective, poisoned, settings(steps=8, save_every=2), tmp_path / "run")
-    with pytest.raises(bertkit.BertkitError, match="loss is nan at step 4"):
+    with pytest.raises(bertkit.BertkitError, match="loss is nan at step 4; stopping \\(the last checkpoint, .*step-00000004, is intact"):
         trainer.fit()
     assert [p.name for p in sorted((tmp_path / "run" / "checkpoints").glob("step-*"))] == ["step-00000002",
                                                                                          "step-00000004"]
+    early = Trainer(objective, poisoned, settings(steps=8, save_every=10), tmp_path / "early")
+    with pytest.raises(bertkit.BertkitError, match="no checkpoint was written"):
+        early.fit()
     skipping = Trainer(objective, poisoned, settings(steps=8, skip_nonfinite=True), tmp_path / "skip")
     skipping.fit()
     assert skipping.step == 8
@@ -319,3 +322,19 @@ def test_objectives_by_name_and_the_models_they_fit(tmp_path):
             build_objective(name, preset, **small)
     with pytest.raises(bertkit.BertkitError, match="unknown model .bert-tiny-nonexistent.; known presets"):
         build_objective("mlm", "bert-tiny-nonexistent")
+
+
+@pytest.mark.parametrize("bad, words", [
+    (dict(clip_norm=-1.0), "clip norm must be positive"), (dict(clip_norm=0.0), "clip norm must be positive"),
+    (dict(weight_decay=-0.1), "weight decay must be >= 0"), (dict(lr=-1e-3), "lr must be positive"),
+    (dict(lr=0.0), "lr must be positive"), (dict(betas=(0.9, 1.0)), "betas must lie in"),
+    (dict(eps=0.0), "eps be positive")])
+def test_optimizer_settings_that_would_train_the_wrong_way_are_refused(bad, words):
+    """A negative clip norm or weight decay does not fail in torch: it flips the update. Both
+    trainers (torch and NumPy) refuse such settings on construction."""
+    from bertkit import numpy_ref
+
+    for settings_class in (TrainSettings, numpy_ref.TrainSettings):
+        with pytest.raises(bertkit.BertkitError, match=words):
+            settings_class(steps=10, **bad)
+        settings_class(steps=10, clip_norm=None)  # no clipping stays possible

@@ -37,6 +37,7 @@ from ..config import PRESETS
 from ..data.corpora import DataWarning
 from ..data.tokenizer import Tokenizer, check_vocab_fits, load_tokenizer
 from ..errors import BertkitError
+from ..files import read_json
 from .base import TrainBatches, check_truncation, label_index, model_max_length
 from .choice import MultipleChoice
 from .classification import Regression, SequenceClassification
@@ -94,6 +95,8 @@ class FinetuneSettings:
             raise BertkitError(f"doc_stride must be >= 0, got {self.doc_stride}")
         if self.lr <= 0:
             raise BertkitError(f"lr must be positive, got {self.lr}")
+        if self.weight_decay < 0:
+            raise BertkitError(f"weight decay must be >= 0, got {self.weight_decay}")
         check_truncation(self.truncation)
 
 
@@ -168,7 +171,7 @@ def load_model(source, tokenizer=None):
 def _task_settings(source) -> dict:
     """task.json of a fine-tuned directory ({} for a Model or a directory without one)."""
     if isinstance(source, (str, Path)) and (Path(source).expanduser() / TASK_FILE).exists():
-        return json.loads((Path(source).expanduser() / TASK_FILE).read_text())
+        return read_json(Path(source).expanduser() / TASK_FILE)
     return {}
 
 

@@ -248,9 +248,10 @@ class Trainer:
                     if s.skip_nonfinite:
                         self.optimizer.zero_grad(set_to_none=True)
                         return None
-                    raise BertkitError(f"loss is {result.loss.item()} at step {self.step}; stopping (the last "
-                                       f"checkpoint in {self.out / 'checkpoints'} is intact; lower --lr, or "
-                                       "pass --skip-nonfinite to skip such steps)")
+                    previous = checkpoint.latest(self.out)
+                    kept = f"the last checkpoint, {previous}, is intact" if previous else "no checkpoint was written"
+                    raise BertkitError(f"loss is {result.loss.item()} at step {self.step}; stopping ({kept}; lower "
+                                       "the learning rate, or skip such steps: pretrain --skip-nonfinite)")
                 (result.loss / s.accumulation).backward()
             for k, v in result.metrics.items():
                 totals[k] = totals.get(k, 0.0) + float(v) / s.accumulation
