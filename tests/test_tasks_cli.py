@@ -136,6 +136,10 @@ def test_predict_classify_bad_input_is_one_line(capsys, classifier, tmp_path):
     assert code == 2 and f"{bad} line 3: not valid JSON" in one_error(err)
     code, _, err = run(capsys, "predict", "classify", "--model", classifier)
     assert code == 2 and "no input given" in err
+    braces = tmp_path / "braces.txt"  # plain text may start with a brace; an object opens with {"
+    braces.write_text('{braces in a review} great film\n{"text": "a JSON line"}\n', encoding="utf-8")
+    code, out, _ = run(capsys, "predict", "classify", "--model", classifier, "--input", braces)
+    assert code == 0 and [r["text"] for r in json_lines(out)] == ["{braces in a review} great film", "a JSON line"]
     code, _, err = run(capsys, "predict", "classify", "--model", classifier, "--input", tmp_path / "missing.txt")
     assert code == 2 and "no such file" in err
     code, _, err = run(capsys, "predict", "tag", "--model", classifier, "some words")

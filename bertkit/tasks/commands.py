@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -37,7 +38,7 @@ exact_match, f1, with eval_examples; fractions in [0, 1]), task.json (what evalu
 reuse), metrics.jsonl and loss_curve.png. An OUT that already holds a finished run is refused."""
 
 PREDICT_INPUT = ("texts as arguments, or --input FILE|- with one per line; a line may also be a JSON object "
-                 "with the fields named below")
+                 "with the fields named below (a line that starts with {\" is read as one)")
 
 
 def _text_lines(source: str) -> list[tuple[int, str]]:
@@ -53,7 +54,8 @@ def _text_lines(source: str) -> list[tuple[int, str]]:
 def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...]) -> list[dict]:
     """One dict per input: a positional text is {fields[0]: text}; an input line is plain text the
     same way, or a JSON object whose keys among `fields` are kept (those in `required` must be
-    there). Bad lines are one error naming the file and line."""
+    there). A line is taken for JSON when it opens an object with a key (`{"`): plain text may
+    start with a brace. Bad lines are one error naming the file and line."""
     if args.text and args.input:
         raise BertkitError("give texts as arguments or with --input, not both")
     if not args.text and not args.input:
@@ -63,7 +65,7 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...]) -> lis
     records = []
     for n, line in _text_lines(args.input):
         where = f"{args.input} line {n}"
-        if line.lstrip().startswith("{"):
+        if re.match(r'\s*\{\s*"', line):
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
