@@ -176,7 +176,8 @@ def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, pro
         for row in (~(batch["input_ids"] == tok.mask_token_id).any(1)).nonzero().flatten().tolist():
             i = chunk[row]
             where = f"text {i + 1} of {len(texts)}: " if len(texts) > 1 else ""
-            raise BertkitError(f"{where}no {tok.mask_token} in {texts[i]!r} (or it lies past the length limit)")
+            shown = texts[i] if len(texts[i]) <= 80 else texts[i][:60] + "..." + texts[i][-17:]
+            raise BertkitError(f"{where}no {tok.mask_token} in {shown!r} (or it lies past the length limit)")
     found: list[list[dict]] = [[] for _ in texts]
     was_training = model.training
     model.eval()
@@ -187,7 +188,11 @@ def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, pro
                 masked = batch["input_ids"] == tok.mask_token_id  # (B, T)
                 logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
                                masked_positions=masked).logits  # (K, V), the masks in row-major order
-                top = logits.float().softmax(-1).topk(min(top_k, logits.shape[-1]))
+                probs = logits.float().softmax(-1)  # (K, V)
+                # A vocabulary padded past the tokenizer's (for speed, or by an override) has rows
+                # no text can name: they keep their share of the softmax but are never listed.
+                probs[:, tok.vocab_size:] = -1.0
+                top = probs.topk(min(top_k, tok.vocab_size, logits.shape[-1]))
                 for (row, pos), scores, ids in zip(masked.nonzero().tolist(), top.values.tolist(),
                                                    top.indices.tolist()):
                     found[chunk[row]].append({"text": texts[chunk[row]], "position": pos, "predictions": [

@@ -245,3 +245,30 @@ def test_fill_mask_in_batches_gives_each_texts_own_dense_predictions(name, head,
         assert [p["score"] for p in r["predictions"]] == pytest.approx(w[3], abs=1e-5)
     with pytest.raises(bertkit.BertkitError, match="text 2 of 2: no \\[MASK\\]"):
         fill_mask(model, ["a [MASK]", "none here"])
+
+
+def test_fill_mask_lists_only_tokens_the_tokenizer_has(tokenizer):
+    """A model vocabulary padded past the tokenizer's (a multiple of 64, an override): the rows no
+    text can name are never listed, and the listed scores stay the full softmax's."""
+    from bertkit.cli import fill_mask
+
+    torch.manual_seed(0)
+    V = tokenizer.vocab_size
+    model = bertkit.build("bert-base", head="mlm", vocab_size=V + 500, num_layers=1, hidden_size=32, num_heads=4,
+                          intermediate_size=48).eval()
+    model.tokenizer = tokenizer
+    with torch.no_grad():
+        model.head.bias[V:] = 8.0  # the padded rows would win every mask
+        model.head.bias[1000:1005] = 12.0  # five known tokens with scores worth comparing
+    [got] = fill_mask(model, ["a [MASK] film"], top_k=5)
+    assert all(p["id"] < V and p["token"] is not None for p in got["predictions"])
+    batch = tokenizer(["a [MASK] film"])
+    with torch.no_grad():
+        probs = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits[0].softmax(-1)
+    pos = got["position"]
+    assert probs[pos, V:].sum() > 0.5
+    assert [p["score"] for p in got["predictions"]] == pytest.approx(probs[pos, :V].topk(5).values.tolist(), abs=2e-6)
+    long_text = "word " * 400
+    with pytest.raises(bertkit.BertkitError) as e:
+        fill_mask(model, [long_text])
+    assert len(str(e.value)) < 200  # the text is shortened in the message
