@@ -26,6 +26,7 @@ from typing import Callable
 import torch
 
 from .errors import BertkitError
+from .files import output_file, write_text
 from .layers import dense
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -456,6 +457,8 @@ def run(quick: bool, repeats: int, json_path: str | None, progress: Callable[[st
         raise BertkitError(f"--device {device}: bench runs on cpu or cuda")
     if repeats < 1:
         raise BertkitError(f"--repeats must be at least 1, got {repeats}")
+    if json_path:
+        json_path = output_file(json_path, "--json")  # before minutes of timing, not after
     if dtype is not None and dtype not in DTYPES:
         raise BertkitError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     chosen = [w for w in workloads(quick, repeats, where) if (only is None or only.lower() in w.name.lower())
@@ -487,8 +490,7 @@ def run(quick: bool, repeats: int, json_path: str | None, progress: Callable[[st
             progress(f"  {record.name} [{record.dtype}]: ours {record.ours:,.0f} {record.unit}, "
                      f"transformers {record.reference:,.0f}, ratio {record.ratio:.2f}")
     if json_path:
-        with open(json_path, "w") as f:
-            json.dump([asdict(r) for r in records], f, indent=2)
+        write_text(json_path, json.dumps([asdict(r) for r in records], indent=2), "--json")
     return records
 
 

@@ -5,13 +5,18 @@ One way in for user files: `byte_lines` (gzip decompressed on the fly, told by i
 and `read_text` on top of it (UTF-8, a byte-order mark dropped since Excel writes one by default,
 other bytes one error line); `csv_records` for CSV / TSV read strictly, so a stray quote or comma
 is an error rather than rows silently merged or shifted; `shown` for file content quoted in an
-error line."""
+error line.
+
+And one way out: `output_dir` and `output_file` check where a command will write before it does
+any work, so a run of minutes does not end in a traceback about a path, and a model or a finished
+run already there is not overwritten."""
 
 from __future__ import annotations
 
 import csv
 import gzip
 import json
+import os
 import sys
 import zlib
 from pathlib import Path
@@ -20,6 +25,7 @@ from typing import Iterable, Iterator
 from .errors import BertkitError
 
 GZIP_MAGIC = b"\x1f\x8b"
+MODEL_FILES = ("config.json", "model.safetensors", "pytorch_model.bin")
 
 
 def data_suffix(path: Path) -> str:
@@ -110,3 +116,48 @@ def csv_records(path: Path, lines: Iterable[str], tsv: bool = False) -> Iterator
                 raise BertkitError(f"{path}, line {start}: {len(row)} field(s) but the header has {width}{hint}")
         yield start, row
         start = reader.line_num + 1
+
+
+def _writable_from(path: Path, flag: str) -> None:
+    """`path` can be created or written: its nearest existing ancestor is a folder we may write."""
+    ancestor = path
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if ancestor != path and not ancestor.is_dir():
+        raise BertkitError(f"{flag} {path}: {ancestor} is a file, so no folder can be made under it")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise BertkitError(f"{flag} {path}: no permission to write in {ancestor}")
+
+
+def output_dir(path: str | Path, keep: tuple[str, ...] = ("metrics.json", *MODEL_FILES), flag: str = "--out") -> Path:
+    """The folder a run writes into, checked before the run: not a file, writable, and holding
+    none of `keep` (a finished run's metrics or a model the run would overwrite; other files in
+    it are left alone)."""
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        raise BertkitError(f"{flag} {path}: a file, not a folder; choose a folder for the run")
+    _writable_from(path, flag)
+    held = [name for name in keep if (path / name).exists()]
+    if held:
+        raise BertkitError(f"{flag} {path} already holds {', '.join(held)}, which this run would overwrite; "
+                           "choose another folder or delete them")
+    return path
+
+
+def output_file(path: str | Path, flag: str = "--out") -> Path:
+    """A file a command writes at its end, checked before it starts: not a folder, and in a
+    folder that exists or can be made."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise BertkitError(f"{flag} {path}: a folder; give a file name")
+    _writable_from(path, flag)
+    return path
+
+
+def write_text(path: Path, text: str, flag: str = "--out") -> None:
+    """Write `text` to `path` (its folder made first); an OS error is one line naming the path."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as e:
+        raise BertkitError(f"{flag} {path}: could not write it ({e.strerror or e})") from None

@@ -26,6 +26,7 @@ from typing import Any, Iterator
 
 from .data.corpora import Corpus
 from .errors import BertkitError
+from .files import MODEL_FILES, output_dir
 from .options import seconds, typed
 
 BACKENDS = ("torch", "numpy")
@@ -224,8 +225,9 @@ def pretrain(job: PretrainJob) -> Path:
     checkpoints = sorted((out / "checkpoints").glob("step-*"))
     if job.resume and not checkpoints:
         raise BertkitError(f"--resume: no checkpoint in {out / 'checkpoints'} to continue from")
-    if not job.resume and (checkpoints or (out / "metrics.json").exists()):
+    if not job.resume and checkpoints:
         raise BertkitError(f"{out} already holds a run; pass --resume to continue it, or choose another --out")
+    output_dir(out, keep=() if job.resume else ("metrics.json", *MODEL_FILES))
 
     if job.backend == "torch" and not (job.objective == "distill" and _teacher_is_checkpoint(job)):
         _check_fits(job)  # before minutes of tokenizer training and tokenizing

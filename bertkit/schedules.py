@@ -41,8 +41,8 @@ def check_training(settings) -> None:
         raise BertkitError(f"accumulation must be at least 1, got {settings.accumulation}")
     if not 0 <= settings.warmup < 1:
         raise BertkitError(f"warmup is a fraction of training in [0, 1), got {settings.warmup}")
-    if not settings.lr > 0:
-        raise BertkitError(f"lr must be positive, got {settings.lr}")
+    if not settings.lr >= 0:  # 0 keeps the initial weights, which a test or a baseline may want
+        raise BertkitError(f"lr must be >= 0, got {settings.lr}")
     if not settings.weight_decay >= 0:
         raise BertkitError(f"weight decay must be >= 0, got {settings.weight_decay}")
     if settings.clip_norm is not None and not settings.clip_norm > 0:

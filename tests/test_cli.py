@@ -83,6 +83,7 @@ def test_bench_records_say_ratio_above_one_means_better(tmp_path):
     step = bench.mlm_training_step("mini-bert", 4, 16, "fp32", 1, "tiny step")
     assert step.max_abs_diff <= 1e-4  # both sides compute the same loss
     assert main(["bench", "--repeats", "0"]) == 2
+    assert main(["bench", "--quick", "--json", str(tmp_path)]) == 2  # a folder: refused before any timing
     assert main(["bench", "--quick", "--only", "deberta"]) == 2  # not in the quick set: one line, exit 2
 
 

@@ -91,8 +91,30 @@ def test_a_finished_run_is_not_overwritten(capsys, classifier, encoder_dir, sent
     before = (classifier / "metrics.json").read_bytes()
     code, _, err = run(capsys, "finetune", "--task", "classification", "--model", encoder_dir, "--train",
                        sentiment_files[0], "--eval", sentiment_files[1], "--out", classifier, *FAST)
-    assert code == 2 and "already holds a finished run" in one_error(err)
+    assert code == 2 and "already holds metrics.json, config.json, model.safetensors" in one_error(err)
     assert (classifier / "metrics.json").read_bytes() == before
+
+
+def test_an_out_that_would_lose_a_model_or_is_no_folder_is_refused_before_training(capsys, encoder_dir, sentiment_files,
+                                                                                  tmp_path):
+    """--out the pre-trained model itself would overwrite it with the fine-tuned one; a file or a
+    path under a file would fail only after training. Each is one line, and nothing is written."""
+    data = ("--train", sentiment_files[0], "--eval", sentiment_files[1], *FAST)
+    before = (encoder_dir / "model.safetensors").read_bytes()
+    code, _, err = run(capsys, "finetune", "--task", "classification", "--model", encoder_dir, "--out", encoder_dir, *data)
+    assert code == 2 and "already holds config.json, model.safetensors, which this run would overwrite" in one_error(err)
+    assert (encoder_dir / "model.safetensors").read_bytes() == before
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    for out, problem in ((notes, "a file, not a folder"), (notes / "run", f"{notes} is a file")):
+        code, _, err = run(capsys, "finetune", "--task", "classification", "--model", encoder_dir, "--out", out, *data)
+        assert code == 2 and f"--out {out}: {problem}" in one_error(err)
+    assert notes.read_text() == "mine"
+    kept = tmp_path / "shared"  # other files in the folder are left alone
+    kept.mkdir()
+    (kept / "readme.txt").write_text("mine")
+    code, _, _ = run(capsys, "finetune", "--task", "classification", "--model", encoder_dir, "--out", kept, *data)
+    assert code == 0 and (kept / "readme.txt").read_text() == "mine" and (kept / "metrics.json").exists()
 
 
 def test_evaluate_reproduces_the_dev_scores(capsys, classifier, sentiment_files, tmp_path):
@@ -103,6 +125,19 @@ def test_evaluate_reproduces_the_dev_scores(capsys, classifier, sentiment_files,
     for key in ("accuracy", "f1", "mcc", "eval_examples"):
         assert scores[key] == pytest.approx(saved[key], abs=1e-9), key
     assert json.loads((tmp_path / "m.json").read_text()) == scores
+    code, out, err = run(capsys, "evaluate", "--model", classifier, "--data", sentiment_files[1],
+                         "--out", tmp_path / "new" / "m.json", "--no-progress")  # its folder is made
+    assert code == 0 and json.loads((tmp_path / "new" / "m.json").read_text()) == json.loads(out)
+    code, out, err = run(capsys, "evaluate", "--model", classifier, "--data", sentiment_files[1], "--out", tmp_path)
+    assert code == 2 and f"--out {tmp_path}: a folder; give a file name" in one_error(err)
+    assert "predicting" not in err  # refused before the work, not after it
+
+
+def test_a_model_without_a_task_head_is_told_to_be_fine_tuned(capsys, encoder_dir, sentiment_files):
+    for argv in (("predict", "classify", "--model", encoder_dir, "a text"),
+                 ("evaluate", "--model", encoder_dir, "--data", sentiment_files[1])):
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and "the model has no head, not a fine-tuned task's; fine-tune it first" in one_error(err)
 
 
 def test_evaluate_limit_scores_a_sample(capsys, classifier, sentiment_files):

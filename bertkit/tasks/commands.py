@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ..errors import BertkitError
-from ..files import read_text
+from ..files import output_dir, output_file, read_text, write_text
 
 FINETUNE_EPILOG = """examples:
   bertkit finetune --task classification --model runs/demo --train imdb --eval imdb --out runs/imdb
@@ -35,7 +35,8 @@ ending0 ... with sent1 / sent2), and label, the right choice's index.
 OUT receives the best model on the dev set (Hugging Face format, with its label names and
 tokenizer), metrics.json (that model's dev scores: accuracy, f1, mcc / pearson, spearman /
 exact_match, f1, with eval_examples; fractions in [0, 1]), task.json (what evaluate and predict
-reuse), metrics.jsonl and loss_curve.png. An OUT that already holds a finished run is refused."""
+reuse), metrics.jsonl and loss_curve.png. An OUT that already holds a finished run or a model
+is refused (other files in it are left alone)."""
 
 PREDICT_INPUT = ("texts as arguments, or --input FILE|- with one per line; a line may also be a JSON object "
                  "with the fields named below (a line that starts with {\" is read as one)")
@@ -123,9 +124,7 @@ def finetune_settings(args):
 def cmd_finetune(args) -> None:
     from .finetune import finetune
 
-    out = Path(args.out)
-    if (out / "metrics.json").exists():
-        raise BertkitError(f"{out} already holds a finished run (metrics.json); choose another --out or delete it")
+    out = output_dir(args.out)
     settings = finetune_settings(args)
     print(f"fine-tuning {args.model} for {args.task} on {args.train} (early stopping on {args.eval}) -> {out}"
           f"{' [bf16]' if settings.bf16 else ''}", file=sys.stderr)
@@ -143,11 +142,12 @@ def cmd_evaluate(args) -> None:
         overrides["bf16"] = _bf16(args.precision, args.device)
     if args.limit is not None and args.limit < 1:
         raise BertkitError(f"--limit must be at least 1, got {args.limit}")
+    out = output_file(args.out) if args.out else None
     metrics = evaluate(args.model, args.task, args.data, args.split, args.tokenizer, _columns(args), args.limit,
                        **{k: v for k, v in overrides.items() if v is not None})
     text = json.dumps(metrics, indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    if out:
+        write_text(out, text + "\n")
     print(text)
 
 

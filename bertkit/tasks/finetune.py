@@ -184,7 +184,8 @@ def _task_of(model, name: str | None, saved: dict) -> str:
     by_head = {"classification": "regression" if regression else "classification",
                "token-classification": "token-classification", "qa": "qa", "multiple-choice": "multiple-choice"}
     if model.head_kind not in by_head:
-        raise BertkitError(f"the model has a {model.head_kind!r} head, not a fine-tuning task's; name the task")
+        head = f"a {model.head_kind!r} head" if model.head_kind else "no head"  # naming a task would not help
+        raise BertkitError(f"the model has {head}, not a fine-tuned task's; fine-tune it first (bertkit finetune)")
     return by_head[model.head_kind]
 
 
