@@ -415,6 +415,25 @@ def test_sharded_safetensors_checkpoint_loads(tmp_path):
     assert_same(ours(ids, mask, types), reference_outputs(ref, ids, mask, types), mask)
 
 
+def test_a_checkpoint_with_only_slow_tokenizer_files_loads_its_tokenizer(tmp_path):
+    """Many RoBERTa checkpoints ship vocab.json + merges.txt and no tokenizer.json: the model must
+    come with the tokenizer transformers would use, not without one."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    texts = ["The film was good.", "A dull, long film.", "Good acting, weak story."] * 20
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(texts, vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    bpe.save_model(str(tmp_path))
+    ref = hf_model("RobertaForMaskedLM", transformers.RobertaConfig(**{**BASE, "vocab_size": 300, "pad_token_id": 1}))
+    ref.save_pretrained(tmp_path)
+    assert not (tmp_path / "tokenizer.json").exists()
+    ours = bertkit.from_pretrained(tmp_path)
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    assert ours.tokenizer is not None
+    for text in ("The film was good.", "weak acting, dull story", " leading space"):
+        assert ours.tokenizer.encode(text) == theirs.encode(text), text
+
+
 def test_bf16_load_runs_close_to_fp32(tmp_path):
     ref = hf_model("BertForSequenceClassification", tiny_hf_config())
     path = _saved(ref, tmp_path)

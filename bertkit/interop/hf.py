@@ -452,8 +452,9 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
         materialize(model, loaded)
     if dtype is not None:
         model.to(dtype)
-    if any((directory / f).exists() for f in ("tokenizer.json", "vocab.txt")):
-        from ..data import load_tokenizer
+    from ..data.tokenizer import TOKENIZER_FILES, load_tokenizer
+
+    if any((directory / f).exists() for f in TOKENIZER_FILES):  # RoBERTa's vocab.json, DeBERTa's spm.model too
         model.tokenizer = load_tokenizer(directory)
     return model.eval()
 

@@ -121,7 +121,8 @@ def _with_tokenizer(model, tokenizer):
     if tokenizer is not None:
         model.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else load_tokenizer(tokenizer)
     if model.tokenizer is None:
-        raise BertkitError("the model has no tokenizer: pass one (a checkpoint directory, tokenizer.json or vocab.txt)")
+        raise BertkitError("the model has no tokenizer: pass one (--tokenizer: a checkpoint directory, "
+                           "tokenizer.json, vocab.txt, vocab.json or spm.model)")
     check_vocab_fits(model.tokenizer, model.config.vocab_size)
     return model
 
