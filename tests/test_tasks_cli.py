@@ -140,6 +140,23 @@ def test_a_model_without_a_task_head_is_told_to_be_fine_tuned(capsys, encoder_di
         assert code == 2 and "the model has no head, not a fine-tuned task's; fine-tune it first" in one_error(err)
 
 
+@pytest.mark.parametrize("change, words", [
+    ({"task": "sentiment"}, "task.json: task 'sentiment' is not one of"),
+    ({"settings": {"batch_size": "many"}}, "task.json settings: batch_size = 'many' is not a valid int"),
+    ({"settings": [1]}, "task.json: settings must be an object"),
+    ({"max_length": "64"}, "task.json: max_length must be a positive whole number"),
+])
+def test_a_hand_edited_task_json_is_one_line_naming_the_key(capsys, classifier, sentiment_files, tmp_path, change,
+                                                            words):
+    import shutil
+
+    model = shutil.copytree(classifier, tmp_path / "model")
+    saved = json.loads((model / "task.json").read_text())
+    (model / "task.json").write_text(json.dumps({**saved, **change}))
+    code, _, err = run(capsys, "evaluate", "--model", model, "--data", sentiment_files[1])
+    assert code == 2 and words in one_error(err)
+
+
 def test_evaluate_limit_scores_a_sample(capsys, classifier, sentiment_files):
     code, out, err = run(capsys, "evaluate", "--model", classifier, "--data", sentiment_files[1], "--limit", "7",
                          "--no-progress")

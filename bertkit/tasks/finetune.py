@@ -170,10 +170,28 @@ def load_model(source, tokenizer=None):
 
 
 def _task_settings(source) -> dict:
-    """task.json of a fine-tuned directory ({} for a Model or a directory without one)."""
-    if isinstance(source, (str, Path)) and (Path(source).expanduser() / TASK_FILE).exists():
-        return read_json(Path(source).expanduser() / TASK_FILE)
-    return {}
+    """task.json of a fine-tuned directory ({} for a Model or a directory without one), its
+    values checked here, so a hand-edited file is one error line naming the key, not a traceback
+    from deep inside evaluation."""
+    from ..options import typed
+
+    path = Path(source).expanduser() / TASK_FILE if isinstance(source, (str, Path)) else None
+    if path is None or not path.exists():
+        return {}
+    saved = read_json(path)
+    if "task" in saved and saved["task"] not in TASKS:
+        raise BertkitError(f"{path}: task {saved['task']!r} is not one of {', '.join(TASKS)}")
+    settings = saved.get("settings", {})
+    if not isinstance(settings, dict):
+        raise BertkitError(f"{path}: settings must be an object of fine-tuning settings")
+    known = {k: v for k, v in settings.items() if k in FinetuneSettings.__dataclass_fields__}
+    saved["settings"] = typed(FinetuneSettings, known, f"{path} settings")
+    length = saved.get("max_length")
+    if length is not None and (not isinstance(length, int) or isinstance(length, bool) or length < 1):
+        raise BertkitError(f"{path}: max_length must be a positive whole number, got {length!r}")
+    if not isinstance(saved.get("null_answers", False), bool):
+        raise BertkitError(f"{path}: null_answers must be true or false, got {saved['null_answers']!r}")
+    return saved
 
 
 def _task_of(model, name: str | None, saved: dict) -> str:
