@@ -1,5 +1,6 @@
 """Tokenizers against transformers: loading every file kind (MiniLM's real vocabulary over a
-battery of hard text; RoBERTa vocab.json + merges.txt and DeBERTa-v3 spm.model built here),
+battery of hard text; RoBERTa vocab.json + merges.txt, DeBERTa-v3 spm.model and ALBERT
+spiece.model built here),
 training every kind, the special-token frame the data pipeline uses, and bad files."""
 
 import json
@@ -82,7 +83,7 @@ def test_saved_model_carries_a_tokenizer_transformers_loads(minilm_dir, referenc
 def test_bad_tokenizer_files_are_named(tmp_path):
     with pytest.raises(bertkit.BertkitError, match="no such file"):
         bertkit.load_tokenizer(tmp_path / "nope.json")
-    with pytest.raises(bertkit.BertkitError, match="no tokenizer.json, vocab.txt, vocab.json, spm.model in this directory"):
+    with pytest.raises(bertkit.BertkitError, match="no tokenizer.json, vocab.txt, vocab.json, spm.model, spiece.model in this directory"):
         bertkit.load_tokenizer(tmp_path)
     broken = tmp_path / "tokenizer.json"
     broken.write_text("{not json")
@@ -231,3 +232,172 @@ def test_vocabulary_larger_than_the_model_is_refused(minilm_dir):
     check_vocab_fits(tok, 30522)
     with pytest.raises(bertkit.BertkitError, match="30522 tokens but the model's vocabulary has 1000"):
         check_vocab_fits(tok, 1000)
+
+
+# ---- ALBERT's spiece.model ----------------------------------------------------------------------
+ALBERT_TEXT = [
+    "café naïve résumé CRÈME brûlée", "``quoted'' and \"straight\" quotes, ``unclosed", "double  spaces   and\ttabs\nnewlines",
+    "Hello[MASK]world and a [MASK] inside text", "[CLS] [SEP] <pad> <unk> typed by a user", "numbers 1,000 9, 3,5 and 42,",
+    "UPPER lower MiXeD", "東京 中文 🙂👍🏽", "(parens) - dash – en-dash £5 €10.", "trailing space ",
+]
+
+
+@pytest.fixture(scope="module")
+def albert_spiece(tmp_path_factory, corpus_texts):
+    """A spiece.model laid out like albert-base-v2's: <pad> <unk> [CLS] [SEP] [MASK] at ids 0-4
+    ([CLS] [SEP] [MASK] as control pieces), a few user-defined punctuation pieces after them, and
+    SentencePiece's default nmt_nfkc normalization rules compiled into the file."""
+    spm = pytest.importorskip("sentencepiece")
+    pytest.importorskip("google.protobuf")
+    directory = tmp_path_factory.mktemp("albert")
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus_texts[:400]), model_prefix=str(directory / "spiece"), vocab_size=1000,
+        model_type="unigram", pad_id=0, pad_piece="<pad>", unk_id=1, unk_piece="<unk>", bos_id=-1, eos_id=-1,
+        control_symbols=["[CLS]", "[SEP]", "[MASK]"], user_defined_symbols=["(", ")", '"', "-", ".", "–", "£", "€"],
+        minloglevel=2)
+    (directory / "spiece.vocab").unlink()
+    return directory / "spiece.model"
+
+
+def _albert_dir(folder, spiece, **config):
+    """A checkpoint folder holding only spiece.model and a tokenizer_config.json: what
+    transformers' AutoTokenizer needs to pick AlbertTokenizer."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(spiece, folder / "spiece.model")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "AlbertTokenizer", **config}))
+    return folder
+
+
+def _assert_same_ids(ours, reference, texts):
+    for text in texts:
+        assert ours.encode(text) == reference.encode(text), repr(text)
+    for a, b in [*PAIRS, *zip(texts, reversed(texts))]:
+        assert ours.encode(a, b) == reference.encode(a, b), (a, b)
+        # AlbertTokenizer returns token types only when asked (not in its model_input_names); a
+        # batch keeps an empty second text as a pair, as our batch call does
+        expected = reference([a], [b], return_token_type_ids=True)["token_type_ids"][0]
+        assert ours(a, [b])["token_type_ids"][0].tolist() == expected, (a, b)
+
+
+def test_albert_spiece_model_equals_transformers(albert_spiece, tmp_path):
+    """The bare file, read by name with ALBERT's defaults (uncased, accents dropped, `` '' -> "),
+    and its folder give AlbertTokenizer's ids (AutoTokenizer picks the same class; in transformers
+    v5 AlbertTokenizerFast is AlbertTokenizer)."""
+    folder = _albert_dir(tmp_path, albert_spiece)
+    reference = transformers.AutoTokenizer.from_pretrained(folder)
+    assert type(reference) is transformers.AlbertTokenizer is transformers.AlbertTokenizerFast
+    bare = bertkit.load_tokenizer(albert_spiece)  # no tokenizer_config.json beside this one
+    _assert_same_ids(bare, reference, ALBERT_TEXT + HARD + SENTENCES)
+    assert bertkit.load_tokenizer(folder).encode(ALBERT_TEXT[0]) == reference.encode(ALBERT_TEXT[0])
+    assert bare.encode("Café") == bare.encode("cafe")
+    assert bare.id_to_token(bare.encode("``x''")[2]) == '"'  # the user-defined '"' piece, from ``
+    assert [bare.mask_token_id, bare.pad_token_id, bare.vocab_size] == [4, 0, len(reference)]
+    assert bare.mask_token_id == reference.mask_token_id and bare.pad_token_id == reference.pad_token_id
+    assert bare.frame.single[0] == (2, 0) and bare.frame.pair[-1] == (3, 1)
+
+
+@pytest.mark.parametrize("config", [{"keep_accents": True}, {"do_lower_case": False},
+                                    {"keep_accents": True, "do_lower_case": False, "remove_space": False}])
+def test_albert_spiece_follows_tokenizer_config(albert_spiece, tmp_path, config):
+    folder = _albert_dir(tmp_path, albert_spiece, **config)
+    reference = transformers.AutoTokenizer.from_pretrained(folder)
+    ours = bertkit.load_tokenizer(folder / "spiece.model")
+    _assert_same_ids(ours, reference, ALBERT_TEXT + HARD[:20])
+    default = bertkit.load_tokenizer(albert_spiece)
+    changed = "Café naïve" if config.get("keep_accents") else "Hello World"
+    assert ours.encode(changed) != default.encode(changed)
+
+
+def test_albert_tokenizer_saved_by_bertkit_loads_in_transformers(albert_spiece, tmp_path):
+    """bertkit writes tokenizer.json + tokenizer_config.json (class AlbertTokenizer, as ALBERT
+    checkpoints do); transformers rebuilds ALBERT's normalizer from that config, so the flags
+    read from the original config must be written back."""
+    ours = bertkit.load_tokenizer(_albert_dir(tmp_path / "a", albert_spiece, keep_accents=True))
+    ours.save(tmp_path / "b", "AlbertTokenizer", 512)
+    reference = transformers.AutoTokenizer.from_pretrained(tmp_path / "b")
+    reloaded = bertkit.load_tokenizer(tmp_path / "b")
+    for text in ALBERT_TEXT + HARD[:20]:
+        assert reloaded.encode(text) == ours.encode(text) == reference.encode(text), repr(text)
+    saved = json.loads((tmp_path / "b" / "tokenizer_config.json").read_text())
+    assert (saved["tokenizer_class"], saved["keep_accents"], saved["do_lower_case"]) == ("AlbertTokenizer", True, True)
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_trained_unigram_saved_for_albert_loads_the_same_in_transformers(corpus_texts, tmp_path, lowercase):
+    """bertkit trains ALBERT's tokenizer with the DeBERTa-style Unigram pipeline; declared
+    AlbertTokenizer, transformers would rebuild ALBERT's normalizer around its vocabulary (accents
+    dropped, lowercased by default) and give other ids, so it is declared generic instead."""
+    tok = train_tokenizer(corpus_texts[:300], TokenizerSettings(kind="unigram", vocab_size=800, lowercase=lowercase))
+    tok.save(tmp_path, "AlbertTokenizer", 128)
+    reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    for text in ALBERT_TEXT + HARD:
+        assert tok.encode(text) == reference.encode(text), repr(text)
+
+
+def test_albert_spiece_file_choice_and_refusals(albert_spiece, minilm_dir, tmp_path, corpus_texts):
+    spm = pytest.importorskip("sentencepiece")
+    folder = _albert_dir(tmp_path, albert_spiece)
+    shutil.copy(minilm_dir / "tokenizer.json", folder)  # a fast file wins over the slow one
+    assert bertkit.load_tokenizer(folder).encode("hello") == bertkit.load_tokenizer(minilm_dir).encode("hello")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "T5Tokenizer"}))
+    with pytest.raises(bertkit.BertkitError, match="tokenizer_config.json: tokenizer_class 'T5Tokenizer' is not"):
+        bertkit.load_tokenizer(folder / "spiece.model")
+    bpe = tmp_path / "bpe"
+    bpe.mkdir()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus_texts[:100]), model_prefix=str(bpe / "spiece"),
+                                   vocab_size=400, model_type="bpe", minloglevel=2)
+    with pytest.raises(bertkit.BertkitError, match="spiece.model: a SentencePiece bpe model; only Unigram"):
+        bertkit.load_tokenizer(bpe)
+
+
+# ---- tokens that tokenizer_config.json adds or re-flags ----------------------------------------------
+NEW_TOKENS_TEXT = ["a [NEW] b [new] <extra_1> tok", "Hello [MASK] world", "Hello <mask> world", "x[NEW]y", "plain text"]
+
+
+@pytest.mark.parametrize("config", [
+    {"added_tokens_decoder": {"30522": {"content": "[NEW]", "lstrip": False, "rstrip": False, "normalized": False,
+                                        "single_word": False, "special": True},
+                              "30523": {"content": "<extra_1>", "normalized": True, "special": False}}},
+    {"additional_special_tokens": ["[NEW]"]},
+    {"extra_special_tokens": ["[NEW]", "<extra_1>"]},
+    {"mask_token": {"__type": "AddedToken", "content": "[MASK]", "lstrip": True, "rstrip": False,
+                    "normalized": False, "single_word": False, "special": True}},
+], ids=["added_tokens_decoder", "additional_special_tokens", "extra_special_tokens", "mask_as_dict"])
+def test_vocab_txt_takes_tokens_from_tokenizer_config(minilm_dir, tmp_path, config):
+    """Tokens added after training (added_tokens_decoder, the special-token lists) and a named token
+    written as an AddedToken dict (as transformers 4.x saved them) reach the vocab.txt pipeline."""
+    shutil.copy(minilm_dir / "vocab.txt", tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BertTokenizer", **config}))
+    ours = bertkit.load_tokenizer(tmp_path / "vocab.txt")
+    reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    for text in NEW_TOKENS_TEXT + HARD[:10]:
+        assert ours.encode(text) == reference.encode(text), repr(text)
+    assert ours.vocab_size == len(reference) and ours.mask_token == "[MASK]"
+
+
+def test_roberta_mask_written_as_added_token_dict_keeps_lstrip(roberta_files, tmp_path):
+    """RoBERTa checkpoints saved by transformers 4.x write <mask> as a dict with lstrip true: the
+    space before it belongs to the mask (no "Ġ" token), which changes the ids around every mask."""
+    for name in ("vocab.json", "merges.txt"):
+        shutil.copy(roberta_files / name, tmp_path)
+    mask = {"__type": "AddedToken", "content": "<mask>", "lstrip": True, "rstrip": False, "normalized": False,
+            "single_word": False, "special": True}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "RobertaTokenizer", "mask_token": mask}))
+    ours = bertkit.load_tokenizer(tmp_path / "vocab.json")
+    reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    for text in NEW_TOKENS_TEXT + HARD[:10]:
+        assert ours.encode(text) == reference.encode(text), repr(text)
+    assert ours.mask_token == "<mask>" and ours.encode("a <mask>") != bertkit.load_tokenizer(roberta_files).encode("a <mask>")
+
+
+def test_spiece_added_tokens_decoder_and_bad_ids(albert_spiece, tmp_path):
+    table = {"4": {"content": "[MASK]", "lstrip": True, "normalized": False, "special": True},
+             "1000": {"content": "[NEW]", "normalized": False, "special": True}}
+    folder = _albert_dir(tmp_path / "ok", albert_spiece, added_tokens_decoder=table)
+    ours = bertkit.load_tokenizer(folder)
+    reference = transformers.AutoTokenizer.from_pretrained(folder)
+    for text in NEW_TOKENS_TEXT + ALBERT_TEXT:
+        assert ours.encode(text) == reference.encode(text), repr(text)
+    bad = _albert_dir(tmp_path / "bad", albert_spiece, added_tokens_decoder={"1005": {"content": "[NEW]"}})
+    with pytest.raises(bertkit.BertkitError, match=r"tokenizer_config.json: added_tokens_decoder puts '\[NEW\]' at id 1005"):
+        bertkit.load_tokenizer(bad)

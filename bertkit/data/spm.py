@@ -10,6 +10,8 @@ files with more fields still read.
     SentencePiece:   1 piece (string), 2 score (float), 3 type (1 normal, 2 unknown, 3 control,
                      4 user-defined, 5 unused, 6 byte)
     TrainerSpec:     3 model_type (1 unigram, 2 bpe, 3 word, 4 char), 40 unk_id
+    NormalizerSpec:  2 precompiled_charsmap (bytes: the compiled NFKC-like rule table, e.g.
+                     "nmt_nfkc", that `tokenizers.normalizers.Precompiled` replays)
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class SpmModel:
     kinds: list[str]                  # PIECE_KINDS value of each piece
     model_type: str
     unk_id: int
+    charsmap: bytes = b""             # the normalizer's precompiled_charsmap; empty for "identity"
 
     @property
     def piece_strings(self) -> list[str]:
@@ -77,7 +80,7 @@ def read_spm_model(path: Path) -> SpmModel:
     try:
         data = Path(path).read_bytes()
         pieces, kinds = [], []
-        model_type, unk_id = 1, 0  # proto defaults
+        model_type, unk_id, charsmap = 1, 0, b""  # proto defaults
         for field, value in _fields(data):
             if field == 1:
                 piece, score, kind = "", 0.0, 1
@@ -96,8 +99,10 @@ def read_spm_model(path: Path) -> SpmModel:
                         model_type = v
                     elif f == 40:
                         unk_id = v
+            elif field == 3:
+                charsmap = next((v for f, v in _fields(value) if f == 2), charsmap)
     except (ValueError, TypeError, UnicodeDecodeError, AttributeError, struct.error) as e:
         raise BertkitError(f"{path}: not a readable SentencePiece model ({e})") from None
     if not pieces:
         raise BertkitError(f"{path}: not a SentencePiece model (no pieces found)")
-    return SpmModel(pieces, kinds, MODEL_TYPES.get(model_type, str(model_type)), unk_id)
+    return SpmModel(pieces, kinds, MODEL_TYPES.get(model_type, str(model_type)), unk_id, bytes(charsmap))

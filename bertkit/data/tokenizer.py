@@ -3,8 +3,9 @@
 A `Tokenizer` wraps a `tokenizers.Tokenizer` whose post-processor already adds the family's
 special tokens, plus the metadata `transformers` keeps in tokenizer_config.json. Files it loads:
 a checkpoint directory, tokenizer.json, BERT's vocab.txt (casing from tokenizer_config.json),
-RoBERTa's vocab.json + merges.txt (byte-level BPE) and DeBERTa-v3's spm.model (a SentencePiece
-Unigram model, read by the small protobuf reader in `spm.py`, so bertkit needs no sentencepiece).
+RoBERTa's vocab.json + merges.txt (byte-level BPE), DeBERTa-v3's spm.model and ALBERT's
+spiece.model (SentencePiece Unigram models, read by the small protobuf reader in `spm.py`, so
+bertkit needs no sentencepiece).
 Each pipeline is assembled the way `transformers` assembles it from the same files, so the ids
 agree (tests/test_tokenizer.py compares them).
 
@@ -14,6 +15,7 @@ are framed (`Frame`), so one token cache serves every example layout of a family
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,10 @@ ROBERTA_SPECIALS = {"bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>"
                     "unk_token": "<unk>", "pad_token": "<pad>", "mask_token": "<mask>"}
 DEBERTA_V3_SPECIALS = {"bos_token": "[CLS]", "eos_token": "[SEP]", "unk_token": "[UNK]", "sep_token": "[SEP]",
                        "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]"}
+ALBERT_SPECIALS = {"bos_token": "[CLS]", "eos_token": "[SEP]", "unk_token": "<unk>", "sep_token": "[SEP]",
+                   "pad_token": "<pad>", "cls_token": "[CLS]", "mask_token": "[MASK]"}
+GENERIC_TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # transformers loads its tokenizer.json verbatim
+SPM_CLASSES = {"AlbertTokenizer": "albert", "DebertaV2Tokenizer": "deberta-v3"}  # tokenizer_class -> pipeline
 SPECIAL_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token", "bos_token", "eos_token")
 METASPACE = "\u2581"  # SentencePiece's word-boundary mark
 BYTE_LEVEL_SPACE = "\u0120"  # "Ġ": GPT-2's byte-level picture of a space
@@ -197,6 +203,12 @@ class Tokenizer:
         self.backend.save(str(written[0]))
         config = {**self.config, **self.special_tokens, "tokenizer_class": tokenizer_class,
                   "model_max_length": model_max_length}
+        if tokenizer_class == "AlbertTokenizer":
+            # transformers' AlbertTokenizer keeps only tokenizer.json's vocabulary and rebuilds the
+            # rest from do_lower_case/keep_accents; a pipeline those flags cannot rebuild (a trained
+            # DeBERTa-style Unigram) is declared generic so transformers reads tokenizer.json as is
+            flags = _albert_flags(self.backend)
+            config.update(flags if flags is not None else {"tokenizer_class": GENERIC_TOKENIZER_CLASS})
         written[1].write_text(json.dumps(config, indent=2) + "\n")
         written[2].write_text(json.dumps(self.special_tokens, indent=2) + "\n")
         if isinstance(self.backend.model, models.WordPiece):
@@ -205,6 +217,23 @@ class Tokenizer:
             written.append(directory / "vocab.txt")
             written[-1].write_text("".join(t + "\n" for t in ordered), encoding="utf-8")
         return written
+
+
+def _albert_flags(backend: _Backend) -> dict[str, bool] | None:
+    """The do_lower_case/keep_accents with which `albert_pipeline` (transformers' AlbertTokenizer)
+    rebuilds this backend's normalizer, pre-tokenizer and decoder, or None when no flags do."""
+    ours = json.loads(backend.to_str())
+    if ours["model"].get("type") != "Unigram":
+        return None
+    steps = (ours.get("normalizer") or {}).get("normalizers") or []
+    charsmap = next((base64.b64decode(n["precompiled_charsmap"]) for n in steps if n.get("type") == "Precompiled"), b"")
+    probe = [(ALBERT_SPECIALS["cls_token"], 0.0), (ALBERT_SPECIALS["sep_token"], 0.0)]
+    for lowercase in (True, False):
+        for keep_accents in (False, True):
+            rebuilt = json.loads(albert_pipeline(probe, 0, ALBERT_SPECIALS, lowercase, keep_accents, charsmap).to_str())
+            if all(rebuilt[k] == ours[k] for k in ("normalizer", "pre_tokenizer", "decoder")):
+                return {"do_lower_case": lowercase, "keep_accents": keep_accents}
+    return None
 
 
 def _frame_of(backend: _Backend) -> Frame:
@@ -325,46 +354,166 @@ def unigram_pipeline(pieces: list[tuple[str, float]], unk_id: int, specials: dic
     pre.append(pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always"))
     backend.pre_tokenizer = pre_tokenizers.Sequence(pre)
     backend.decoder = decoders.Metaspace(replacement=METASPACE, prepend_scheme="always")
-    backend.add_special_tokens([specials[k] for k in DEBERTA_V3_SPECIALS if k in specials])
+    _add_cls_sep_frame(backend, specials, DEBERTA_V3_SPECIALS)
+    return backend
+
+
+def albert_pipeline(pieces: list[tuple[str, float]], unk_id: int, specials: dict[str, str],
+                    lowercase: bool = True, keep_accents: bool = False, charsmap: bytes = b"") -> _Backend:
+    """ALBERT's SentencePiece Unigram as `transformers`' AlbertTokenizer builds it from
+    spiece.model. Its normalizer replays the original slow tokenizer's preprocessing (Lan et al.,
+    2020, google-research/albert tokenization.py): LaTeX quotes `` and '' become ", accents are
+    dropped by NFKD (unless keep_accents), lowercase (unless do_lower_case is false), then the
+    model's own precompiled NFKC map. Words are split on whitespace, so runs of spaces, tabs and
+    newlines count as one ("remove_space", which transformers v5 always applies), and each word
+    starts with "▁". [CLS] A [SEP] B [SEP], segment ids 0/1."""
+    backend = _Backend(models.Unigram(pieces, unk_id=unk_id, byte_fallback=False))
+    steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
+    if not keep_accents:
+        steps += [normalizers.NFKD(), normalizers.StripAccents()]
+    if lowercase:
+        steps.append(normalizers.Lowercase())
+    if charsmap:
+        steps.append(normalizers.Precompiled(charsmap))
+    backend.normalizer = normalizers.Sequence(steps)
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always")])
+    backend.decoder = decoders.Metaspace(replacement=METASPACE, prepend_scheme="always")
+    _add_cls_sep_frame(backend, specials, ALBERT_SPECIALS)
+    return backend
+
+
+def _add_cls_sep_frame(backend: _Backend, specials: dict[str, str], family: dict[str, str]) -> None:
+    """Register the family's named special tokens and frame sequences as [CLS] A [SEP] B [SEP]
+    (the SentencePiece families both use BERT's layout, with their own token strings)."""
+    backend.add_special_tokens([specials[k] for k in family if k in specials])
     cls, sep = specials["cls_token"], specials["sep_token"]
     backend.post_processor = processors.TemplateProcessing(
         single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
         special_tokens=[(cls, backend.token_to_id(cls)), (sep, backend.token_to_id(sep))])
-    return backend
 
 
-def _unigram_from_spm(model_file: Path, config: dict, specials: dict) -> _Backend:
+def _sentencepiece_family(model_file: Path, config: dict) -> str:
+    """"albert" or "deberta-v3": which pipeline an spm file gets. tokenizer_config.json's
+    tokenizer_class decides when it names one of the two; otherwise the file name does, as it does
+    for transformers (AlbertTokenizer reads spiece.model, DebertaV2Tokenizer spm.model). Another
+    class (T5, XLNet, ...) normalizes differently, so it is refused rather than guessed."""
+    name = config.get("tokenizer_class")
+    if isinstance(name, str):
+        family = SPM_CLASSES.get(name.removesuffix("Fast"))
+        if family is None:
+            raise BertkitError(f"{model_file.parent / 'tokenizer_config.json'}: tokenizer_class {name!r} is not a "
+                               f"SentencePiece tokenizer bertkit reads (one of {', '.join(SPM_CLASSES)})")
+        return family
+    return "albert" if model_file.name == "spiece.model" else "deberta-v3"
+
+
+def _unigram_from_spm(model_file: Path, config: dict, specials: dict) -> tuple[_Backend, dict[str, str]]:
+    """The backend for a SentencePiece file and the special tokens it ends up with."""
     from .spm import read_spm_model
 
     spm = read_spm_model(model_file)
     if spm.model_type != "unigram":
         raise BertkitError(f"{model_file}: a SentencePiece {spm.model_type} model; only Unigram models "
                            "(DeBERTa-v3, ALBERT) are supported")
-    backend = unigram_pipeline(spm.pieces, spm.unk_id, {**DEBERTA_V3_SPECIALS, **specials},
-                               lowercase=bool(config.get("do_lower_case", False)),
-                               split_by_punct=bool(config.get("split_by_punct", False)))
+    if _sentencepiece_family(model_file, config) == "albert":
+        family = ALBERT_SPECIALS
+        specials = {**family, **specials}
+        backend = albert_pipeline(spm.pieces, spm.unk_id, specials,
+                                  lowercase=bool(config.get("do_lower_case", True)),
+                                  keep_accents=bool(config.get("keep_accents", False)), charsmap=spm.charsmap)
+    else:
+        family = DEBERTA_V3_SPECIALS
+        specials = {**family, **specials}
+        backend = unigram_pipeline(spm.pieces, spm.unk_id, specials,
+                                   lowercase=bool(config.get("do_lower_case", False)),
+                                   split_by_punct=bool(config.get("split_by_punct", False)))
     # control and user-defined pieces are matched whole in the raw text, as transformers does
-    named = set(backend.get_vocab(with_added_tokens=True)) & {specials.get(k) for k in DEBERTA_V3_SPECIALS}
+    named = set(backend.get_vocab(with_added_tokens=True)) & {specials.get(k) for k in family}
     backend.add_tokens([AddedToken(p, normalized=False, special=kind == "control")
                         for p, kind in zip(spm.piece_strings, spm.kinds)
                         if kind in ("control", "user") and p not in named])
-    return backend
+    return backend, specials
 
 
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spm.model")
+def _token_content(value) -> str | None:
+    """A token as tokenizer_config.json writes it: a string, or an AddedToken dict with its text
+    under "content" (transformers 4.x wrote the named special tokens that way)."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _added_token(value, special: bool) -> AddedToken | None:
+    """An AddedToken with the flags tokenizer_config.json gives it. The flags change ids: RoBERTa
+    checkpoints saved by transformers 4.x mark <mask> lstrip, so "a <mask>" has no "Ġ" token."""
+    content = _token_content(value)
+    if content is None:
+        return None
+    flags = value if isinstance(value, dict) else {}
+    special = bool(flags.get("special", special))
+    return AddedToken(content, single_word=bool(flags.get("single_word", False)), lstrip=bool(flags.get("lstrip", False)),
+                      rstrip=bool(flags.get("rstrip", False)), normalized=bool(flags.get("normalized", not special)),
+                      special=special)
+
+
+def _config_tokens(config: dict, config_file: Path) -> list[tuple[int | None, AddedToken]]:
+    """The tokens tokenizer_config.json adds or re-flags, in the order transformers applies them:
+    added_tokens_decoder by id (tokens added after training, or vocabulary tokens given flags),
+    then named special tokens written as dicts, additional_special_tokens and (v5's name)
+    extra_special_tokens. Each comes with the id it must get, when the file says."""
+    table = config.get("added_tokens_decoder") or {}
+    if not isinstance(table, dict):
+        raise BertkitError(f"{config_file}: added_tokens_decoder must map ids to tokens")
+    out: list[tuple[int | None, AddedToken]] = []
+    for key, value in table.items():
+        token = _added_token(value, special=False)
+        if not str(key).isdigit() or token is None:
+            raise BertkitError(f"{config_file}: added_tokens_decoder entry {key!r} is not an id with a token")
+        out.append((int(key), token))
+    out.sort(key=lambda pair: pair[0])
+    extra = [config[k] for k in SPECIAL_KEYS if isinstance(config.get(k), dict)]
+    for key in ("additional_special_tokens", "extra_special_tokens"):
+        listed = config.get(key) or []
+        extra += list(listed.values()) if isinstance(listed, dict) else list(listed)
+    known = {t.content for _, t in out}
+    for value in extra:
+        token = _added_token(value, special=True)
+        if token is not None and token.content not in known:
+            out.append((None, token))
+            known.add(token.content)
+    return out
+
+
+def _add_config_tokens(backend: _Backend, tokens: list[tuple[int | None, AddedToken]], config_file: Path) -> None:
+    """Register tokenizer_config.json's tokens; a token already in the vocabulary keeps its id and
+    takes the file's flags, a new one is appended. An id that comes out differently from the one
+    the file records would shift every later id, so it is an error."""
+    for want, token in tokens:
+        (backend.add_special_tokens if token.special else backend.add_tokens)([token])
+        got = backend.token_to_id(token.content)
+        if want is not None and got != want:
+            raise BertkitError(f"{config_file}: added_tokens_decoder puts {token.content!r} at id {want}, "
+                               f"but the vocabulary gives it id {got}")
+
+
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spm.model", "spiece.model")
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """A tokenizer from a checkpoint directory or one of its files: tokenizer.json, vocab.txt
     (WordPiece, casing from the tokenizer_config.json beside it), vocab.json (byte-level BPE, with
-    merges.txt beside it) or spm.model (SentencePiece Unigram)."""
+    merges.txt beside it), spm.model (DeBERTa-v3's SentencePiece Unigram) or spiece.model (ALBERT's;
+    see `_sentencepiece_family`)."""
     path = Path(path)
     directory = path if path.is_dir() else path.parent
     if not path.exists():
         raise BertkitError(f"{path}: no such file or directory")
     config_file = directory / "tokenizer_config.json"
     config = read_json(config_file) if config_file.exists() else {}
-    special = {k: config[k] for k in SPECIAL_KEYS if isinstance(config.get(k), str)}
+    config_tokens = _config_tokens(config, config_file)
+    special = {k: _token_content(config[k]) for k in SPECIAL_KEYS if _token_content(config.get(k)) is not None}
+    config = {**config, **special}  # the named tokens as plain strings for the pipelines below
     special_map = directory / "special_tokens_map.json"
     if special_map.exists():
         for k, v in read_json(special_map).items():
@@ -372,7 +521,8 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
             if k in SPECIAL_KEYS and isinstance(token, str):
                 special.setdefault(k, token)
     kept = {k: v for k, v in config.items()
-            if k in ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "add_prefix_space", "split_by_punct")}
+            if k in ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "add_prefix_space", "split_by_punct",
+                      "keep_accents", "remove_space")}
     if path.is_dir():
         found = next((directory / n for n in TOKENIZER_FILES if (directory / n).exists()), None)
         if found is None:
@@ -387,12 +537,12 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         backend = _bpe_from_files(path, directory / "merges.txt", config, special)
         special = {**ROBERTA_SPECIALS, **special}
     elif path.suffix == ".model":
-        backend = _unigram_from_spm(path, config, special)
-        special = {**DEBERTA_V3_SPECIALS, **special}
+        backend, special = _unigram_from_spm(path, config, special)
     elif path.suffix == ".txt":
         backend = _wordpiece_from_vocab(path, config)
     else:
         raise BertkitError(f"{path}: unknown tokenizer file (expected one of {', '.join(TOKENIZER_FILES)})")
+    _add_config_tokens(backend, config_tokens, config_file)
     # Files without a tokenizer_config.json still name BERT's special tokens in their vocabulary.
     for key, token in BERT_SPECIALS.items():
         if key not in special and backend.token_to_id(token) is not None:
