@@ -125,8 +125,8 @@ def _writable_from(path: Path, flag: str) -> None:
         ancestor = ancestor.parent
     if ancestor != path and not ancestor.is_dir():
         raise BertkitError(f"{flag} {path}: {ancestor} is a file, so no folder can be made under it")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise BertkitError(f"{flag} {path}: no permission to write in {ancestor}")
+    if not os.access(ancestor, os.W_OK | (os.X_OK if ancestor.is_dir() else 0)):  # a file has no search bit
+        raise BertkitError(f"{flag} {path}: no permission to write {'in ' if ancestor.is_dir() else ''}{ancestor}")
 
 
 def output_dir(path: str | Path, keep: tuple[str, ...] = ("metrics.json", *MODEL_FILES), flag: str = "--out") -> Path:
