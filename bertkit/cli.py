@@ -260,22 +260,22 @@ def _train_values(values: dict, where: str) -> dict:
 
 
 def pretrain_job(args):
-    """The job from defaults < config file < flags; every value typed, unknown keys named."""
+    """The job from defaults < config file < flags; every value typed, unknown keys named. With
+    --resume, the run's own job.json takes the defaults' place."""
     from .options import key_values, read_config, typed
-    from .pretraining import PretrainJob
+    from .pretraining import PretrainJob, saved_job
 
     given = vars(args)
     job, train, architecture = {}, {}, {}
     if given.get("config"):
         data = dict(read_config(args.config))
-        train = dict(data.pop("train", {}) or {})
-        architecture = dict(data.pop("architecture", {}) or {})
+        train = data.pop("train", None) or {}
+        architecture = data.pop("architecture", None) or {}
         for name, table in (("train", train), ("architecture", architecture)):
             if not isinstance(table, dict):
                 raise BertkitError(f"{args.config}: [{name}] must be a table of settings")
-        job = typed(PretrainJob, {k: v for k, v in data.items()}, str(args.config)) if data else {}
-        if "train" in job or "architecture" in job:
-            raise BertkitError(f"{args.config}: train and architecture are tables ([train], [architecture])")
+        _check_top_level(data, args.config)
+        job = typed(PretrainJob, data, str(args.config)) if data else {}
         train = _train_values(train, f"{args.config} [train]")
     job.update(typed(PretrainJob, {k: given[k] for k in JOB_KEYS if k in given}, "flags"))
     train.update(_train_values({k: given[k] for k in TRAIN_KEYS if k in given}, "flags"))
@@ -287,7 +287,31 @@ def pretrain_job(args):
         if architecture:
             architecture = typed(config_type, architecture, f"{args.config} [architecture]")
         architecture.update(typed(config_type, key_values(given.get("override") or [], "--override"), "--override"))
+    if job.get("resume"):  # what is not given again comes from the run itself, not from the defaults
+        saved = saved_job(PretrainJob(**job, train=train, architecture=architecture).out_dir)
+        if saved is not None:
+            job = {**typed(PretrainJob, {k: v for k, v in saved.items() if k not in ("train", "architecture")},
+                           "job.json"), **job}
+            train = {**saved.get("train", {}), **train}
+            architecture = {**saved.get("architecture", {}), **architecture}
     return PretrainJob(**job, train=train, architecture=architecture)
+
+
+def _check_top_level(data: dict, path) -> None:
+    """A training or model setting written at the top of a config file belongs in its table: say
+    which, rather than only "unknown key"."""
+    from .config import EncoderConfig
+    from .options import fields_of
+    from .pretraining import PretrainJob
+    from .train import TrainSettings
+
+    for key in data:
+        if key in fields_of(PretrainJob):
+            continue
+        if key in fields_of(TrainSettings):
+            raise BertkitError(f"{path}: {key} is a training setting; put it under [train]")
+        if key in fields_of(EncoderConfig):
+            raise BertkitError(f"{path}: {key} is a model setting; put it under [architecture]")
 
 
 def cmd_pretrain(args) -> None:
@@ -459,7 +483,9 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
                    help="any other training setting, typed (e.g. betas=0.9,0.999 or eps=1e-8); repeatable")
     g = s.add_argument_group("output")
     g.add_argument("--out", default=S, help="run directory (default runs/MODEL-OBJECTIVE)")
-    g.add_argument("--resume", action="store_true", default=S, help="continue from OUT/checkpoints")
+    g.add_argument("--resume", action="store_true", default=S,
+                   help="continue from OUT/checkpoints with the run's own settings (OUT/job.json); only how long "
+                        "it trains (--steps, --time-budget), where (--device, --precision) and what it keeps may change")
     g.add_argument("--eval-every", dest="eval_every", type=int, default=S, help="steps between evaluations (100)")
     g.add_argument("--save-every", dest="save_every", type=int, default=S, help="steps between checkpoints (200)")
     g.add_argument("--keep", type=int, default=S, help="checkpoints kept (2)")

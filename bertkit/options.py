@@ -145,6 +145,8 @@ def key_values(pairs: list[str], where: str) -> dict[str, str]:
 def read_config(path: str | Path) -> dict[str, Any]:
     """A config file as a dict: TOML (.toml) or JSON (anything else)."""
     path = Path(path)
+    if path.suffix.lower() in (".yaml", ".yml", ".ini", ".cfg"):
+        raise BertkitError(f"{path}: config files are TOML (.toml) or JSON (.json), not {path.suffix}")
     text = read_text(path, "config file")
     if path.suffix.lower() == ".toml":
         import tomllib

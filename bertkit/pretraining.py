@@ -34,6 +34,12 @@ PRECISIONS = ("auto", "fp32", "bf16")
 # config.family -> the tokenizer recipe of its release (data/trainers.py FAMILY_KIND)
 TOKENIZER_FAMILY = {"deberta-v2": "deberta-v3"}
 TOKENIZER_RECIPE = 1  # bump when the way a run trains its tokenizer changes: cached ones rebuild
+JOB_FILE = "job.json"  # the run's settings, at the root of OUT: what --resume continues with
+# What a resumed run may change: where and how fast it runs, how long it goes on, what it keeps.
+# Anything else (data, batch, model, optimizer, seed) would make it another run than the one saved.
+RESUMABLE = ("device", "precision", "resume", "out")
+RESUMABLE_TRAIN = ("steps", "time_budget", "progress", "save_every", "keep", "eval_every", "compile",
+                   "activation_checkpointing", "skip_nonfinite", "bf16")
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,13 @@ class PretrainJob:
                 raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.max_length is not None and self.max_length < 8:
             raise BertkitError(f"max_length must be at least 8, got {self.max_length}")
+        if self.objective == "distill" and not self.teacher:
+            raise BertkitError("distill needs a teacher (--teacher: a pre-trained checkpoint directory or hub id; a "
+                               "preset name such as bert-base gives an untrained one, for trying the plumbing)")
+        if self.objective != "distill" and (self.teacher or self.teacher_layers):
+            raise BertkitError(f"--teacher and --teacher-layers are for --objective distill, not {self.objective}")
+        if "family" in self.architecture:  # the weights' names, the tokenizer and the file format follow it
+            raise BertkitError("the family cannot be overridden; choose a preset of that family (bertkit models)")
         if self.backend == "numpy":
             if self.objective != "mlm":
                 raise BertkitError(f"the NumPy backend trains masked-LM only, not {self.objective}")
@@ -80,6 +93,10 @@ class PretrainJob:
                 raise BertkitError("the NumPy backend writes no resumable checkpoints; --resume needs --backend torch")
             if self.precision == "bf16":
                 raise BertkitError("the NumPy backend computes in float32; bf16 needs --backend torch")
+
+    def record(self) -> dict:
+        """The job as JSON values, as written to OUT/job.json."""
+        return json.loads(json.dumps({k: v for k, v in asdict(self).items() if k not in ("resume", "out")}))
 
     @property
     def out_dir(self) -> Path:
@@ -220,6 +237,8 @@ def pretrain(job: PretrainJob) -> Path:
     from .model import get_preset  # through model.py, which registers every family's presets
 
     preset = get_preset(job.model)  # unknown preset: the error lists the known ones
+    if job.backend == "numpy" and preset.config.family != "bert":  # before minutes of tokenizer training
+        raise BertkitError(f"the NumPy backend implements BERT only, not {preset.config.family} ({job.model})")
     out = job.out_dir
     settings = job.settings()
     checkpoints = sorted((out / "checkpoints").glob("step-*"))
@@ -228,6 +247,8 @@ def pretrain(job: PretrainJob) -> Path:
     if not job.resume and checkpoints:
         raise BertkitError(f"{out} already holds a run; pass --resume to continue it, or choose another --out")
     output_dir(out, keep=() if job.resume else ("metrics.json", *MODEL_FILES))
+    if job.resume:
+        _check_unchanged(job, out, settings)
 
     if job.backend == "torch" and not (job.objective == "distill" and _teacher_is_checkpoint(job)):
         _check_fits(job)  # before minutes of tokenizer training and tokenizing
@@ -271,13 +292,71 @@ def pretrain(job: PretrainJob) -> Path:
     trainer = Trainer(objective, data.batch_at, settings, out, held_out, device)
     if job.resume:
         trainer.resume()
+        _check_left_to_train(trainer, out)
         say(f"resuming {out} at step {trainer.step} ({trainer.elapsed:.0f} s trained)")
+    else:
+        _write_job(job, out)
     unique = {id(p): p.numel() for m in models.values() for p in m.parameters()}  # shared tables once
     say(f"{job.objective} on {job.model} ({sum(unique.values()):,} parameters), "
         f"{device}, {'bf16 autocast' if settings.bf16 else 'fp32'}, "
         + (f"budget {settings.time_budget:.0f} s" if settings.time_budget else f"{settings.steps} steps"))
     trainer.fit()
     return out
+
+
+def saved_job(out: Path) -> dict | None:
+    """OUT/job.json, the settings a run was started with (None for runs from before it was written)."""
+    from .files import read_json
+
+    path = out / JOB_FILE
+    return read_json(path) if path.exists() else None
+
+
+def _write_job(job: PretrainJob, out: Path) -> None:
+    if int(os.environ.get("RANK", "0")) == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / JOB_FILE).write_text(json.dumps(job.record(), indent=2) + "\n")
+
+
+def _check_unchanged(job: PretrainJob, out: Path, settings) -> None:
+    """A resumed run continues the saved one only if it reads the same data in the same batches
+    into the same model with the same optimizer: any other setting that differs from OUT/job.json
+    is named and refused (the batches would silently differ from an uninterrupted run's, or the
+    checkpoint would not fit the model)."""
+    saved = saved_job(out)
+    if saved is None:
+        say(f"{out} has no {JOB_FILE} (an older run): its settings cannot be checked against these")
+        return
+    try:
+        before = PretrainJob(**typed(PretrainJob, saved, str(out / JOB_FILE)))
+        before_settings = before.settings()
+    except (BertkitError, TypeError) as e:
+        raise BertkitError(f"{out / JOB_FILE}: not a job this bertkit reads ({e})") from None
+    now, then = job.record(), before.record()
+    changed = [f"{k} {then.get(k)!r} -> {now.get(k)!r}" for k in now
+               if k not in ("train", *RESUMABLE) and now.get(k) != then.get(k)]
+    changed += [f"{f.name} {getattr(before_settings, f.name)!r} -> {getattr(settings, f.name)!r}"
+                for f in dataclasses.fields(settings)
+                if f.name not in RESUMABLE_TRAIN and getattr(settings, f.name) != getattr(before_settings, f.name)]
+    if changed:
+        raise BertkitError(f"--resume: this run was started with other settings ({'; '.join(changed)}); "
+                           f"a resumed run keeps them (see {out / JOB_FILE}), or start a new run in another --out")
+    if settings.steps != before_settings.steps and settings.steps is not None:
+        say(f"steps {before_settings.steps} -> {settings.steps}: the learning-rate schedule stretches to the new length")
+
+
+def _check_left_to_train(trainer, out: Path) -> None:
+    """Resuming a finished run, or asking for fewer steps than the checkpoint has, would train
+    nothing and rewrite the run's final model; an interrupted run whose training was done (cut off
+    while saving) is still finished off."""
+    s = trainer.settings
+    if s.steps is not None and trainer.step > s.steps:
+        raise BertkitError(f"--resume: the run is at step {trainer.step}, past the {s.steps} steps asked for; "
+                           "give more --steps")
+    if trainer.done() and (out / "metrics.json").exists():
+        length = f"{s.steps} steps" if s.steps is not None and trainer.step >= s.steps else f"{s.time_budget:.0f} s"
+        raise BertkitError(f"--resume: the run has finished its {length}; give more --steps or a longer "
+                           "--time-budget to train on")
 
 
 def _check_fits(job: PretrainJob) -> None:
@@ -364,8 +443,6 @@ def _pretrain_numpy(job, config, tokenizer, train_corpus, eval_corpus, settings)
     a checkpoint the torch side loads (config, safetensors and the tokenizer files)."""
     from . import numpy_ref
 
-    if config.family != "bert":
-        raise BertkitError(f"the NumPy backend implements BERT only, not {config.family} ({job.model})")
     if job.device not in ("auto", "cpu"):
         raise BertkitError("the NumPy backend runs on the CPU only")
     max_length = job.max_length or min(128, config.max_positions)

@@ -91,7 +91,7 @@ def test_resume_continues_bit_for_bit(corpus, tmp_path, monkeypatch):
     assert pretrain("--out", str(tmp_path / "split"), *common) == 130
     assert not (tmp_path / "split" / "model.safetensors").exists()
     monkeypatch.setattr(Trainer, "train_step", real_step)
-    assert pretrain("--out", str(tmp_path / "split"), "--resume", *common) == 0
+    assert pretrain("--out", str(tmp_path / "split"), "--resume") == 0  # the settings come from the run's job.json
     a = load_file(tmp_path / "whole" / "model.safetensors")
     b = load_file(tmp_path / "split" / "model.safetensors")
     assert a.keys() == b.keys()
@@ -171,6 +171,7 @@ def test_settings_come_from_defaults_then_config_file_then_flags(tmp_path):
     (["--corpus", "no/such/file.txt"], "no such file"),
     (["--max-length", "1000"], "longer than"),
     (["--backend", "numpy", "--objective", "mlm+nsp"], "NumPy backend trains masked-LM only"),
+    (["--backend", "numpy", "--model", "roberta-base"], "NumPy backend implements BERT only, not roberta"),
     (["--backend", "gpu"], "unknown backend"),
     (["--resume"], "no checkpoint"),
 ])
@@ -242,6 +243,41 @@ def test_disk_full_while_saving_keeps_the_previous_checkpoint(corpus, tmp_path, 
     assert pretrain("--corpus", str(corpus), "--out", str(out), "--steps", "6", "--save-every", "2", "--resume",
                     *TINY, *FAST) == 0  # and the run continues from it
     assert json.loads((out / "metrics.json").read_text())["step"] == 6
+
+
+def test_a_resumed_run_keeps_its_settings_and_must_have_steps_left(corpus, tmp_path, capsys):
+    out = str(tmp_path / "run")
+    assert pretrain("--corpus", str(corpus), "--out", out, "--steps", "4", "--save-every", "2", *TINY, *FAST) == 0
+    capsys.readouterr()
+    assert pretrain("--out", out, "--resume", "--batch-size", "16", "--seed", "3") == 2
+    line = error_line(capsys)
+    assert "this run was started with other settings (batch_size 8 -> 16; seed 0 -> 3)" in line and "job.json" in line
+    assert pretrain("--out", out, "--resume") == 2
+    assert "the run has finished its 4 steps; give more --steps" in error_line(capsys)
+    assert pretrain("--out", out, "--resume", "--steps", "2") == 2
+    assert "the run is at step 4, past the 2 steps asked for" in error_line(capsys)
+    assert pretrain("--out", out, "--resume", "--steps", "6") == 0
+    assert "steps 4 -> 6: the learning-rate schedule stretches" in capsys.readouterr().err
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["step"] == 6
+
+
+@pytest.mark.parametrize("config, words", [
+    ("train = 3\n", "[train] must be a table of settings"),
+    ("steps = 3\n", "steps is a training setting; put it under [train]"),
+    ("hidden_size = 64\n", "hidden_size is a model setting; put it under [architecture]"),
+    ("[architecture]\nfamily = \"roberta\"\n", "the family cannot be overridden"),
+    ("objective = \"distill\"\n", "distill needs a teacher"),
+    ("teacher = \"bert-base\"\n", "--teacher and --teacher-layers are for --objective distill, not mlm"),
+])
+def test_config_mistakes_are_one_line_that_says_where_the_setting_goes(tmp_path, capsys, config, words):
+    path = tmp_path / "job.toml"
+    path.write_text(config)
+    assert pretrain("--config", str(path), "--out", str(tmp_path / "run")) == 2
+    assert words in error_line(capsys)
+    path = tmp_path / "job.yaml"
+    path.write_text("steps: 3\n")
+    assert pretrain("--config", str(path)) == 2
+    assert "config files are TOML (.toml) or JSON (.json), not .yaml" in error_line(capsys)
 
 
 def test_the_same_command_under_torchrun_matches_one_process(corpus, tmp_path):
