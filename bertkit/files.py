@@ -68,13 +68,14 @@ def read_text(path: str | Path, what: str = "file") -> str:
         raise BertkitError(f"{path}, line {line}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
 
 
-def read_json(path: Path) -> dict:
+def read_json(path: Path, expect: type = dict):
+    """A JSON file whose top level is an object (or a list, with expect=list)."""
     try:
         data = json.loads(read_text(path))
     except json.JSONDecodeError as e:
         raise BertkitError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    if not isinstance(data, dict):
-        raise BertkitError(f"{path}: expected a JSON object at the top level")
+    if not isinstance(data, expect):
+        raise BertkitError(f"{path}: expected a JSON {'object' if expect is dict else 'list'} at the top level")
     return data
 
 

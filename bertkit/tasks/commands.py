@@ -232,21 +232,21 @@ def cmd_choose(args) -> None:
 
 
 def cmd_embed(args) -> None:
-    from ..interop.hf import from_pretrained
-    from .finetune import _with_tokenizer
     from .embedding import embed, search
 
     texts = [r["text"] for r in read_inputs(args, ("text",), ("text",))]
     if args.batch_size < 1:
         raise BertkitError(f"--batch-size must be at least 1, got {args.batch_size}")
-    model = _with_tokenizer(from_pretrained(args.model), args.tokenizer)
+    # the directory, not a loaded Model: its sentence-transformers settings (max_seq_length,
+    # pooling) or task.json's max_length are the defaults
     options = {"batch_size": args.batch_size, "max_length": args.max_length, "pooling": args.pooling,
-               "progress": shows_progress(len(texts)), "bf16": _bf16(args.precision, None)}
+               "progress": shows_progress(len(texts)), "bf16": _bf16(args.precision, None),
+               "tokenizer": args.tokenizer}
     if args.query:
-        hits = search(model, args.query, texts, args.top_k, **options)
+        hits = search(args.model, args.query, texts, args.top_k, **options)
         _write_lines({"query": q, "results": h} for q, h in zip(args.query, hits))
         return
-    vectors = embed(model, texts, normalize=not args.no_normalize, **options)
+    vectors = embed(args.model, texts, normalize=not args.no_normalize, **options)
     _write_lines({"text": t, "embedding": [round(x, 6) for x in v.tolist()]} for t, v in zip(texts, vectors))
 
 
@@ -381,7 +381,12 @@ def add_parsers(sub, predict_modes) -> None:
         m.set_defaults(batch_size=32)
         m.add_argument("--precision", default="fp32", help="fp32 (default: the checkpoint's numbers), bf16 "
                        "(autocast: faster where the hardware has bf16, to two or three digits) or auto")
-        m.add_argument("--pooling", default="mean", choices=("mean", "cls"), help="mean (default) or cls")
+        m.add_argument("--pooling", choices=("mean", "cls"), help="mean or cls (default: the model's "
+                       "sentence-transformers Pooling module, else mean)")
+        for action in m._actions:  # the shared --max-length help speaks of fine-tuned models
+            if action.dest == "max_length":
+                action.help = ("tokens per text (default: the model's sentence-transformers max_seq_length, "
+                               "else as fine-tuned, else the model's maximum)")
         m.add_argument("--no-normalize", dest="no_normalize", action="store_true", help="raw, unnormalized vectors")
         m.add_argument("--query", action="append", metavar="TEXT", help="search the inputs for TEXT (repeatable)")
         m.add_argument("--top-k", dest="top_k", type=int, default=5, help="results per query (5)")

@@ -2,17 +2,30 @@
 sec. 3: MEAN pooling was their best strategy) or the first token's vector (CLS, as BERT's
 classifier reads it), then L2-normalized; and cosine search of a corpus for the nearest texts.
 
+Given a model directory rather than a loaded Model, the length and pooling default to what the
+directory says (`sentence_settings`), so that a sentence-transformers model embeds as
+sentence-transformers runs it: all-MiniLM-L6-v2 was trained and is run at 256 tokens although
+its position table has 512, and a text cut at 512 gives another vector.
+
 Shapes: B batch, T sequence length, H hidden size.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from ..errors import BertkitError
-from .base import length_batches, serving
+from ..files import read_json
+from .base import length_batches, report_truncated, serving
+
+POOLING = ("mean", "cls")
+ST_CONFIG = "sentence_bert_config.json"  # sentence-transformers' settings of its Transformer module
+ST_MODULES = "modules.json"              # its pipeline: Transformer, Pooling, Normalize, ...
+ST_POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -21,26 +34,93 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
     return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
 
 
-POOLING = ("mean", "cls")
+def saved_max_length(directory: Path) -> int | None:
+    """The length a model directory is meant to embed at: sentence-transformers'
+    max_seq_length, else the max_length bertkit finetune saved in task.json; None if neither."""
+    from .finetune import _task_settings
+
+    path = directory / ST_CONFIG
+    if path.is_file():
+        length = read_json(path).get("max_seq_length")
+        if length is not None:
+            if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+                raise BertkitError(f"{path}: max_seq_length must be a positive whole number, got {length!r}")
+            return length
+    return _task_settings(directory).get("max_length")
+
+
+def saved_pooling(directory: Path) -> str | None:
+    """The pooling of a sentence-transformers directory: the Pooling module that modules.json
+    lists, read from its config.json; None without one. A mode bertkit does not have (max,
+    several concatenated, ...) is an error rather than a silently different vector."""
+    path = directory / ST_MODULES
+    if not path.is_file():
+        return None
+    modules = read_json(path, list)
+    pooling = [m for m in modules if isinstance(m, dict) and str(m.get("type", "")).endswith(".Pooling")]
+    if not pooling:
+        return None
+    config_path = directory / str(pooling[0].get("path", "")) / "config.json"
+    if not config_path.is_file():
+        raise BertkitError(f"{path} lists a Pooling module but {config_path} is missing")
+    config = read_json(config_path)
+    modes = sorted(k for k, v in config.items() if k.startswith("pooling_mode_") and v is True)
+    if len(modes) != 1 or modes[0] not in ST_POOLING_MODES:
+        named = " + ".join(m.removeprefix("pooling_mode_") for m in modes) or "none"
+        raise BertkitError(f"{config_path}: pooling mode {named} is not one bertkit has ({', '.join(POOLING)}); "
+                           "choose one with pooling= (--pooling)")
+    return ST_POOLING_MODES[modes[0]]
+
+
+def prepared(source, tokenizer=None, max_length: int | None = None, pooling: str | None = None):
+    """(model, max_length, pooling) checked for embedding: `source` a Model or a directory (or hub
+    id); a length or pooling not given comes from the directory (saved_max_length,
+    saved_pooling), else the model's maximum and mean pooling."""
+    from ..interop.hf import resolve
+    from ..model import Model
+    from .finetune import load_model
+
+    directory = None if isinstance(source, Model) else resolve(source)
+    model = load_model(source if directory is None else directory, tokenizer)
+    most = model.backbone.embeddings.max_length
+    if max_length is None:  # a saved length longer than the position table is cut to it
+        max_length = min(saved_max_length(directory) or most, most) if directory is not None else most
+    if not 1 <= max_length <= most:
+        raise BertkitError(f"max length must be between 1 and the model's maximum of {most} tokens, got {max_length}")
+    if max_length <= model.tokenizer.frame.specials(pair=False):
+        raise BertkitError(f"max length {max_length} leaves no room for text beside the special tokens")
+    if pooling is None:
+        pooling = (saved_pooling(directory) if directory is not None else None) or "mean"
+    if pooling not in POOLING:
+        raise BertkitError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLING)}")
+    return model, max_length, pooling
+
+
+def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None = None,
+          normalize: bool = True, progress: bool = False, pooling: str | None = None, bf16: bool = False,
+          tokenizer=None) -> torch.Tensor:
+    """(len(texts), H) float32 sentence embeddings. `model` is a Model that carries its tokenizer
+    (or gets `tokenizer`), or a model directory, whose own settings then give the defaults: its
+    sentence-transformers max_seq_length and Pooling module, or a fine-tuned model's max_length
+    (otherwise the model's maximum length and mean pooling). Texts longer than max_length are cut,
+    with one warning that counts them. `bf16` runs the model under autocast to bf16 (faster where
+    the hardware has bf16, to about two or three significant digits)."""
+    if batch_size < 1:
+        raise BertkitError(f"batch size must be at least 1, got {batch_size}")
+    model, max_length, pooling = prepared(model, tokenizer, max_length, pooling)
+    return _embed(model, texts, batch_size, max_length, normalize, progress, pooling, bf16)
 
 
 @torch.no_grad()
-def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None = None,
-          normalize: bool = True, progress: bool = False, pooling: str = "mean", bf16: bool = False) -> torch.Tensor:
-    """(len(texts), H) float32 sentence embeddings from a model that carries its tokenizer;
-    `bf16` runs the model under autocast to bf16 (faster where the hardware has bf16, to about
-    two or three significant digits)."""
-    if pooling not in POOLING:
-        raise BertkitError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLING)}")
-    if batch_size < 1:
-        raise BertkitError(f"batch size must be at least 1, got {batch_size}")
-    if model.tokenizer is None:
-        raise BertkitError("this model has no tokenizer; load one with bertkit.load_tokenizer and set model.tokenizer")
-    max_length = min(max_length or model.config.max_positions, model.config.max_positions)
+def _embed(model, texts: list[str], batch_size: int, max_length: int, normalize: bool, progress: bool,
+           pooling: str, bf16: bool) -> torch.Tensor:
     model.eval()
     device = next(model.parameters()).device  # the tokenizer gives CPU tensors
+    specials = model.tokenizer.frame.specials(pair=False)
+    lengths = [len(ids) + specials for ids in model.tokenizer.encode_plain(texts)]
+    report_truncated(sum(n > max_length for n in lengths), len(texts), max_length)
     # Batches of similar length pad little; the caller's order is restored at the end.
-    batches, chunks = length_batches([len(text) for text in texts], batch_size), []
+    batches, chunks = length_batches([min(n, max_length) for n in lengths], batch_size), []
     with serving(model, len(batches), bf16):
         for batch_of in tqdm(batches, disable=not progress, desc="embedding", unit="batch"):
             batch = model.tokenizer([texts[i] for i in batch_of], max_length=max_length)
@@ -56,15 +136,21 @@ def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None 
     return F.normalize(result, dim=-1) if normalize else result
 
 
-def search(model, queries: list[str], corpus: list[str], top_k: int = 5, **embedding) -> list[list[dict]]:
+def search(model, queries: list[str], corpus: list[str], top_k: int = 5, batch_size: int = 32,
+           max_length: int | None = None, pooling: str | None = None, tokenizer=None,
+           **embedding) -> list[list[dict]]:
     """For each query, the `top_k` corpus texts by cosine similarity of their embeddings, best
-    first: [{"index", "text", "score"}]. `embedding` goes to embed() (pooling, max_length, ...)."""
+    first: [{"index", "text", "score"}]. `model`, `max_length`, `pooling` and `tokenizer` are as
+    for embed(); `embedding` goes to it too (progress, bf16)."""
     if top_k < 1:
         raise BertkitError(f"top_k must be at least 1, got {top_k}")
     if not corpus:
         raise BertkitError("the corpus to search is empty")
-    embedding["normalize"] = True  # cosine = dot product of unit vectors
-    q, c = embed(model, queries, **embedding), embed(model, corpus, **embedding)
+    if batch_size < 1:
+        raise BertkitError(f"batch size must be at least 1, got {batch_size}")
+    model, max_length, pooling = prepared(model, tokenizer, max_length, pooling)  # loaded once for both
+    options = {"progress": False, "bf16": False, **embedding, "normalize": True}  # cosine = dot of unit vectors
+    q, c = (_embed(model, texts, batch_size, max_length, pooling=pooling, **options) for texts in (queries, corpus))
     best = (q @ c.T).topk(min(top_k, len(corpus)), dim=1)
     return [[{"index": i, "text": corpus[i], "score": round(v, 6)} for v, i in zip(vs, ix)]
             for vs, ix in zip(best.values.tolist(), best.indices.tolist())]

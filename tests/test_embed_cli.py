@@ -1,0 +1,138 @@
+"""`bertkit embed` and `embed()` given a model directory run it as the tool that made it does:
+sentence-transformers' max_seq_length and Pooling module (checked against sentence-transformers
+itself), a fine-tuned model's task.json length; a cut text is counted in one warning; a bad
+--max-length is one error line. And `save_pretrained` onto a file is one error line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+
+import pytest
+import torch
+
+import bertkit
+from bertkit.cli import main
+from bertkit.errors import BertkitError
+from bertkit.tasks import embed, search
+
+LONG = " ".join(f"sentence {i} goes on about the film's acting, plot and music" for i in range(30))  # > 256 tokens
+SHORT = "A short review."
+QUIET = pytest.mark.filterwarnings("ignore:.*were truncated")  # for tests that cut texts on purpose
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.cosine_similarity(a, b, dim=-1)
+
+
+def reference(directory, texts) -> torch.Tensor:
+    from sentence_transformers import SentenceTransformer
+
+    return torch.as_tensor(SentenceTransformer(str(directory), device="cpu").encode(texts, convert_to_numpy=True))
+
+
+def cli_vectors(capsys, *argv) -> tuple[torch.Tensor, str]:
+    assert main(["embed", *map(str, argv)]) == 0
+    out, err = capsys.readouterr()
+    return torch.tensor([json.loads(line)["embedding"] for line in out.splitlines()]), err
+
+
+def one_error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bertkit: error: "), err
+    return err[0]
+
+
+def copy_of(minilm_dir, tmp_path):
+    """The MiniLM directory with its small files copied (to edit) and its weights linked."""
+    folder = tmp_path / "minilm"
+    shutil.copytree(minilm_dir, folder, ignore=shutil.ignore_patterns("model.safetensors"))
+    (folder / "model.safetensors").symlink_to(minilm_dir / "model.safetensors")
+    return folder
+
+
+def test_a_long_text_embeds_at_the_models_own_length_like_sentence_transformers(minilm_dir, capsys):
+    tokens = len(bertkit.load_tokenizer(minilm_dir).encode(LONG))
+    assert 256 < tokens <= 512, tokens  # cut by max_seq_length 256, not by the 512 positions
+    expected = reference(minilm_dir, [LONG, SHORT])
+    with pytest.warns(UserWarning, match="1 of 2 texts were longer than 256 tokens and were truncated"):
+        api = embed(str(minilm_dir), [LONG, SHORT])
+    assert cosine(api, expected).min() > 0.9999 and (api - expected).abs().max() < 1e-5
+    capsys.readouterr()  # transformers' loading bars
+    cli, err = cli_vectors(capsys, "--model", minilm_dir, LONG, SHORT)
+    assert cosine(cli, expected).min() > 0.9999 and (cli - expected).abs().max() < 1e-5
+    assert err.strip() == "bertkit: warning: 1 of 2 texts were longer than 256 tokens and were truncated"
+    hits = search(str(minilm_dir), [LONG], [SHORT, LONG], top_k=1)
+    assert hits[0][0]["index"] == 1 and hits[0][0]["score"] == pytest.approx(1.0, abs=1e-5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing cut, nothing said
+        embed(str(minilm_dir), [SHORT])
+
+
+@QUIET
+def test_the_directorys_pooling_module_is_used(minilm_dir, tmp_path, capsys):
+    folder = copy_of(minilm_dir, tmp_path)
+    pooling = folder / "1_Pooling" / "config.json"
+    config = json.loads(pooling.read_text())
+    pooling.write_text(json.dumps({**config, "pooling_mode_mean_tokens": False, "pooling_mode_cls_token": True}))
+    expected = reference(folder, [SHORT, LONG])
+    got = embed(folder, [SHORT, LONG])
+    assert cosine(got, expected).min() > 0.9999
+    assert cosine(embed(folder, [SHORT], pooling="mean"), expected[:1]).item() < 0.99  # an explicit choice wins
+    capsys.readouterr()
+    cli, _ = cli_vectors(capsys, "--model", folder, SHORT)  # the command follows the folder too
+    assert cosine(cli, expected[:1]).item() > 0.9999
+
+    pooling.write_text(json.dumps({**config, "pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": True}))
+    with pytest.raises(BertkitError, match="1_Pooling/config.json: pooling mode max_tokens is not one bertkit has"):
+        embed(folder, [SHORT])
+    assert embed(folder, [SHORT], pooling="mean").shape == (1, 384)
+
+
+@QUIET
+def test_a_fine_tuned_directory_embeds_at_its_task_length(minilm_dir, tmp_path):
+    folder = tmp_path / "tuned"
+    bertkit.from_pretrained(minilm_dir).save_pretrained(folder)  # no sentence-transformers files
+    (folder / "task.json").write_text(json.dumps({"max_length": 32}))
+    model = bertkit.from_pretrained(minilm_dir)
+    with pytest.warns(UserWarning, match="longer than 32 tokens"):
+        got = embed(folder, [LONG])
+    assert torch.allclose(got, embed(model, [LONG], max_length=32), atol=1e-6)
+    assert not torch.allclose(got, embed(model, [LONG], max_length=64), atol=1e-3)
+
+
+@pytest.mark.parametrize("length", [-5, 0, 513])
+def test_a_bad_max_length_is_one_error_line(length, minilm_dir, capsys):
+    message = f"max length must be between 1 and the model's maximum of 512 tokens, got {length}"
+    assert main(["embed", "--model", str(minilm_dir), "--max-length", str(length), SHORT]) == 2
+    assert one_error(capsys).endswith(message)
+    with pytest.raises(BertkitError, match=message):
+        embed(bertkit.from_pretrained(minilm_dir), [SHORT], max_length=length)
+    assert main(["embed", "--model", str(minilm_dir), "--max-length", "2", SHORT]) == 2
+    assert "leaves no room for text beside the special tokens" in one_error(capsys)
+
+
+def test_save_pretrained_onto_a_file_is_one_error_line(minilm_dir, tmp_path):
+    model = bertkit.build("mini-bert")
+    taken = tmp_path / "taken"
+    taken.write_text("a file")
+    with pytest.raises(BertkitError, match=f"^{taken}: a file, not a folder"):
+        model.save_pretrained(taken)
+    with pytest.raises(BertkitError, match=f"^{taken / 'sub'}: {taken} is a file, so no folder can be made"):
+        model.save_pretrained(taken / "sub")
+    assert taken.read_text() == "a file"
+
+
+@QUIET
+def test_a_roberta_model_embeds_a_long_text_at_its_real_maximum(minilm_dir):
+    """RoBERTa's position table has two rows more than it takes tokens (fairseq's padding offset):
+    a long text is cut to what the model takes, not to the table's size (which failed)."""
+    tokenizer = bertkit.load_tokenizer(minilm_dir)
+    config = bertkit.PRESETS["roberta-base"].config.replace(
+        num_layers=1, hidden_size=32, num_heads=2, intermediate_size=32, max_positions=66,
+        vocab_size=tokenizer.vocab_size, pad_token_id=1)
+    model = bertkit.build(config)
+    model.tokenizer = tokenizer
+    assert model.backbone.embeddings.max_length == 64
+    assert torch.equal(embed(model, [LONG]), embed(model, [LONG], max_length=64))
