@@ -418,6 +418,27 @@ def test_cli_bad_input_is_one_line(argv, message, tmp_path, capsys):
     assert message in one_error_line(capsys)
 
 
+def test_cli_out_naming_a_file_is_one_line_before_any_work(bert, tmp_path, capsys):
+    """--out an existing file (or a path under one): one error line, the file untouched, for each
+    command that writes pictures into a folder."""
+    bert.save_pretrained(tmp_path / "ckpt")
+    bench = tmp_path / "bench.json"
+    bench.write_text("[]")
+    taken = tmp_path / "taken.png"
+    taken.write_bytes(b"not a folder")
+    for argv in (["visualize", "attention", "--model", str(tmp_path / "ckpt"), "--text", SENTENCE],
+                 ["visualize", "attribution", "--model", str(tmp_path / "ckpt"), "--text", SENTENCE],
+                 ["visualize", "distillation-temperature"],
+                 ["visualize", "curves", str(write_run(tmp_path / "run"))],
+                 ["visualize", "bench", str(bench)],
+                 ["compare", "--parameters-only"]):
+        for out, problem in ((taken, "a file, not a folder"), (taken / "sub", "is a file, so no folder")):
+            assert main(argv + ["--out", str(out)]) == 2, argv
+            line = one_error_line(capsys)
+            assert f"--out {out}: " in line and problem in line, argv
+        assert taken.read_bytes() == b"not a folder"
+
+
 @pytest.mark.parametrize("argv, phrase", [(["visualize"], "PICTURE"), (["visualize", "attention"], "explorer"),
                                           (["visualize", "distillation-temperature"], "temperature"),
                                           (["visualize", "curves"], "metrics.jsonl"), (["compare"], "meta device"),

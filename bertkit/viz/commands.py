@@ -62,6 +62,14 @@ def _wrote(paths) -> None:
         print(f"wrote {p}")
 
 
+def _out(args) -> Path:
+    """--out, checked before any work: a folder (or one that can be made) we may write in; files
+    already in it are replaced, since pictures are cheap to redraw."""
+    from ..files import output_dir
+
+    return output_dir(args.out, keep=())
+
+
 def _model_name(args) -> str:
     if args.model:
         return args.model
@@ -79,9 +87,9 @@ def cmd_attention(args) -> None:
     from .explorer import write_explorer
     from .inputs import encode, load_model
 
+    out = _out(args)
     if not args.deberta_components and (args.layer is not None or args.head is not None):
         raise BertkitError("--layer and --head choose the head for --deberta-components; add that flag")
-    out = Path(args.out)
     with _warnings_as_lines():
         model, description = load_model(_model_name(args), args.tokenizer)
         encoded = encode(model, args.text, args.text_pair, args.max_length)
@@ -116,11 +124,12 @@ def cmd_attribution(args) -> None:
     from .attribution import integrated_gradients, write_attribution
     from .inputs import encode, load_model
 
+    out = _out(args)
     with _warnings_as_lines():
         model, description = load_model(args.model, args.tokenizer)
         encoded = encode(model, args.text, args.text_pair, args.max_length)
         result = integrated_gradients(model, encoded, args.target, args.steps, description=description)
-        written = write_attribution(result, Path(args.out))
+        written = write_attribution(result, out)
     _wrote(written)
     order = np.argsort(-np.abs(result.scores))[:8]
     chance = "" if np.isnan(result.probability) else f" (p = {result.probability:.3f})"
@@ -132,6 +141,7 @@ def cmd_attribution(args) -> None:
 def cmd_distillation_temperature(args) -> None:
     from .distillation import EXAMPLE_CONTEXT, EXAMPLE_LABELS, EXAMPLE_LOGITS, TEMPERATURES, mlm_logits, plot_temperatures
 
+    out = _out(args)
     temperatures = _list(args.temperatures, "--temperatures", float) if args.temperatures else TEMPERATURES
     if args.model:
         if args.logits:
@@ -151,29 +161,32 @@ def cmd_distillation_temperature(args) -> None:
         if args.labels:
             raise BertkitError("--labels names the classes of --logits; give both")
         logits, labels, context = EXAMPLE_LOGITS, EXAMPLE_LABELS, EXAMPLE_CONTEXT
-    _wrote([plot_temperatures(Path(args.out) / "distillation_temperature.png", logits, labels, temperatures,
+    _wrote([plot_temperatures(out / "distillation_temperature.png", logits, labels, temperatures,
                               context)])
 
 
 def cmd_curves(args) -> None:
     from .curves import plot_curves
 
+    out = _out(args)
     with _warnings_as_lines():
-        _wrote([plot_curves([Path(r) for r in args.runs], Path(args.out) / "curves.png")])
+        _wrote([plot_curves([Path(r) for r in args.runs], out / "curves.png")])
 
 
 def cmd_bench(args) -> None:
     from .bench import plot_bench, read_records
 
+    out = _out(args)
     records = read_records(Path(args.results))
     machines = sorted({r.get("machine") or "" for r in records} - {""})
     where = "; ".join(machines) if machines else f"{len(records)} records of {Path(args.results).name}"
-    _wrote([plot_bench(records, Path(args.out) / "bench.png", where)])
+    _wrote([plot_bench(records, out / "bench.png", where)])
 
 
 def cmd_compare(args) -> None:
     from .compare import DEFAULT_PRESETS, compare, describe_machine, plot_comparison, write_json
 
+    out = _out(args)
     presets = _list(args.presets, "--presets") or list(DEFAULT_PRESETS)
     if args.device.startswith("cuda"):
         import torch
@@ -188,7 +201,6 @@ def cmd_compare(args) -> None:
     subtitle = (f"fp32 inference, {args.batch_size} x {args.length} tokens (at most each model's maximum), "
                 f"median of {args.repeats} after a warm-up; {settings['machine']}" if measured else
                 "parameters only (--parameters-only)")
-    out = Path(args.out)
     _wrote([plot_comparison(rows, out / "compare.png", subtitle), write_json(rows, out / "compare.json", settings)])
     for r in rows:
         speed = "" if r.tokens_per_second is None else f"  {r.tokens_per_second:10,.0f} tokens/s"
