@@ -119,28 +119,33 @@ def csv_records(path: Path, lines: Iterable[str], tsv: bool = False) -> Iterator
         start = reader.line_num + 1
 
 
+def _named(flag: str, path: Path) -> str:
+    """How an error names the path: after its flag when it came from one (--out), else alone."""
+    return f"{flag} {path}" if flag else str(path)
+
+
 def _writable_from(path: Path, flag: str) -> None:
     """`path` can be created or written: its nearest existing ancestor is a folder we may write."""
     ancestor = path
     while not ancestor.exists() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
     if ancestor != path and not ancestor.is_dir():
-        raise BertkitError(f"{flag} {path}: {ancestor} is a file, so no folder can be made under it")
+        raise BertkitError(f"{_named(flag, path)}: {ancestor} is a file, so no folder can be made under it")
     if not os.access(ancestor, os.W_OK | (os.X_OK if ancestor.is_dir() else 0)):  # a file has no search bit
-        raise BertkitError(f"{flag} {path}: no permission to write {'in ' if ancestor.is_dir() else ''}{ancestor}")
+        raise BertkitError(f"{_named(flag, path)}: no permission to write {'in ' if ancestor.is_dir() else ''}{ancestor}")
 
 
 def output_dir(path: str | Path, keep: tuple[str, ...] = ("metrics.json", *MODEL_FILES), flag: str = "--out") -> Path:
     """The folder a run writes into, checked before the run: not a file, writable, and holding
     none of `keep` (a finished run's metrics or a model the run would overwrite; other files in
-    it are left alone)."""
+    it are left alone). `flag` names where the path came from in errors ("" for an API argument)."""
     path = Path(path).expanduser()
     if path.exists() and not path.is_dir():
-        raise BertkitError(f"{flag} {path}: a file, not a folder; choose a folder for the run")
+        raise BertkitError(f"{_named(flag, path)}: a file, not a folder")
     _writable_from(path, flag)
     held = [name for name in keep if (path / name).exists()]
     if held:
-        raise BertkitError(f"{flag} {path} already holds {', '.join(held)}, which this run would overwrite; "
+        raise BertkitError(f"{_named(flag, path)} already holds {', '.join(held)}, which this run would overwrite; "
                            "choose another folder or delete them")
     return path
 
@@ -150,7 +155,7 @@ def output_file(path: str | Path, flag: str = "--out") -> Path:
     folder that exists or can be made."""
     path = Path(path).expanduser()
     if path.is_dir():
-        raise BertkitError(f"{flag} {path}: a folder; give a file name")
+        raise BertkitError(f"{_named(flag, path)}: a folder; give a file name")
     _writable_from(path, flag)
     return path
 
@@ -161,4 +166,4 @@ def write_text(path: Path, text: str, flag: str = "--out") -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     except OSError as e:
-        raise BertkitError(f"{flag} {path}: could not write it ({e.strerror or e})") from None
+        raise BertkitError(f"{_named(flag, path)}: could not write it ({e.strerror or e})") from None

@@ -10,6 +10,7 @@ from torch import nn
 
 from .config import HEADS, EncoderConfig, get_preset
 from .errors import BertkitError
+from .files import output_dir
 from .layers import EncoderOutput, init_weights
 from .layers.dense import pack, packed, unpack
 from .models import assemble
@@ -139,19 +140,7 @@ class Model(nn.Module):
         """Write Hugging Face format: config.json, model.safetensors, tokenizer files."""
         from .interop.hf import save_pretrained  # interop knows the foreign names; models do not
 
-        save_pretrained(self, _folder_to_save(path))
-
-
-def _folder_to_save(path: str | Path) -> Path:
-    """`path` checked as a folder to save into: an existing file there, or a file where a folder
-    above it would go, is one error line naming it rather than a bare FileExistsError from mkdir."""
-    path = Path(path).expanduser()
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if existing == path and not path.is_dir():
-        raise BertkitError(f"{path}: a file, not a folder; save_pretrained writes a folder")
-    if not existing.is_dir():
-        raise BertkitError(f"{path}: {existing} is a file, so no folder can be made under it")
-    return path
+        save_pretrained(self, output_dir(path, keep=(), flag=""))  # a file there: one line, not mkdir's error
 
 
 def _flat_choices(input_ids, attention_mask, token_type_ids, inputs_embeds):
