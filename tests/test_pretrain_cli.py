@@ -172,6 +172,7 @@ def test_settings_come_from_defaults_then_config_file_then_flags(tmp_path):
     (["--max-length", "1000"], "longer than"),
     (["--backend", "numpy", "--objective", "mlm+nsp"], "NumPy backend trains masked-LM only"),
     (["--backend", "numpy", "--model", "roberta-base"], "NumPy backend implements BERT only, not roberta"),
+    (["--objective", "mlm+nsp", "--override", "type_vocab_size=1"], "sentence pairs need 2 token types"),
     (["--backend", "gpu"], "unknown backend"),
     (["--resume"], "no checkpoint"),
 ])

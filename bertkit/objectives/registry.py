@@ -39,6 +39,9 @@ def build_objective(name: str, preset: str, teacher: str | None = None,
             raise BertkitError(f"objective {name} does not fit {preset}: {e}") from None
         if not hasattr(model.head, "pair"):
             raise BertkitError(f"objective {name} does not fit {preset}: it has no sentence-pair head; use mlm")
+        if model.config.type_vocab_size < 2:  # segment B is token type 1: an index error at the first step
+            raise BertkitError(f"objective {name} does not fit type_vocab_size {model.config.type_vocab_size}: "
+                               "sentence pairs need 2 token types")
         return MaskedLM(model, name.split("+")[1])
     if name == "rtd":
         from ..config import get_preset
