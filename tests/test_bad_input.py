@@ -162,7 +162,9 @@ def test_save_overwrites_cleanly_and_reloads(good):
 BAD_INPUTS = {  # (input_ids, token_type_ids) -> words the one-line error must carry
     "one sequence without a batch": (torch.tensor([5, 6, 7]), None, ["(3,)", "ids[None]"]),
     "three dimensions": (torch.zeros(1, 2, 3, dtype=torch.long), None, ["(1, 2, 3)"]),
-    "float ids": (torch.tensor([[5.0, 6.0]]), None, ["integer", "float32"]),
+    "float ids": (torch.tensor([[5.0, 6.0]]), None, ["int64 or int32", "float32"]),
+    "int16 ids": (torch.tensor([[5, 6]], dtype=torch.int16), None, ["int64 or int32", "int16"]),
+    "uint8 token types": (torch.tensor([[5, 6]]), torch.tensor([[0, 1]], dtype=torch.uint8), ["token_type_ids", "uint8"]),
     "no positions": (torch.zeros(2, 0, dtype=torch.long), None, ["(2, 0)", "length >= 1"]),
     "id past the vocabulary": (torch.tensor([[5, 120]]), None, ["input_ids", "120", "0..119"]),
     "negative id": (torch.tensor([[-1, 5]]), None, ["input_ids", "-1"]),

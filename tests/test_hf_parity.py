@@ -495,6 +495,22 @@ def test_the_padded_computation_gives_pad_positions_what_transformers_gives_them
             assert packed[~mask.bool()].abs().max().item() == 0.0
 
 
+@pytest.mark.parametrize("family, variant", LEFT_PADDED)
+def test_a_mask_with_holes_gives_transformers_states_on_the_real_tokens(family, variant, tmp_path):
+    """0s between 1s in a mask: the packed stream closes the hole, so a family whose attention
+    reads distances from slots (DeBERTa) must not pack such a batch; every family matches."""
+    config = hf_config(family, variant, FAMILIES[family][0] + "Model")
+    ref = hf_model(FAMILIES[family][0] + "Model", config)
+    ours = bertkit.from_pretrained(_saved(ref, tmp_path))
+    ids, mask, types = batch_for(config)
+    mask[0, 3:5] = 0  # rows of 9 and 6 real tokens, each with a hole
+    mask[1, 2] = 0
+    expected = reference_outputs(ref, ids, mask, types)["last_hidden_state"]
+    with torch.no_grad():
+        got = ours(ids, mask, types).last_hidden_state
+    assert max_diff_on_real(got, expected, mask) <= TOL
+
+
 def test_roberta_left_padding_numbers_positions_from_the_first_real_token(tmp_path):
     """RoBERTa numbers real tokens from pad+1 whatever sits before them, so a left-padded batch
     must give the same real-token outputs as transformers (and as the unpadded sequence)."""
@@ -512,7 +528,8 @@ def test_roberta_left_padding_numbers_positions_from_the_first_real_token(tmp_pa
 
 @pytest.mark.parametrize("family, cls_name, variant", [("bert", "BertModel", "gelu-2types"),
                                                        ("albert", "AlbertModel", "2groups-x2inner"),
-                                                       ("deberta-v2", "DebertaV2Model", "c2p-conv-absolute")])
+                                                       ("deberta-v2", "DebertaV2Model", "c2p-conv-absolute"),
+                                                       ("modernbert", "ModernBertForMaskedLM", "no-bias-window4")])
 def test_hidden_states_match_transformers(family, cls_name, variant, tmp_path):
     config = hf_config(family, variant, cls_name)
     ref = hf_model(cls_name, config)

@@ -69,6 +69,8 @@ class EncoderModel(nn.Module):
         # SelfAttention.padding_queries says).
         first_pad = padded and (self.pooler is not None or self.reads_first_token) and not bool(keys[:, 0].all())
         packing = Packing.from_mask(keys) if self.unpad and padded and not static_flow and not first_pad else None
+        if packing is not None and self.encoder.slot_distances and not packing.contiguous:
+            packing = None  # a mask hole between two tokens would shorten their distance in the packed stream
         if packing is not None:
             x = packing.unpad(x)                            # (total, H)
         # The positions whose final states this forward needs: `rows` and, for the pooler, each
@@ -113,21 +115,25 @@ def stand_in_ids(input_ids, inputs_embeds, embeddings: nn.Module) -> torch.Tenso
     return torch.full(inputs_embeds.shape[:2], real, dtype=torch.long, device=inputs_embeds.device)  # (B, T)
 
 
+ID_DTYPES = (torch.int64, torch.int32)  # what an embedding lookup takes (not int16, uint8, ...)
+
+
 def check_ids(input_ids, token_type_ids, embeddings: nn.Module) -> None:
     """One clear error for ids the embeddings cannot look up (torch's own: an IndexError on CPU,
     a device-side assert that poisons the CUDA context on GPU). The value checks are skipped
     where they cannot run: while torch.jit.trace, torch.compile or a torch.func transform records
     (they would freeze or break on data)."""
     tensor = isinstance(input_ids, torch.Tensor)
-    if not (tensor and input_ids.dim() == 2 and input_ids.shape[1] > 0
-            and not input_ids.dtype.is_floating_point and input_ids.dtype != torch.bool):
+    if not (tensor and input_ids.dim() == 2 and input_ids.shape[1] > 0 and input_ids.dtype in ID_DTYPES):
         got = f"shape {tuple(input_ids.shape)}, {input_ids.dtype}" if tensor else type(input_ids).__name__
         hint = " (one sequence: pass ids[None])" if tensor and input_ids.dim() == 1 else ""
-        raise BertkitError("input_ids must be a (batch, length) tensor of integer token ids, length >= 1; "
+        raise BertkitError("input_ids must be a (batch, length) tensor of int64 or int32 token ids, length >= 1; "
                            f"got {got}{hint}")
     if token_type_ids is not None and getattr(token_type_ids, "shape", None) != input_ids.shape:
         got = tuple(getattr(token_type_ids, "shape", ())) or type(token_type_ids).__name__
         raise BertkitError(f"token_type_ids has shape {got} but input_ids has {tuple(input_ids.shape)}")
+    if token_type_ids is not None and token_type_ids.dtype not in ID_DTYPES:
+        raise BertkitError(f"token_type_ids must be int64 or int32, got {token_type_ids.dtype}")
     if torch.jit.is_tracing() or torch.compiler.is_compiling() or func_transforming() or input_ids.numel() == 0:
         return
     for name, ids, table in (("input_ids", input_ids, embeddings.word),

@@ -77,7 +77,11 @@ class Encoder(nn.Module):
     (DeBERTa's relative positions and their embeddings);
     `after_layer(i, x, inputs, mask, packing)`: a change to the stream after block i (DeBERTa's
     convolution); after the last block under `rows` (see forward), x holds only those rows.
-    With a `packing`, the stream holds only the real tokens, (total, H); see packing.py."""
+    With a `packing`, the stream holds only the real tokens, (total, H); see packing.py.
+    `slot_distances`: whether attention reads how far apart two tokens are from their slots in
+    the stream (DeBERTa's relative positions), true only while no mask hole separates them."""
+
+    slot_distances = False
 
     def __init__(self, blocks: list[nn.Module], num_layers: int | None = None,
                  final_norm: nn.Module | None = None):
@@ -134,6 +138,9 @@ class Encoder(nn.Module):
                     states.append(x)
                 if output_attentions:
                     attentions.append(probs)
+        if self.final_norm is not None and output_hidden_states:  # rows_in_block is off then
+            states[-1] = self.final_norm(x)  # the last state after the final norm, as transformers 5 reports it
+            return (states[-1] if rows is None else take(states[-1], rows)), tuple(attentions), tuple(states)
         if rows is not None and not rows_in_block:
             x = take(x, rows)
         if self.final_norm is not None:

@@ -227,6 +227,7 @@ class DebertaEncoder(Encoder):
         self.rel_norm = (nn.LayerNorm(H, eps=config.layer_norm_eps)
                          if config.relative_attention and config.norm_rel_ebd == "layer_norm" else None)
         self.conv = ConvLayer(config) if config.conv_kernel_size > 0 else None
+        self.slot_distances = config.relative_attention  # relative_positions(T) counts slots
 
     def context(self, length, device):
         if self.rel_embeddings is None:
