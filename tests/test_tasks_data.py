@@ -49,6 +49,24 @@ def test_tsv_is_read_without_quoting_and_jsonl_with_integer_labels(tmp_path):
         assert [e.label for e in readers.read_table(jsonl)] == ["2", "0"]
 
 
+@pytest.mark.parametrize("suffix, sep", [(".csv", ","), (".tsv", "\t")])
+def test_integer_valued_float_labels_name_the_integer_class(tmp_path, suffix, sep):
+    """pandas writes an integer column with a gap as 1.0; JSON 1.0 already names class "1"."""
+    train = _write(tmp_path / f"train{suffix}", f"text{sep}label\na{sep}1\nb{sep}0\nc{sep}2\n")
+    dev = _write(tmp_path / f"dev{suffix}", f"text{sep}label\na{sep}1.0\nb{sep} 0.0\nc{sep}2.\nd{sep}01\n")
+    jsonl = _write(tmp_path / "dev.jsonl", "\n".join(json.dumps({"text": "a", "label": v}) for v in (1.0, "1.0", 1)))
+    assert [e.label for e in readers.read_table(dev)] == ["1", "0", "2", "01"]  # a zero-padded code stays a name
+    assert [e.label for e in readers.read_table(jsonl)] == ["1", "1", "1"]
+    task = SequenceClassification()
+    labels = task.labels_of(readers.read_table(train))
+    assert task.targets(readers.read_table(dev)[:3], labels, "dev") == [1, 0, 2]  # a model trained on "1" knows "1.0"
+
+
+def test_other_number_spellings_stay_class_names(tmp_path):
+    path = _write(tmp_path / "d.csv", "text,label\na,1.5\nb,+1\nc,1e0\nd,v1.0\n")
+    assert [e.label for e in readers.read_table(path)] == ["1.5", "+1", "1e0", "v1.0"]
+
+
 def test_regression_labels_are_numbers(tmp_path):
     path = tmp_path / "sts.csv"
     path.write_text("text,text_pair,label\na,b,4.5\nc,d,0\n")
@@ -305,12 +323,76 @@ def test_squad_reader_checks_answers_against_the_context(tmp_path):
     messages = " | ".join(str(w.message) for w in caught)
     assert "1 answer start(s) did not match" in messages
     assert "1 answer(s) do not occur in their context" in messages and "'q3'" in messages
-    assert "1 question(s) left without an answer were skipped" in messages
-    assert [e.id for e in examples] == ["q1", "q2", "q4"]
+    assert "1 question(s) have no answer found in their context" in messages
+    assert [e.id for e in examples] == ["q1", "q2", "q3", "q4"]  # evaluation keeps every question
     context = examples[0].context
     for e in examples[:2]:
         assert context[e.answers[0].start:e.answers[0].end] == e.answers[0].text
-    assert examples[2].is_impossible and examples[2].answers == ()
+    assert examples[2].answers == () and not examples[2].is_impossible and examples[2].gold_texts == ["Gustave"]
+    assert examples[3].is_impossible and examples[3].answers == () and examples[3].gold_texts == []
+
+
+def test_squad_questions_without_a_usable_answer_give_no_training_window(tmp_path, tokenizer):
+    from bertkit.tasks.qa import QuestionAnswering
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataWarning)
+        examples = load_examples("qa", _write(tmp_path / "squad.json", json.dumps(SQUAD)))
+    features = QuestionAnswering(Windowing(64, 16, 16)).features(examples, tokenizer, ("start", "end"), 64, "squad")
+    assert sorted({f["example"] for f in features}) == [0, 1, 3]  # q3's answer is nowhere: no span to learn
+
+
+@pytest.mark.parametrize("value, impossible", [(True, True), (False, False), (1, True), (0, False)])
+def test_squad_is_impossible_takes_booleans(tmp_path, value, impossible):
+    qa = {"id": "a", "question": "When?", "answers": [{"text": "1889", "answer_start": 30}], "is_impossible": value}
+    path = _write(tmp_path / "sq.json", json.dumps(_squad_with(qa)))
+    assert load_examples("qa", path)[0].is_impossible is impossible
+
+
+def _squad_with(qa=None, paragraph=None, article=None):
+    paragraph = paragraph if paragraph is not None else {"context": "The Eiffel Tower was built in 1889.",
+                                                         "qas": [qa]}
+    return {"data": [article if article is not None else {"paragraphs": [paragraph]}]}
+
+
+QA = {"id": "a", "question": "When?", "answers": [{"text": "1889", "answer_start": 30}]}
+
+
+@pytest.mark.parametrize("data, message", [
+    (_squad_with({**QA, "is_impossible": "false"}), r"sq.json, article 1, paragraph 1, question 'a': 'is_impossible' "
+                                                     r"must be true or false, not 'false'"),
+    (_squad_with({**QA, "is_impossible": 2}), "question 'a': 'is_impossible' must be true or false, not 2"),
+    (_squad_with({**QA, "answers": [{"text": "1889", "answer_start": "30"}]}),
+     "question 'a': 'answer_start' must be an integer, not '30'"),
+    (_squad_with({**QA, "answers": [{"text": 1889, "answer_start": 30}]}),
+     "question 'a': answer 'text' must be a string, not 1889"),
+    (_squad_with({**QA, "answers": "1889"}), "question 'a': 'answers' must be a list of"),
+    (_squad_with({**QA, "answers": ["1889"]}), "question 'a': 'answers' must be a list of"),
+    (_squad_with(paragraph={"context": "c", "qas": "oops"}), "article 1, paragraph 1: 'qas' must be a list"),
+    (_squad_with(paragraph={"context": 5, "qas": []}), "article 1, paragraph 1: 'context' must be a string"),
+    (_squad_with(paragraph="oops"), "article 1, paragraph 1: expected an object"),
+    (_squad_with(article={"paragraphs": "oops"}), "article 1: 'paragraphs' must be a list"),
+    ({"data": ["oops"]}, "sq.json, article 1: expected an object"),
+])
+def test_squad_fields_of_the_wrong_type_are_one_line_naming_file_question_and_key(tmp_path, data, message):
+    path = _write(tmp_path / "sq.json", json.dumps(data))
+    with pytest.raises(BertkitError, match=message) as e:
+        load_examples("qa", path)
+    assert str(path) in one_line(e)
+
+
+@pytest.mark.parametrize("answers, message", [
+    ({"text": ["Paris"], "answer_start": ["3"]}, "'answer_start' must be an integer"),
+    ({"text": "Paris", "answer_start": [3]}, "'answers' must hold a list 'text'"),
+    ({"text": ["Paris", "In Paris"], "answer_start": [3]}, "'answers' has 2 'text' but 1 'answer_start'"),
+    ({"text": [None], "answer_start": [3]}, "answer 'text' must be a string"),
+])
+def test_squad_jsonl_fields_of_the_wrong_type_name_line_and_question(tmp_path, answers, message):
+    row = {"id": "a", "question": "Where?", "context": "In Paris.", "answers": answers}
+    path = _write(tmp_path / "squad.jsonl", "\n" + json.dumps(row) + "\n")
+    with pytest.raises(BertkitError, match=f"squad.jsonl, line 2, question 'a': {message}") as e:
+        load_examples("qa", path)
+    one_line(e)
 
 
 def test_squad_hf_jsonl_layout_and_bad_json(tmp_path):

@@ -7,8 +7,11 @@ from scipy.stats import pearsonr, spearmanr
 from seqeval.metrics import f1_score as seqeval_f1
 from seqeval.metrics import precision_score as seqeval_precision
 from seqeval.metrics import recall_score as seqeval_recall
+from seqeval.scheme import BILOU, IOBES
 from sklearn.metrics import f1_score, matthews_corrcoef, precision_recall_fscore_support
 
+from bertkit.errors import BertkitError
+from bertkit.tasks import metrics
 from bertkit.tasks.metrics import (classification_scores, exact_match, is_bio, normalize_answer, regression_scores,
                                    squad_scores, tagging_scores, token_f1)
 
@@ -40,6 +43,17 @@ def test_classification_scores_equal_sklearn(num_labels):
     assert s["f1"] == pytest.approx(f1_score(gold, pred, average=average))
     assert s["mcc"] == pytest.approx(matthews_corrcoef(gold, pred))
     assert all(0 <= s[k] <= 1 for k in ("accuracy", "f1"))
+
+
+def test_macro_f1_runs_over_the_classes_present_like_sklearn():
+    # a 3-class model on an evaluation set without class 2: perfect predictions score 1
+    assert classification_scores([0, 1, 0, 1], [0, 1, 0, 1], num_labels=3)["f1"] == 1.0
+    rng = np.random.default_rng(7)
+    gold = rng.integers(0, 3, 200).tolist()             # classes 0-2 of 6; 4 only predicted
+    pred = [g if rng.random() < 0.7 else int(rng.choice([0, 1, 2, 4])) for g in gold]
+    s = classification_scores(gold, pred, num_labels=6)
+    assert s["f1"] == pytest.approx(f1_score(gold, pred, average="macro"))  # scikit-learn's (and evaluate's) default
+    assert s["mcc"] == pytest.approx(matthews_corrcoef(gold, pred))
 
 
 # ---- regression -------------------------------------------------------------------------------
@@ -118,6 +132,54 @@ def test_tag_scheme_detection():
     assert is_bio(["S-PER", "E-LOC", "O"])
     assert not is_bio(["DT", "NN", "B-PER"])  # part-of-speech tags are plain classes
     assert not is_bio(["O"])
+    assert metrics.tag_scheme(["O", "B-PER", "I-PER"]) == metrics.tag_scheme(["I-PER", "O"]) == "BIO"
+    assert metrics.tag_scheme(["S-PER", "B-LOC", "E-LOC", "O"]) == "IOBES"
+    assert metrics.tag_scheme(["U-PER", "B-LOC", "L-LOC"]) == "BILOU"
+    with pytest.raises(BertkitError, match="IOBES.*BILOU"):
+        metrics.tag_scheme(["S-PER", "U-LOC"])
+    with pytest.raises(BertkitError, match="one scheme"):
+        tagging_scores([["S-PER", "O"]], [["U-PER", "O"]], bio=True)
+
+
+def random_spans(rng, n: int, scheme: str) -> list[list[str]]:
+    """Sentences in IOBES or BILOU: single-word entities S-/U-, longer ones B- I-* E-/L-."""
+    single, last = {"IOBES": ("S", "E"), "BILOU": ("U", "L")}[scheme]
+    out = []
+    for _ in range(n):
+        sentence = []
+        while len(sentence) < 12:
+            if rng.random() < 0.5:
+                sentence.append("O")
+                continue
+            kind, length = rng.choice(["PER", "LOC"]), int(rng.integers(1, 4))
+            if length == 1:
+                sentence.append(f"{single}-{kind}")
+            else:
+                sentence += [f"B-{kind}"] + [f"I-{kind}"] * (length - 2) + [f"{last}-{kind}"]
+        out.append(sentence)
+    return out
+
+
+def test_bilou_is_scored_by_seqeval_strict_mode():
+    # U-PER U-PER are two entities; B-PER without L-PER is none: 2 of 2 predicted right, 2 of 3 found
+    s = tagging_scores([["U-PER", "U-PER", "O", "B-LOC", "L-LOC"]], [["U-PER", "B-PER", "O", "B-LOC", "L-LOC"]],
+                       bio=True)
+    reference = seqeval_f1([["U-PER", "U-PER", "O", "B-LOC", "L-LOC"]], [["U-PER", "B-PER", "O", "B-LOC", "L-LOC"]],
+                           mode="strict", scheme=BILOU)
+    assert s["f1"] == pytest.approx(reference) == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize("scheme, reference", [("IOBES", IOBES), ("BILOU", BILOU)])
+def test_iobes_and_bilou_scores_equal_seqeval_strict(scheme, reference):
+    rng = np.random.default_rng(3)
+    gold = random_spans(rng, 150, scheme)
+    tags = sorted({t for sentence in gold for t in sentence})
+    pred = [[t if rng.random() < 0.8 else str(rng.choice(tags)) for t in sentence] for sentence in gold]
+    s = tagging_scores(gold, pred, bio=True)
+    mode = {"mode": "strict", "scheme": reference}
+    assert s["precision"] == pytest.approx(seqeval_precision(gold, pred, **mode))
+    assert s["recall"] == pytest.approx(seqeval_recall(gold, pred, **mode))
+    assert s["f1"] == pytest.approx(seqeval_f1(gold, pred, **mode))
 
 
 # ---- SQuAD ------------------------------------------------------------------------------------

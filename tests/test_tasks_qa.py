@@ -2,17 +2,22 @@
 across windows (answers straddling a window edge included), n-best, maximum answer length,
 duplicates from overlapping windows, null answers (the smallest [CLS] score over windows against
 a threshold), and offsets from all three tokenizer kinds; token-classification word alignment for
-the same kinds."""
+the same kinds; scores equal to the official SQuAD v2 evaluation over every question of a file."""
 
+import collections
+import json
+import re
+import string
 import unicodedata
+import warnings
 
 import numpy as np
 import pytest
 
-from bertkit.data import builtin
+from bertkit.data import DataWarning, builtin
 from bertkit.data.trainers import TokenizerSettings, train_tokenizer
-from bertkit.tasks import Answer, QAExample, TaggedSentence
-from bertkit.tasks.qa import Decoding, Windowing, answer_tokens, best_answers, windows
+from bertkit.tasks import Answer, QAExample, TaggedSentence, load_examples
+from bertkit.tasks.qa import Decoding, QuestionAnswering, Windowing, answer_tokens, best_answers, windows
 from bertkit.tasks.tagging import encode_sentences
 
 SETTING = Windowing(max_length=40, doc_stride=10, max_query_length=8)
@@ -173,3 +178,91 @@ def test_first_subwords_for_every_tokenizer_kind(trained_tokenizer):
 def plain(text):
     """Lowercase, accents and spaces dropped (what an uncased WordPiece decodes to)."""
     return "".join(c for c in unicodedata.normalize("NFKD", text.lower()) if not unicodedata.combining(c) and c != " ")
+
+
+# ---- scoring against the official SQuAD v2 evaluation -------------------------------------------
+def official_normalize(s):
+    """evaluate-v2.0.py's normalize_answer, written out as the official script has it."""
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in set(string.punctuation))
+    s = re.sub(re.compile(r"\b(a|an|the)\b", re.UNICODE), " ", s)
+    return " ".join(s.split())
+
+
+def official_f1(a_gold, a_pred):
+    gold_toks = official_normalize(a_gold).split() if a_gold else []
+    pred_toks = official_normalize(a_pred).split() if a_pred else []
+    common = collections.Counter(gold_toks) & collections.Counter(pred_toks)
+    num_same = sum(common.values())
+    if len(gold_toks) == 0 or len(pred_toks) == 0:
+        return int(gold_toks == pred_toks)
+    if num_same == 0:
+        return 0
+    precision, recall = num_same / len(pred_toks), num_same / len(gold_toks)
+    return 2 * precision * recall / (precision + recall)
+
+
+def official_scores(dataset, preds):
+    """evaluate-v2.0.py's get_raw_scores and total: every question of the file, scored against
+    all its gold texts (never answer_start); no non-blank gold text means unanswerable ("")."""
+    em, f1 = [], []
+    for article in dataset:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                gold = [a["text"] for a in qa["answers"] if official_normalize(a["text"])] or [""]
+                pred = preds[qa["id"]]
+                em.append(max(int(official_normalize(a) == official_normalize(pred)) for a in gold))
+                f1.append(max(official_f1(a, pred) for a in gold))
+    return {"exact_match": sum(em) / len(em), "f1": sum(f1) / len(f1)}
+
+
+SQUAD_EVAL = [{"title": "t", "paragraphs": [{
+    "context": "The Eiffel Tower was built in 1889 by Gustave Eiffel. It is in Paris.",
+    "qas": [
+        {"id": "q1", "question": "When?", "answers": [{"text": "1889", "answer_start": 30},
+                                                      {"text": "in 1889", "answer_start": 27}]},
+        {"id": "q2", "question": "Who?", "answers": [{"text": "Gustave Eiffel", "answer_start": 41}]},  # start off
+        {"id": "q3", "question": "Color?", "answers": [], "is_impossible": True,
+         "plausible_answers": [{"text": "Paris", "answer_start": 60}]},
+        {"id": "q4", "question": "Where?", "answers": [{"text": "Lyon", "answer_start": 5}]},  # not in the context
+        {"id": "q5", "question": "Where exactly?", "answers": [{"text": "Lyon", "answer_start": 5},
+                                                               {"text": "Paris", "answer_start": 63}]},
+        {"id": "q6", "question": "Blank?", "answers": [{"text": "  ", "answer_start": 3}]},  # blank: unanswerable
+    ]}]}]
+
+
+@pytest.mark.parametrize("preds", [
+    {"q1": "1889", "q2": "Gustave Eiffel", "q3": "", "q4": "Lyon", "q5": "Lyon", "q6": ""},
+    {"q1": "built in 1889", "q2": "Eiffel", "q3": "Paris", "q4": "Paris", "q5": "in Paris", "q6": "Tower"},
+    {"q1": "", "q2": "", "q3": "", "q4": "", "q5": "", "q6": ""},
+])
+def test_squad_scores_equal_the_official_evaluation_on_every_question(tmp_path, preds):
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps({"version": "v2.0", "data": SQUAD_EVAL}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataWarning)
+        examples = load_examples("qa", path)
+    assert [e.id for e in examples] == list(preds)  # no question leaves the denominator
+    predictions = [{"answer": preds[e.id]} for e in examples]
+    scores = QuestionAnswering().score(examples, predictions, ("start", "end"))
+    assert scores == pytest.approx(official_scores(SQUAD_EVAL, preds))
+
+
+def test_evaluation_predicts_and_scores_every_question_of_a_file(tmp_path, tokenizer):
+    """Questions kept for evaluation only (no usable span) sit in the same batches as the others."""
+    import bertkit
+    import torch
+
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps({"version": "v2.0", "data": SQUAD_EVAL}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataWarning)
+        examples = load_examples("qa", path)
+    torch.manual_seed(0)
+    model = bertkit.build("bert-base", head="qa", num_layers=1, hidden_size=32, num_heads=4, intermediate_size=64,
+                          max_positions=128)
+    model.tokenizer = tokenizer
+    task = QuestionAnswering(Windowing(doc_stride=8, max_query_length=8), Decoding(null_answers=True))
+    predictions = task.predict(model, examples, batch_size=8, max_length=32)  # several windows each
+    preds = {e.id: p["answer"] for e, p in zip(examples, predictions)}
+    assert task.score(examples, predictions, ("start", "end")) == pytest.approx(official_scores(SQUAD_EVAL, preds))

@@ -17,12 +17,19 @@ import warnings
 
 import numpy as np
 
+from ..errors import BertkitError
+
 
 # ---- sequence classification and regression ----------------------------------------------------
 def classification_scores(gold: list[int], predicted: list[int], num_labels: int) -> dict[str, float]:
     """accuracy; f1: binary F1 of class 1 (the positive class: index 1 in the label order) when
     there are two classes, the unweighted mean over classes (macro) otherwise; mcc: Matthews
-    correlation (multi-class form, Gorodkin 2004)."""
+    correlation (multi-class form, Gorodkin 2004).
+
+    The macro mean runs over the classes that occur in the gold labels or the predictions
+    (scikit-learn's default, and so Hugging Face `evaluate`'s): a class of the model that the
+    evaluation set lacks and that is never predicted has no defined F1, and counting it as 0
+    would mark perfect predictions down (3 classes, 2 of them present: 0.667 instead of 1)."""
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
     if not gold:
@@ -30,7 +37,7 @@ def classification_scores(gold: list[int], predicted: list[int], num_labels: int
     if num_labels == 2:
         f1 = f1_score(gold, predicted, average="binary", pos_label=1, zero_division=0)
     else:
-        f1 = f1_score(gold, predicted, average="macro", labels=list(range(num_labels)), zero_division=0)
+        f1 = f1_score(gold, predicted, average="macro", zero_division=0)
     return {"accuracy": float(accuracy_score(gold, predicted)), "f1": float(f1),
             "mcc": float(matthews_corrcoef(gold, predicted))}
 
@@ -65,12 +72,44 @@ def is_bio(tags) -> bool:
     return any(t != "O" for t in tags) and all(t == "O" or BIO.fullmatch(t) for t in tags)
 
 
+SCHEMES = {"IOBES": set("BIES"), "BILOU": set("BILU")}  # the prefixes each strict scheme allows
+
+
+def tag_scheme(tags) -> str:
+    """The entity scheme the tags' prefixes show: "BIO" for plain B-/I- (IOB1 or IOB2),
+    "IOBES" when S-/E- occur, "BILOU" when U-/L- occur. IOBES and BILOU are the same idea under
+    two alphabets, so a mix of them has no consistent reading and is an error."""
+    prefixes = {t[0] for t in tags if t != "O"}
+    marks = {name: sorted(prefixes & (allowed - set("BI"))) for name, allowed in SCHEMES.items()}
+    if marks["IOBES"] and marks["BILOU"]:
+        raise BertkitError(f"the tags mix the IOBES scheme ({', '.join(p + '-' for p in marks['IOBES'])}) with "
+                           f"BILOU ({', '.join(p + '-' for p in marks['BILOU'])}); use one scheme")
+    return next((name for name, found in marks.items() if found), "BIO")
+
+
+def _entity_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict[str, float]:
+    """seqeval's entity precision / recall / F1. Plain BIO keeps seqeval's default mode (the
+    CoNLL-2000 `conlleval` rules that papers report: an I- after O starts an entity, so IOB1
+    works too). IOBES / BILOU need strict mode with their scheme: the default mode does not know
+    U-/L- (it reads U-PER U-PER as one entity), so it would score other entities than there are."""
+    from seqeval.metrics import f1_score, precision_score, recall_score
+    from seqeval.scheme import BILOU, IOBES
+
+    scheme = tag_scheme([t for sentence in gold + predicted for t in sentence])
+    mode = {} if scheme == "BIO" else {"mode": "strict", "scheme": {"IOBES": IOBES, "BILOU": BILOU}[scheme]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # seqeval warns on an undefined score, then gives 0
+        return {"precision": float(precision_score(gold, predicted, zero_division=0, **mode)),
+                "recall": float(recall_score(gold, predicted, zero_division=0, **mode)),
+                "f1": float(f1_score(gold, predicted, zero_division=0, **mode))}
+
+
 def tagging_scores(gold: list[list[str]], predicted: list[list[str | None]], bio: bool) -> dict[str, float]:
     """Entity schemes (bio=True): seqeval's entity-level precision, recall and F1 (an entity
-    counts only with its exact span and type) plus per-word accuracy. Plain tags: per-word
-    accuracy, with precision / recall / F1 as unweighted means over tags (scikit-learn, macro).
-    A word without a prediction (None: cut off by the length limit) counts as wrong, and as
-    outside any entity."""
+    counts only with its exact span and type; the scheme, BIO / IOBES / BILOU, read from the tag
+    prefixes) plus per-word accuracy. Plain tags: per-word accuracy, with precision / recall / F1
+    as unweighted means over tags (scikit-learn, macro). A word without a prediction (None: cut
+    off by the length limit) counts as wrong, and as outside any entity."""
     flat_gold = [t for sentence in gold for t in sentence]
     flat_pred = [t for sentence in predicted for t in sentence]
     if len(flat_gold) != len(flat_pred):
@@ -79,15 +118,8 @@ def tagging_scores(gold: list[list[str]], predicted: list[list[str | None]], bio
         return {"accuracy": 0.0, "precision": 0.0, "recall": 0.0, "f1": 0.0}
     accuracy = sum(g == p for g, p in zip(flat_gold, flat_pred)) / len(flat_gold)
     if bio:
-        from seqeval.metrics import f1_score, precision_score, recall_score
-
         filled = [[p if p is not None else "O" for p in sentence] for sentence in predicted]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # seqeval warns on an undefined score, then gives 0
-            return {"accuracy": accuracy,
-                    "precision": float(precision_score(gold, filled, zero_division=0)),
-                    "recall": float(recall_score(gold, filled, zero_division=0)),
-                    "f1": float(f1_score(gold, filled, zero_division=0))}
+        return {"accuracy": accuracy, **_entity_scores([list(s) for s in gold], filled)}
     from sklearn.metrics import precision_recall_fscore_support
 
     tags = sorted(set(flat_gold))

@@ -220,6 +220,9 @@ class QuestionAnswering(Task):
     def predict(self, model, examples, batch_size=64, max_length=None, bf16=False, top_k=1, progress=False):
         max_length = model_max_length(model, max_length, default=384)
         features, _ = windows(examples, model.tokenizer, self._windowing(max_length))
+        # no training targets: a question kept for evaluation only (its gold text is nowhere in the
+        # context) has none while the others do, and a batch needs them on all features or none
+        features = [{k: v for k, v in f.items() if k not in ("start_positions", "end_positions")} for f in features]
         starts: list[np.ndarray] = [np.zeros(0)] * len(features)
         ends: list[np.ndarray] = [np.zeros(0)] * len(features)
         for chunk, out in run_batches(model, features, batch_size, bf16, ("start_logits", "end_logits"),
@@ -230,5 +233,4 @@ class QuestionAnswering(Task):
         return best_answers(examples, features, starts, ends, self.decoding, top_k)
 
     def score(self, examples, predictions, labels):
-        return squad_scores([p["answer"] for p in predictions],
-                            [[] if e.is_impossible else [a.text for a in e.answers] for e in examples])
+        return squad_scores([p["answer"] for p in predictions], [e.gold_texts for e in examples])

