@@ -108,6 +108,23 @@ def test_early_stopping_counts_evaluations_without_improvement(tokenizer, sentim
     assert [r["step"] for r in evals] == [2, 4, 6] and all("accuracy" in r for r in evals)
 
 
+def test_epochs_and_a_time_budget_stop_at_whichever_ends_first(tokenizer, sentiment, tmp_path):
+    import math
+
+    train, dev = sentiment
+    per_epoch = math.ceil(len(train) / 16)
+    metrics = finetune("classification", tiny("classification", tokenizer), train, dev, tmp_path / "a",
+                       quiet(epochs=1, time_budget=600.0, patience=None))
+    assert metrics["steps"] == per_epoch  # the epoch ended first; the budget did not stretch it
+    metrics = finetune("classification", tiny("classification", tokenizer), train, dev, tmp_path / "b",
+                       quiet(time_budget=0.5, patience=None))
+    log = [json.loads(line) for line in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    assert max(r["elapsed"] for r in log if r["split"] == "train") >= 0.5  # no epochs given: the budget decides
+    for bad in (float("nan"), float("inf"), 0.0):
+        with pytest.raises(BertkitError, match="epochs must be a positive number"):
+            quiet(epochs=bad)
+
+
 def test_the_best_checkpoint_is_kept_at_the_root_in_hf_format(tokenizer, sentiment, tmp_path):
     import transformers
 

@@ -289,9 +289,11 @@ def add_parsers(sub, predict_modes) -> None:
     s.add_argument("--tokenizer", help="tokenizer file or directory, if the model has none (e.g. a preset)")
     _data_flags(s)
     g = s.add_argument_group("training")
-    g.add_argument("--epochs", type=float, help="passes over the training data (3)")
+    g.add_argument("--epochs", type=float, help="passes over the training data (3; with only --time-budget, as "
+                   "many as it allows)")
     g.add_argument("--steps", type=int, help="optimizer steps, instead of epochs")
-    g.add_argument("--time-budget", dest="time_budget", metavar="DURATION", help="stop after this long (e.g. 20m)")
+    g.add_argument("--time-budget", dest="time_budget", metavar="DURATION",
+                   help="stop after this long (e.g. 20m), or when --epochs / --steps end, if given, whichever is first")
     g.add_argument("--batch-size", dest="batch_size", type=int, help="examples per step (32)")
     g.add_argument("--lr", type=float, help="peak learning rate (5e-5; small models like 1e-4 to 2e-4)")
     g.add_argument("--weight-decay", dest="weight_decay", type=float, help="AdamW decay (0.01)")

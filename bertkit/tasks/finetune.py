@@ -46,13 +46,14 @@ from .readers import TASKS, ChoiceExample, Columns, QAExample, TaggedSentence, T
 from .tagging import TokenClassification, split_words
 
 TASK_FILE = "task.json"
+DEFAULT_EPOCHS = 3.0
 DEFAULT_LENGTH = {"classification": 128, "regression": 128, "token-classification": 128, "qa": 384,
                   "multiple-choice": 128}
 
 
 @dataclass(frozen=True)
 class FinetuneSettings:
-    epochs: float = 3.0
+    epochs: float | None = None          # None: 3, or as many as time_budget allows when there is one
     steps: int | None = None             # optimizer steps; when given, instead of epochs
     time_budget: float | None = None     # seconds of training, as in pre-training
     batch_size: int = 32
@@ -82,8 +83,8 @@ class FinetuneSettings:
     eval_limit: int | None = None
 
     def __post_init__(self) -> None:
-        if self.epochs <= 0:
-            raise BertkitError(f"epochs must be positive, got {self.epochs}")
+        if self.epochs is not None and not 0 < self.epochs < math.inf:  # nan and inf would pass `<= 0`
+            raise BertkitError(f"epochs must be a positive number, got {self.epochs}")
         for name in ("batch_size", "eval_batch_size", "n_best", "max_answer_length", "max_query_length"):
             if getattr(self, name) < 1:
                 raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -93,7 +94,7 @@ class FinetuneSettings:
                 raise BertkitError(f"{name} must be at least 1, got {value}")
         if self.doc_stride < 0:
             raise BertkitError(f"doc_stride must be >= 0, got {self.doc_stride}")
-        if self.lr <= 0:
+        if not self.lr > 0:
             raise BertkitError(f"lr must be positive, got {self.lr}")
         if self.weight_decay < 0:
             raise BertkitError(f"weight decay must be >= 0, got {self.weight_decay}")
@@ -271,9 +272,9 @@ def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneS
     max_length = model_max_length(model, settings.max_length, DEFAULT_LENGTH[task])
     features = job.features(train_examples, model.tokenizer, labels, max_length, str(train))
     batches = TrainBatches(features, settings.batch_size, model.tokenizer.pad_token_id, settings.seed, collate=job.collate)
-    steps = settings.steps or max(1, math.ceil(settings.epochs * batches.per_epoch))
-    if settings.time_budget is not None and settings.steps is None:
-        steps = None
+    steps = settings.steps  # with a time budget too: whichever ends first
+    if steps is None and (settings.epochs is not None or settings.time_budget is None):
+        steps = max(1, math.ceil((settings.epochs or DEFAULT_EPOCHS) * batches.per_epoch))
     metric = settings.metric or job.metric_for(labels)
     if metric not in job.metrics:
         raise BertkitError(f"early stopping cannot follow {metric!r} for {task}; choose one of {', '.join(job.metrics)}")
