@@ -5,6 +5,7 @@ lines and JSON objects), cosine search, and one-line errors for bad input."""
 
 import csv
 import json
+import re
 
 import pytest
 import torch
@@ -158,6 +159,16 @@ def test_a_hand_edited_task_json_is_one_line_naming_the_key(capsys, classifier, 
     assert code == 2 and words in one_error(err)
 
 
+def test_evaluate_names_unseen_labels_before_predicting(capsys, classifier, tmp_path):
+    data = write_csv(tmp_path / "dev.csv", [type(e)(e.text, None, "neutral") for e in
+                                            load_examples("classification", "rotten-tomatoes", "dev")[:3]])
+    code, _, err = run(capsys, "evaluate", "--model", classifier, "--data", data)
+    assert code == 2 and f"{data}: 1 label(s) never seen in training: 'neutral'" in one_error(err)
+    assert "predicting" not in err
+    code, _, err = run(capsys, "evaluate", "--model", classifier, "--data", data, "--device", "cuda:99")
+    assert code == 2 and "device cuda:99 asked for, but torch sees" in one_error(err)
+
+
 def test_evaluate_limit_scores_a_sample(capsys, classifier, sentiment_files):
     code, out, err = run(capsys, "evaluate", "--model", classifier, "--data", sentiment_files[1], "--limit", "7",
                          "--no-progress")
@@ -193,6 +204,15 @@ def test_predict_classify_bad_input_is_one_line(capsys, classifier, tmp_path):
     braces.write_text('{braces in a review} great film\n{"text": "a JSON line"}\n', encoding="utf-8")
     code, out, _ = run(capsys, "predict", "classify", "--model", classifier, "--input", braces)
     assert code == 0 and [r["text"] for r in json_lines(out)] == ["{braces in a review} great film", "a JSON line"]
+    for line, words in (('{"text": ["a", "b"]}', "'text' must be a string"),
+                        ('{"text": "a", "text_pair": 5}', "'text_pair' must be a string, got 5")):
+        bad.write_text(line + "\n", encoding="utf-8")  # a list was classified as one text; a number crashed
+        code, _, err = run(capsys, "predict", "classify", "--model", classifier, "--input", bad)
+        assert code == 2 and f"{bad} line 1: {words}" in one_error(err)
+    for texts, words in (("great film", "texts must be a list of strings (one text: [text]), got str"),
+                         (["fine", 3], "texts: item 2 is not a string but int")):
+        with pytest.raises(bertkit.BertkitError, match=re.escape(words)):  # a bare string was one text per character
+            bertkit.tasks.classify(classifier, texts)
     code, _, err = run(capsys, "predict", "classify", "--model", classifier, "--input", tmp_path / "missing.txt")
     assert code == 2 and "no such file" in err
     code, _, err = run(capsys, "predict", "tag", "--model", classifier, "some words")

@@ -233,6 +233,19 @@ def test_a_multi_label_or_multi_output_regression_checkpoint_predicts_as_transfo
         assert p["score"] == max(p["scores"].values())
 
 
+def test_a_classifier_without_label_names_scores_data_labelled_by_index(tokenizer, tmp_path):
+    """transformers names unnamed classes LABEL_0, LABEL_1, ...; data labelled 0 and 1 means them."""
+    import transformers
+
+    tiny("classification", tokenizer).save_pretrained(tmp_path)
+    assert transformers.AutoConfig.from_pretrained(tmp_path).id2label == {0: "LABEL_0", 1: "LABEL_1"}
+    examples = load_examples("classification", "rotten-tomatoes", "dev")[:8]
+    by_index = [type(e)(e.text, None, str(["negative", "positive"].index(e.label))) for e in examples]
+    predicted = [p["label"] for p in classify(tmp_path, [e.text for e in examples], max_length=32)]
+    expected = sum(p == f"LABEL_{e.label}" for p, e in zip(predicted, by_index)) / len(by_index)
+    assert evaluate(tmp_path, None, by_index, max_length=32)["accuracy"] == pytest.approx(expected)
+
+
 def test_tag_and_answer_helpers_return_plain_spans(tokenizer, tmp_path):
     sentences = [TaggedSentence(("The", "film", "runs", "95", "minutes", "."), ("DT", "NN", "VBZ", "CD", "NNS", "."))] * 8
     finetune("token-classification", tiny("token-classification", tokenizer, num_labels=6), sentences, sentences,

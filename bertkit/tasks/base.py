@@ -36,10 +36,22 @@ def ordered_labels(values) -> tuple[str, ...]:
     return tuple(sorted(names, key=lambda n: (n != "O", n)))
 
 
+def check_texts(texts, name: str = "texts") -> None:
+    """A list of strings, as the prediction helpers take: a bare string would be read as one text
+    per character, and a number or a list inside would fail deep in the tokenizer."""
+    if isinstance(texts, str) or not isinstance(texts, (list, tuple)):
+        raise BertkitError(f"{name} must be a list of strings (one text: [text]), got {type(texts).__name__}")
+    for n, text in enumerate(texts, 1):
+        if not isinstance(text, str):
+            raise BertkitError(f"{name}: item {n} is not a string but {type(text).__name__}")
+
+
 def label_index(labels: tuple[str, ...], values, source: str) -> dict[str, int]:
     """name -> index for `labels`; a value outside them (a label never seen in training) is an
     error listing the unseen names, since no model output could ever be scored right there."""
     index = {name: i for i, name in enumerate(labels)}
+    if labels == tuple(f"LABEL_{i}" for i in range(len(labels))):  # transformers' names for unnamed classes
+        index.update({str(i): i for i in range(len(labels))})  # so data labelled 0, 1, ... is class 0, 1, ...
     unseen = sorted(set(values) - set(index))
     if unseen:
         shown = ", ".join(map(repr, unseen[:10])) + (" ..." if len(unseen) > 10 else "")

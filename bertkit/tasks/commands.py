@@ -52,6 +52,9 @@ def _text_lines(source: str) -> list[tuple[int, str]]:
     return kept
 
 
+LIST_FIELDS = ("tokens", "choices")  # input fields that are lists of strings; the others are strings
+
+
 def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...]) -> list[dict]:
     """One dict per input: a positional text is {fields[0]: text}; an input line is plain text the
     same way, or a JSON object whose keys among `fields` are kept (those in `required` must be
@@ -74,7 +77,14 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...]) -> lis
             missing = [f for f in required if not isinstance(row.get(f), (str, list)) or not row.get(f)]
             if missing:
                 raise BertkitError(f"{where}: the object needs {' and '.join(repr(f) for f in missing)}")
-            records.append({f: row[f] for f in fields if row.get(f) is not None})
+            kept = {f: row[f] for f in fields if row.get(f) is not None}
+            for field, value in kept.items():  # else a wrong type fails deep in the tokenizer, or is read
+                listed = field in LIST_FIELDS
+                if not (isinstance(value, list) and all(isinstance(v, str) for v in value) if listed
+                        else isinstance(value, str)):
+                    raise BertkitError(f"{where}: {field!r} must be {'a list of strings' if listed else 'a string'}, "
+                                       f"got {json.dumps(value)[:40]}")
+            records.append(kept)
         else:
             records.append({fields[0]: line})
     if not records:
@@ -316,7 +326,8 @@ def add_parsers(sub, predict_modes) -> None:
     g.add_argument("--set", action="append", metavar="KEY=VALUE", help="any other setting (see "
                    "bertkit.tasks.FinetuneSettings), typed")
     g = s.add_argument_group("extractive QA")
-    g.add_argument("--doc-stride", dest="doc_stride", type=int, help="tokens between window starts (128)")
+    g.add_argument("--doc-stride", dest="doc_stride", type=int,
+                   help="context tokens consecutive windows share (128; the overlap, as in transformers, not the step)")
     g.add_argument("--max-query-length", dest="max_query_length", type=int, help="question tokens kept (64)")
     g.add_argument("--max-answer-length", dest="max_answer_length", type=int, help="longest answer in tokens (30)")
     g.add_argument("--n-best", dest="n_best", type=int, help="start and end candidates per window (20)")

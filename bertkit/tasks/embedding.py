@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from ..errors import BertkitError
 from ..files import read_json
-from .base import length_batches, report_truncated, serving
+from .base import check_texts, length_batches, report_truncated, serving
 
 POOLING = ("mean", "cls")
 ST_CONFIG = "sentence_bert_config.json"  # sentence-transformers' settings of its Transformer module
@@ -107,6 +107,7 @@ def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None 
     the hardware has bf16, to about two or three significant digits)."""
     if batch_size < 1:
         raise BertkitError(f"batch size must be at least 1, got {batch_size}")
+    check_texts(texts)
     model, max_length, pooling = prepared(model, tokenizer, max_length, pooling)
     return _embed(model, texts, batch_size, max_length, normalize, progress, pooling, bf16)
 
@@ -144,6 +145,8 @@ def search(model, queries: list[str], corpus: list[str], top_k: int = 5, batch_s
     for embed(); `embedding` goes to it too (progress, bf16)."""
     if top_k < 1:
         raise BertkitError(f"top_k must be at least 1, got {top_k}")
+    check_texts(queries, "queries")
+    check_texts(corpus, "corpus")
     if not corpus:
         raise BertkitError("the corpus to search is empty")
     if batch_size < 1:

@@ -38,7 +38,7 @@ from ..data.corpora import DataWarning
 from ..data.tokenizer import Tokenizer, check_vocab_fits, load_tokenizer
 from ..errors import BertkitError
 from ..files import read_json
-from .base import TrainBatches, check_truncation, label_index, model_max_length
+from .base import TrainBatches, check_texts, check_truncation, label_index, model_max_length
 from .choice import MultipleChoice
 from .classification import Regression, SequenceClassification
 from .qa import Decoding, QuestionAnswering, Windowing
@@ -210,7 +210,10 @@ def _task_of(model, name: str | None, saved: dict) -> str:
 
 
 def _device(settings: FinetuneSettings) -> torch.device:
-    return torch.device(settings.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    """The device asked for (None: cuda when available), checked: cuda without CUDA is one line."""
+    from ..pretraining import pick_device
+
+    return pick_device(settings.device or "auto")
 
 
 # ---- fine-tuning ------------------------------------------------------------------------------
@@ -339,6 +342,11 @@ def evaluate(model, task: str | None, data, split: str = "test", tokenizer=None,
     examples = sample(load_examples(name, data, split, columns), limit)
     has_null = name == "qa" and any(e.is_impossible for e in examples)
     model, name, job, settings, length = _prepared(model, name, tokenizer, overrides, has_null)
+    source = str(data) if isinstance(data, (str, Path)) else "evaluation data"
+    if name == "classification":  # before minutes of prediction, as finetune checks before training
+        label_index(model.config.labels, [e.label for e in examples], source)
+    elif name == "token-classification":
+        label_index(model.config.labels, [t for e in examples for t in e.tags], source)
     predictions = job.predict(model, examples, settings.eval_batch_size, length, settings.bf16,
                               progress=settings.progress)
     return {**job.score(examples, predictions, model.config.labels), "eval_examples": len(examples)}
@@ -349,6 +357,9 @@ def classify(model, texts: list[str], text_pairs: list[str] | None = None, batch
              progress: bool = False) -> list[dict]:
     """{"text", ("text_pair"), "label", "score", "scores"} per text (a regression model: "value").
     `progress` shows a bar over the batches (so do tag and answer)."""
+    check_texts(texts)
+    if text_pairs is not None:
+        check_texts(text_pairs, "text_pairs")
     if text_pairs is not None and len(text_pairs) != len(texts):
         raise BertkitError(f"{len(texts)} texts but {len(text_pairs)} text pairs")
     model, name, job, settings, length = _prepared(model, None, tokenizer, {"max_length": max_length, "bf16": bf16})
@@ -364,6 +375,7 @@ def choose(model, texts: list[str], choices: list[list[str]], batch_size: int = 
            bf16: bool | None = None, tokenizer=None, progress: bool = False) -> list[dict]:
     """{"text", "choices", "choice" (the index of the most probable), "answer" (its text),
     "score", "scores"} per context; each context has its own list of at least two choices."""
+    check_texts(texts)
     if len(texts) != len(choices):
         raise BertkitError(f"{len(texts)} contexts but {len(choices)} lists of choices")
     for n, options in enumerate(choices, 1):
@@ -380,6 +392,10 @@ def tag(model, inputs: list[str] | list[list[str]], batch_size: int = 64, max_le
         bf16: bool | None = None, tokenizer=None, progress: bool = False) -> list[dict]:
     """{"tokens", "tags", "scores"} per input: a list of words, or a text split into words and
     punctuation (then also "offsets": each word's [start, end) characters in the text)."""
+    if isinstance(inputs, str) or not isinstance(inputs, (list, tuple)):
+        check_texts(inputs, "inputs")  # the error for a bare string
+    for item in inputs:  # each a text or a list of words
+        check_texts([item] if isinstance(item, str) else item, "inputs")
     overrides = {"max_length": max_length, "bf16": bf16}
     model, _, job, settings, length = _prepared(model, "token-classification", tokenizer, overrides)
     sentences, spans = [], []
@@ -401,6 +417,8 @@ def answer(model, questions: list[str], contexts: list[str], top_k: int = 1, nul
     """{"question", "answer", "start", "end" (characters of the context, None for no answer),
     "score"} per question; top_k > 1 adds "alternatives". Empty answers are allowed when the
     model was fine-tuned with unanswerable questions, or with null_answers=True."""
+    check_texts(questions, "questions")
+    check_texts(contexts, "contexts")
     if len(questions) != len(contexts):
         raise BertkitError(f"{len(questions)} questions but {len(contexts)} contexts")
     overrides = {"max_length": max_length, "null_answers": null_answers, "bf16": bf16}
