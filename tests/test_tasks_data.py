@@ -498,9 +498,11 @@ def test_tagging_truncation_is_counted_and_cut_words_have_no_position(tokenizer)
 
 
 def test_split_words_keeps_character_spans():
-    words, spans = split_words("Don't stop, well-known U.S. 3.5")
-    assert words[:4] == ["Don't", "stop", ",", "well-known"]
-    assert all("Don't stop, well-known U.S. 3.5"[s:e] == w for w, (s, e) in zip(words, spans))
+    text = "Don't stop, well-known U.S. 3.5 costs $1,000.50 at 12:30. 我爱北京 ありがとう"
+    words, spans = split_words(text)
+    assert words == ["Don't", "stop", ",", "well-known", "U.S.", "3.5", "costs", "$", "1,000.50", "at", "12:30", ".",
+                     "我", "爱", "北", "京", "ありがとう"]  # ideographs one by one, as BERT splits them; kana in a run
+    assert all(text[s:e] == w for w, (s, e) in zip(words, spans))
 
 
 def test_qa_windows_overlap_by_the_stride_and_point_at_the_answer(tokenizer):

@@ -23,7 +23,15 @@ from .base import IGNORE, Task, label_index, model_max_length, ordered_labels, r
 from .metrics import is_bio, tagging_scores
 from .readers import TaggedSentence, report
 
-WORD = re.compile(r"\w+(?:[-'’]\w+)*|[^\w\s]")  # words (with inner hyphens, apostrophes), punctuation
+# BERT's CJK ideograph blocks: its tokenizer makes each such character a word of its own, and
+# Chinese NER data tags them one by one (kana and Hangul stay in runs, as BERT keeps them)
+CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002a6df\U0002a700-\U0002ebef\U0002f800-\U0002fa1f"
+WORD = re.compile(
+    r"(?:[A-Za-z]\.){2,}"                           # abbreviations: U.S., e.g.
+    r"|\d+(?:[.,:]\d+)+"                            # numbers with inner marks: 3.50, 1,000, 12:30
+    rf"|[{CJK}]"                                    # one ideograph
+    rf"|[^\W{CJK}]+(?:[-'’][^\W{CJK}]+)*"           # words, with inner hyphens and apostrophes
+    r"|[^\w\s]")                                    # any other mark
 
 
 def split_words(text: str) -> tuple[list[str], list[tuple[int, int]]]:
