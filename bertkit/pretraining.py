@@ -37,7 +37,7 @@ TOKENIZER_RECIPE = 1  # bump when the way a run trains its tokenizer changes: ca
 JOB_FILE = "job.json"  # the run's settings, at the root of OUT: what --resume continues with
 # What a resumed run may change: where and how fast it runs, how long it goes on, what it keeps.
 # Anything else (data, batch, model, optimizer, seed) would make it another run than the one saved.
-RESUMABLE = ("device", "precision", "resume", "out")
+RESUMABLE = ("device", "precision")  # (job.json holds neither `out` nor `resume`)
 RESUMABLE_TRAIN = ("steps", "time_budget", "progress", "save_every", "keep", "eval_every", "compile",
                    "activation_checkpointing", "skip_nonfinite", "bf16")
 
