@@ -79,6 +79,15 @@ def test_bad_inputs_are_one_line_errors():
         ref.forward(np.ones((2, 3), dtype=np.int64), np.ones((2, 4)))
     with pytest.raises(BertkitError, match="integer array"):
         ref.forward(np.ones((2, 3)))
+    with pytest.raises(BertkitError, match="length >= 1"):
+        ref.forward(np.zeros((1, 0), dtype=np.int64))
+    ids = np.array([[2, 5, 6, 3]])
+    for labels, words in ((np.array([[-100, TINY.vocab_size, -100, -100]]), "must be -100 or lie in"),
+                          (np.array([[-100, -5, -100, -100]]), "must be -100 or lie in"),  # scored token V-5
+                          (np.array([[1, 2]]), "labels has shape")):                      # scored other positions
+        for step in (ref.mlm_loss, ref.forward_backward):
+            with pytest.raises(BertkitError, match=words):
+                step(ids, None, labels)
     with pytest.raises(BertkitError, match="pre-LN"):
         numpy_ref.build(TINY.replace(norm_first=True))
     with pytest.raises(BertkitError, match="unknown model"):

@@ -223,8 +223,9 @@ class BertForMaskedLM:
     def _inputs(self, input_ids, attention_mask, token_type_ids):
         """Checked integer ids, the additive mask bias (B, 1, 1, T) or None, and token types."""
         ids = np.asarray(input_ids)
-        if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
-            raise BertkitError(f"input_ids must be a (batch, length) integer array, got {ids.dtype} {ids.shape}")
+        if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer) or ids.shape[1] < 1:
+            raise BertkitError(f"input_ids must be a (batch, length) integer array, length >= 1; got {ids.dtype} "
+                               f"{ids.shape}")
         if ids.shape[1] > self.config.max_positions:
             raise BertkitError(f"sequence length {ids.shape[1]} exceeds the model's maximum of "
                                f"{self.config.max_positions} tokens")
@@ -279,14 +280,26 @@ class BertForMaskedLM:
     def mlm_loss(self, input_ids, attention_mask, labels, token_type_ids=None) -> StepResult:
         """The masked-LM loss and accuracy without gradients (evaluation; dropout off)."""
         h = self.hidden_states(input_ids, attention_mask, token_type_ids)    # (B, T, H)
-        flat = np.asarray(labels).reshape(-1)
-        where = np.flatnonzero(flat != IGNORE_INDEX)                         # (K,)
+        flat, where = self._label_positions(labels, h.shape[:2])             # (B*T,), (K,)
         if where.size == 0:
             return StepResult(0.0, 0.0, 0)
         logits = self.head.forward(h.reshape(-1, h.shape[-1])[where])        # (K, V)
         self.head.release()
         loss, _ = cross_entropy(logits, flat[where])
         return StepResult(loss, float(np.mean(logits.argmax(axis=-1) == flat[where])), int(where.size))
+
+    def _label_positions(self, labels, shape) -> tuple[np.ndarray, np.ndarray]:
+        """(labels flattened, the positions that have one), checked: a shape other than the ids'
+        or a label outside the vocabulary would score other positions or other tokens silently
+        (a negative label indexes from the end)."""
+        labels = np.asarray(labels)
+        if labels.shape != tuple(shape):
+            raise BertkitError(f"labels has shape {labels.shape} but input_ids has {tuple(shape)}")
+        flat = labels.reshape(-1)
+        where = np.flatnonzero(flat != IGNORE_INDEX)
+        if where.size and (flat[where].min() < 0 or flat[where].max() >= self.config.vocab_size):
+            raise BertkitError(f"labels must be -100 or lie in [0, {self.config.vocab_size})")
+        return flat, where
 
     # ---- training ---------------------------------------------------------------------------
     def forward_backward(self, input_ids, attention_mask, labels, token_type_ids=None,
@@ -298,9 +311,7 @@ class BertForMaskedLM:
         tokens without a label: the largest matmul of the step shrinks by as much (MosaicBERT;
         Geiping & Goldstein 2023, Cramming)."""
         ids, mask_bias, types = self._inputs(input_ids, attention_mask, token_type_ids)
-        labels = np.asarray(labels)
-        if labels.shape != ids.shape:
-            raise BertkitError(f"labels has shape {labels.shape} but input_ids has {ids.shape}")
+        flat_labels, where = self._label_positions(labels, ids.shape)  # (B*T,), (K,)
         seeds = (self.rng.integers(2**63, size=len(self.blocks) + 1).tolist() if self.training
                  else [None] * (len(self.blocks) + 1))
         B, T = ids.shape
@@ -316,10 +327,6 @@ class BertForMaskedLM:
             if self.recompute:
                 block.release()
 
-        flat_labels = labels.reshape(-1)                             # (B*T,)
-        where = np.flatnonzero(flat_labels != IGNORE_INDEX)          # (K,)
-        if where.size and (flat_labels[where].min() < 0 or flat_labels[where].max() >= self.config.vocab_size):
-            raise BertkitError(f"labels must be -100 or lie in [0, {self.config.vocab_size})")
         if where.size == 0:  # nothing to predict: zero loss, zero gradient (as the torch side)
             self._release()
             return StepResult(0.0, 0.0, 0)
