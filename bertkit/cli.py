@@ -160,6 +160,7 @@ def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, pro
     import torch
     from tqdm.auto import tqdm
 
+    from .model import evaluating
     from .tasks.base import length_batches, serving
 
     tok = model.tokenizer
@@ -179,26 +180,21 @@ def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, pro
             shown = texts[i] if len(texts[i]) <= 80 else texts[i][:60] + "..." + texts[i][-17:]
             raise BertkitError(f"{where}no {tok.mask_token} in {shown!r} (or it lies past the length limit)")
     found: list[list[dict]] = [[] for _ in texts]
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad(), serving(model, len(batches)):
-            for chunk, batch in tqdm(list(zip(chunks, batches)), disable=not progress, desc="filling masks",
-                                     unit="batch", leave=False):
-                masked = batch["input_ids"] == tok.mask_token_id  # (B, T)
-                logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
-                               masked_positions=masked).logits  # (K, V), the masks in row-major order
-                probs = logits.float().softmax(-1)  # (K, V)
-                # A vocabulary padded past the tokenizer's (for speed, or by an override) has rows
-                # no text can name: they keep their share of the softmax but are never listed.
-                probs[:, tok.vocab_size:] = -1.0
-                top = probs.topk(min(top_k, tok.vocab_size, logits.shape[-1]))
-                for (row, pos), scores, ids in zip(masked.nonzero().tolist(), top.values.tolist(),
-                                                   top.indices.tolist()):
-                    found[chunk[row]].append({"text": texts[chunk[row]], "position": pos, "predictions": [
-                        {"token": tok.id_to_token(i), "id": i, "score": round(p, 6)} for p, i in zip(scores, ids)]})
-    finally:
-        model.train(was_training)
+    with evaluating(model), torch.no_grad(), serving(model, len(batches)):
+        for chunk, batch in tqdm(list(zip(chunks, batches)), disable=not progress, desc="filling masks",
+                                 unit="batch", leave=False):
+            masked = batch["input_ids"] == tok.mask_token_id  # (B, T)
+            logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                           masked_positions=masked).logits  # (K, V), the masks in row-major order
+            probs = logits.float().softmax(-1)  # (K, V)
+            # A vocabulary padded past the tokenizer's (for speed, or by an override) has rows
+            # no text can name: they keep their share of the softmax but are never listed.
+            probs[:, tok.vocab_size:] = -1.0
+            top = probs.topk(min(top_k, tok.vocab_size, logits.shape[-1]))
+            for (row, pos), scores, ids in zip(masked.nonzero().tolist(), top.values.tolist(),
+                                               top.indices.tolist()):
+                found[chunk[row]].append({"text": texts[chunk[row]], "position": pos, "predictions": [
+                    {"token": tok.id_to_token(i), "id": i, "score": round(p, 6)} for p, i in zip(scores, ids)]})
     return [record for records in found for record in records]
 
 

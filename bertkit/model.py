@@ -143,6 +143,18 @@ class Model(nn.Module):
         save_pretrained(self, output_dir(path, keep=(), flag=""))  # a file there: one line, not mkdir's error
 
 
+@contextlib.contextmanager
+def evaluating(model: nn.Module):
+    """Eval mode (dropout off) for a block of inference, then the caller's mode back: a picture
+    or a prediction taken in the middle of training must not switch its dropout off for good."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
 def _flat_choices(input_ids, attention_mask, token_type_ids, inputs_embeds):
     """(B, C, T) inputs (inputs_embeds (B, C, T, E)) -> (B * C, T) each ((B * C, T, E)), and C."""
     given = input_ids if inputs_embeds is None else inputs_embeds

@@ -86,7 +86,9 @@ def assert_picture(path: Path, min_width: int = 300, min_height: int = 200) -> n
 def test_every_preset_gives_maps_and_an_explorer_with_every_layer_and_head(name, tokenizer, tmp_path):
     model = tiny(name, tokenizer.vocab_size)
     model.tokenizer = tokenizer
+    model.train()
     maps = attention_maps(model, SENTENCE, PAIR)
+    assert model.training  # a picture taken during training leaves dropout on
     T = len(maps.tokens)
     assert maps.attentions.shape == (2, 4, T, T)
     assert np.allclose(maps.attentions.sum(-1), 1.0, atol=1e-5)

@@ -237,12 +237,12 @@ def run_batches(model, features: list[dict], batch_size: int, bf16: bool, fields
     """Run the model over features in length-sorted batches; yields (indices, {field: (B, T, ...)
     float32 numpy array}) for each batch, with the feature indices it covers. Over more than
     one batch the weights are prepacked for the run (`serving`). `collate_fn` makes the batches."""
-    was_training = model.training
-    model.eval()
+    from ..model import evaluating
+
     device = device_of(model)
     pad_id = model.tokenizer.pad_token_id
     chunks = length_batches([feature_length(f) for f in features], batch_size)
-    try:
+    with evaluating(model):
         with serving(model, len(chunks), bf16):
             for chunk in tqdm(chunks, disable=not progress, desc="predicting", unit="batch", leave=False):
                 batch = collate_fn([features[i] for i in chunk], pad_id)
@@ -250,8 +250,6 @@ def run_batches(model, features: list[dict], batch_size: int, bf16: bool, fields
                     out = model(batch["input_ids"].to(device), batch["attention_mask"].to(device),
                                 batch["token_type_ids"].to(device))
                 yield chunk, {name: getattr(out, name).float().cpu().numpy() for name in fields}
-    finally:
-        model.train(was_training)
 
 
 def serving(model, batches: int, bf16: bool = False):

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..model import evaluating
 from . import figure as F
 from .inputs import Encoded, encode
 
@@ -56,9 +57,8 @@ class AttentionMaps:
 
 def run_attention(model, encoded: Encoded) -> np.ndarray:
     """(L, N, T, T) attention probabilities of one framed input, explicit path."""
-    model.eval()
     mask = torch.ones_like(encoded.ids)
-    with torch.no_grad():
+    with evaluating(model), torch.no_grad():
         # the encoder alone: the maps are its own, and a head may want other inputs (multiple choice)
         out = model.backbone(encoded.ids, mask, encoded.types, output_attentions=True)
     return torch.stack([a[0] for a in out.attentions]).float().numpy()  # (L, N, T, T)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ..errors import BertkitError
+from ..model import evaluating
 from .figure import figure, label_layout, save, short
 from .inputs import Encoded
 
@@ -71,7 +72,14 @@ def integrated_gradients(model, encoded: Encoded, target: str | None = None, ste
     word = model.backbone.embeddings.word
     if word.weight.dtype != torch.float32:  # the path sum needs more digits than bf16 keeps
         raise BertkitError(f"integrated gradients runs in fp32; this model is {word.weight.dtype} (model.float())")
-    model.eval()
+    with evaluating(model):  # dropout off for the path, the caller's mode back after
+        return _path_integral(model, encoded, target, steps, batch, description)
+
+
+def _path_integral(model, encoded: Encoded, target: str | None, steps: int, batch: int,
+                   description: str) -> Attribution:
+    """integrated_gradients' sum over `steps` midpoints of the straight path from the baseline."""
+    word = model.backbone.embeddings.word
     device = word.weight.device
     ids, types = encoded.ids.to(device), encoded.types.to(device)  # (1, T) each
     with torch.no_grad():

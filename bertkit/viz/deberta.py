@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..errors import BertkitError
+from ..model import evaluating
 from . import figure as F
 from .attention import MAX_CELL, MIN_PITCH
 from .inputs import Encoded
@@ -57,9 +58,8 @@ def score_components(model, encoded: Encoded, layer: int, head: int, description
         calls.append((args[0], {k: v for k, v in kwargs.items() if k in ("rel_embeddings", "rel_pos")}))
 
     handle = attn.register_forward_pre_hook(capture, with_kwargs=True)
-    model.eval()
     try:
-        with torch.no_grad():
+        with evaluating(model), torch.no_grad():
             out = model.backbone(encoded.ids, torch.ones_like(encoded.ids), encoded.types, output_attentions=True)
     finally:
         handle.remove()
