@@ -469,7 +469,8 @@ def run(quick: bool, repeats: int, json_path: str | None, progress: Callable[[st
     if not chosen:
         names = sorted({f"{w.name} [{w.dtype}]" for w in workloads(quick, repeats)})
         asked = " and ".join(f"{flag} {value!r}" for flag, value in (("--only", only), ("--dtype", dtype)) if value)
-        raise BertkitError(f"{asked} matches no workload{' of --quick' if quick else ''}; "
+        verb = "match" if only and dtype else "matches"
+        raise BertkitError(f"{asked} {verb} no workload{' of --quick' if quick else ''}; "
                            "the workloads are: " + "; ".join(names))
     try:
         import transformers  # noqa: F401

@@ -237,8 +237,12 @@ def pretrain(job: PretrainJob) -> Path:
     from .model import get_preset  # through model.py, which registers every family's presets
 
     preset = get_preset(job.model)  # unknown preset: the error lists the known ones
-    if job.backend == "numpy" and preset.config.family != "bert":  # before minutes of tokenizer training
-        raise BertkitError(f"the NumPy backend implements BERT only, not {preset.config.family} ({job.model})")
+    if job.backend == "numpy":  # before minutes of tokenizer training: BERT, post-LN, the exact GELU
+        from .numpy_ref.model import check_supported
+
+        if preset.config.family != "bert":
+            raise BertkitError(f"the NumPy backend implements BERT only, not {preset.config.family} ({job.model})")
+        check_supported(preset.config.replace(**job.architecture))
     out = job.out_dir
     settings = job.settings()
     checkpoints = sorted((out / "checkpoints").glob("step-*"))

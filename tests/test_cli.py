@@ -162,7 +162,7 @@ def test_bench_dtype_picks_rows(capsys):
     assert [(r.name, r.dtype, r.device, r.machine) for r in records] == [
         ("mini-bert inference, 32 seqs, lengths in [8, 64], padded", "fp32", "cpu", bench.machine())]
     assert main(["bench", "--quick", "--only", "memory", "--dtype", "bf16"]) == 2
-    assert "--only 'memory' and --dtype 'bf16' matches no workload" in capsys.readouterr().err
+    assert "--only 'memory' and --dtype 'bf16' match no workload" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # argparse: not a choice
         main(["bench", "--dtype", "fp16"])
 

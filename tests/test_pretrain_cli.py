@@ -173,6 +173,7 @@ def test_settings_come_from_defaults_then_config_file_then_flags(tmp_path):
     (["--backend", "numpy", "--objective", "mlm+nsp"], "NumPy backend trains masked-LM only"),
     (["--backend", "numpy", "--model", "roberta-base"], "NumPy backend implements BERT only, not roberta"),
     (["--objective", "mlm+nsp", "--override", "type_vocab_size=1"], "sentence pairs need 2 token types"),
+    (["--backend", "numpy", "--override", "hidden_act=gelu_new"], "implements the exact GELU"),
     (["--backend", "gpu"], "unknown backend"),
     (["--resume"], "no checkpoint"),
 ])
