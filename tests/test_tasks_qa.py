@@ -231,17 +231,22 @@ SQUAD_EVAL = [{"title": "t", "paragraphs": [{
     ]}]}]
 
 
+def squad_eval_examples(tmp_path):
+    """SQUAD_EVAL written as a SQuAD v2 file and read back (its repaired answers warned about)."""
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps({"version": "v2.0", "data": SQUAD_EVAL}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataWarning)
+        return load_examples("qa", path)
+
+
 @pytest.mark.parametrize("preds", [
     {"q1": "1889", "q2": "Gustave Eiffel", "q3": "", "q4": "Lyon", "q5": "Lyon", "q6": ""},
     {"q1": "built in 1889", "q2": "Eiffel", "q3": "Paris", "q4": "Paris", "q5": "in Paris", "q6": "Tower"},
     {"q1": "", "q2": "", "q3": "", "q4": "", "q5": "", "q6": ""},
 ])
 def test_squad_scores_equal_the_official_evaluation_on_every_question(tmp_path, preds):
-    path = tmp_path / "dev.json"
-    path.write_text(json.dumps({"version": "v2.0", "data": SQUAD_EVAL}))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DataWarning)
-        examples = load_examples("qa", path)
+    examples = squad_eval_examples(tmp_path)
     assert [e.id for e in examples] == list(preds)  # no question leaves the denominator
     predictions = [{"answer": preds[e.id]} for e in examples]
     scores = QuestionAnswering().score(examples, predictions, ("start", "end"))
@@ -253,11 +258,7 @@ def test_evaluation_predicts_and_scores_every_question_of_a_file(tmp_path, token
     import bertkit
     import torch
 
-    path = tmp_path / "dev.json"
-    path.write_text(json.dumps({"version": "v2.0", "data": SQUAD_EVAL}))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DataWarning)
-        examples = load_examples("qa", path)
+    examples = squad_eval_examples(tmp_path)
     torch.manual_seed(0)
     model = bertkit.build("bert-base", head="qa", num_layers=1, hidden_size=32, num_heads=4, intermediate_size=64,
                           max_positions=128)
