@@ -168,6 +168,13 @@ def test_checkpoint_errors_are_one_line(tmp_path):
 
     with pytest.raises(BertkitError, match="loads BERT"):
         numpy_ref.from_pretrained(variant("roberta", {"model_type": "roberta"}))
+    with pytest.raises(BertkitError, match="float32 or float64, not bfloat16"):  # a name NumPy lacks
+        numpy_ref.from_pretrained(tmp_path / "ok", dtype="bfloat16")
+    taken = tmp_path / "taken.txt"
+    taken.write_text("mine")
+    with pytest.raises(BertkitError, match="taken.txt: a file, not a folder"):
+        numpy_ref.from_pretrained(tmp_path / "ok").save_pretrained(taken)
+    assert taken.read_text() == "mine"
     with pytest.raises(BertkitError, match="needs a masked-LM head"):
         numpy_ref.from_pretrained(variant("encoder", {"architectures": ["BertModel"]}))
     with pytest.raises(BertkitError, match="unexpected tensor 'extra'"):

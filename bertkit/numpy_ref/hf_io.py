@@ -19,8 +19,8 @@ import numpy as np
 
 from ..config import EncoderConfig
 from ..errors import BertkitError
-from ..files import read_json
-from .model import BertForMaskedLM, parameter_shapes
+from ..files import output_dir, read_json
+from .model import BertForMaskedLM, compute_dtype, parameter_shapes
 from .safetensors import SafetensorsFile, save_file
 
 # Hugging Face config.json key -> EncoderConfig field (BERT's keys).
@@ -134,6 +134,7 @@ def _weight_files(directory: Path) -> list[Path]:
 def from_pretrained(path: str | os.PathLike, dtype=np.float32) -> BertForMaskedLM:
     """A BERT masked-LM checkpoint directory (Hugging Face or bertkit format: config.json and
     safetensors of any float dtype) as a NumPy model computing in `dtype`."""
+    dtype = compute_dtype(dtype)  # checked before any tensor is read in it
     directory = Path(path).expanduser()
     if not directory.is_dir():
         raise BertkitError(f"{directory}: no such directory")
@@ -188,7 +189,7 @@ def save_pretrained(model: BertForMaskedLM, path: str | os.PathLike, dtype: str 
     if model.config.type_vocab_size == 0:
         raise BertkitError("this model cannot be saved in Hugging Face format: transformers' BERT always "
                            "has token types (type_vocab_size >= 1)")
-    target = Path(path)
+    target = output_dir(path, keep=(), flag="")  # a file there: one line, not mkdir's error
     target.mkdir(parents=True, exist_ok=True)
     state = {to_hf(name): value for name, value in model.params.items()}
     state[DECODER_BIAS] = state["cls.predictions.bias"]

@@ -42,6 +42,19 @@ def check_supported(config: EncoderConfig) -> None:
         raise BertkitError(f"the NumPy reference implements the exact GELU; this config uses {config.hidden_act!r}")
 
 
+def compute_dtype(dtype) -> type:
+    """float32 or float64 as NumPy's scalar type; any other (float16, int, a name NumPy does not
+    know such as "bfloat16") is one error line."""
+    asked = getattr(dtype, "__name__", dtype)
+    try:
+        found = np.dtype(dtype).type
+    except TypeError:
+        found = None
+    if found not in DTYPES:
+        raise BertkitError(f"the NumPy reference computes in float32 or float64, not {asked}")
+    return found
+
+
 def parameter_shapes(config: EncoderConfig) -> dict[str, tuple[int, ...]]:
     """Every parameter's name and shape, named as in the torch Model with an MLM head."""
     H, F, V = config.hidden_size, config.intermediate_size, config.vocab_size
@@ -163,9 +176,7 @@ class BertForMaskedLM:
     def __init__(self, config: EncoderConfig, dtype=np.float32, seed: int = 0,
                  params: dict[str, np.ndarray] | None = None):
         check_supported(config)
-        dtype = np.dtype(dtype).type
-        if dtype not in DTYPES:
-            raise BertkitError(f"the NumPy reference computes in float32 or float64, not {np.dtype(dtype).name}")
+        dtype = compute_dtype(dtype)
         self.config, self.dtype = config, dtype
         self.params = init_params(config, dtype, seed) if params is None else self._checked(params)
         self.grads = {k: np.zeros_like(v) for k, v in self.params.items()}
