@@ -147,10 +147,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--json", help="write the records to this file")
     args = parser.parse_args()
+    config = numpy_ref.PRESETS["mini-bert"].replace(hidden_dropout=0.0, attention_dropout=0.0)
+    for flag, value, low, high in (("--batch", args.batch, 1, None), ("--long-batch", args.long_batch, 1, None),
+                                   ("--repeats", args.repeats, 1, None), ("--length", args.length, 2, config.max_positions)):
+        if value < low or (high is not None and value > high):  # one line, not a traceback from inside a run
+            parser.error(f"{flag} must be at least {low}{f' and at most {high}' if high else ''}, got {value}")
 
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     print(bench.machine(), f"numpy {np.__version__}")
-    config = numpy_ref.PRESETS["mini-bert"].replace(hidden_dropout=0.0, attention_dropout=0.0)
     ours, theirs = models(config)
     lengths = bench.uniform_lengths(args.batch, args.length // 2, args.length)
     ids, mask = bench.padded_batch(lengths, config.vocab_size, config.pad_token_id)

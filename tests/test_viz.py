@@ -414,6 +414,7 @@ def test_bench_picture_refuses_bad_records_in_one_line(content, message, tmp_pat
     (["visualize", "distillation-temperature", "--model", "mini-bert"], "needs --text"),
     (["compare", "--presets", "mini-bert,bert-huge"], "unknown model 'bert-huge'"),
     (["compare", "--repeats", "0"], "at least 1"),
+    (["compare", "--presets", ",,"], "--presets: no values in ',,'"),
 ])
 def test_cli_bad_input_is_one_line(argv, message, tmp_path, capsys):
     assert main(argv + ["--out", str(tmp_path / "o")]) == 2

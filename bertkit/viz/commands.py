@@ -38,6 +38,8 @@ def _list(text: str | None, what: str, kind=str) -> list:
     if text is None:
         return []
     items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:  # ",," would otherwise mean "the defaults"
+        raise BertkitError(f"{what}: no values in {text!r}")
     try:
         return [kind(t) for t in items]
     except ValueError:
