@@ -79,6 +79,15 @@ def read_json(path: Path, expect: type = dict):
     return data
 
 
+def positive_int(data: dict, key: str, path: Path) -> int | None:
+    """data[key] from the JSON file `path` if it is a positive whole number, None if absent;
+    anything else (a string, a bool, 0) is one error line naming the file and key."""
+    value = data.get(key)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise BertkitError(f"{path}: {key} must be a positive whole number, got {value!r}")
+    return value
+
+
 def shown(text: str, limit: int = 80) -> str:
     """File content quoted in an error line: escaped unless printable (a NUL or an escape byte
     must not reach the terminal), cut to `limit` characters."""

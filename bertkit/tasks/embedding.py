@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from ..errors import BertkitError
-from ..files import read_json
+from ..files import positive_int, read_json
 from .base import check_texts, length_batches, report_truncated, serving
 
 POOLING = ("mean", "cls")
@@ -40,13 +40,8 @@ def saved_max_length(directory: Path) -> int | None:
     from .finetune import _task_settings
 
     path = directory / ST_CONFIG
-    if path.is_file():
-        length = read_json(path).get("max_seq_length")
-        if length is not None:
-            if not isinstance(length, int) or isinstance(length, bool) or length < 1:
-                raise BertkitError(f"{path}: max_seq_length must be a positive whole number, got {length!r}")
-            return length
-    return _task_settings(directory).get("max_length")
+    length = positive_int(read_json(path), "max_seq_length", path) if path.is_file() else None
+    return length if length is not None else _task_settings(directory).get("max_length")
 
 
 def saved_pooling(directory: Path) -> str | None:

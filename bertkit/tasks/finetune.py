@@ -37,7 +37,7 @@ from ..config import PRESETS
 from ..data.corpora import DataWarning
 from ..data.tokenizer import Tokenizer, check_vocab_fits, load_tokenizer
 from ..errors import BertkitError
-from ..files import read_json
+from ..files import positive_int, read_json
 from .base import TrainBatches, check_texts, check_truncation, label_index, model_max_length
 from .choice import MultipleChoice
 from .classification import Regression, SequenceClassification
@@ -187,9 +187,7 @@ def _task_settings(source) -> dict:
         raise BertkitError(f"{path}: settings must be an object of fine-tuning settings")
     known = {k: v for k, v in settings.items() if k in FinetuneSettings.__dataclass_fields__}
     saved["settings"] = typed(FinetuneSettings, known, f"{path} settings")
-    length = saved.get("max_length")
-    if length is not None and (not isinstance(length, int) or isinstance(length, bool) or length < 1):
-        raise BertkitError(f"{path}: max_length must be a positive whole number, got {length!r}")
+    positive_int(saved, "max_length", path)
     if not isinstance(saved.get("null_answers", False), bool):
         raise BertkitError(f"{path}: null_answers must be true or false, got {saved['null_answers']!r}")
     return saved
