@@ -103,6 +103,15 @@ def test_blocked_local_attention_equals_the_masked_full_one(padding, dtype):
         assert (a - b).abs().max().item() <= tol * 5
 
 
+def test_rows_longer_than_max_position_embeddings_run_as_in_transformers(tmp_path):
+    """Rotary positions have no table to run off: transformers runs such rows, and so must bertkit."""
+    ref = reference(max_position_embeddings=16)
+    ids, mask = batch(T=40)
+    with torch.no_grad():
+        expected = ref(input_ids=ids, attention_mask=mask).last_hidden_state
+        assert max_diff_on_real(loaded(ref, tmp_path)(ids, mask).last_hidden_state, expected, mask) <= TOL
+
+
 def test_attention_maps_match_transformers_and_local_layers_stay_in_their_window(tmp_path):
     ref = reference(attn="eager")
     ours = loaded(ref, tmp_path)

@@ -203,6 +203,8 @@ class ModernEmbeddings(nn.Module):
         self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
         self.norm = _norm(config)()
         self.dropout = Dropout(config.hidden_dropout)
+        # The length it was trained for: tasks truncate to it. Rotary positions have no table to
+        # run off, so longer inputs still run (as in transformers), only outside that training.
         self.max_length = config.max_positions
 
     @torch.no_grad()
@@ -213,9 +215,6 @@ class ModernEmbeddings(nn.Module):
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 words: torch.Tensor | None = None) -> torch.Tensor:
         """`words` (B, T, E): word vectors to use instead of looking input_ids up (inputs_embeds)."""
-        T = input_ids.shape[1]
-        if T > self.max_length:
-            raise BertkitError(f"sequence length {T} exceeds the model's maximum of {self.max_length} tokens")
         words = self.word(input_ids) if words is None else words  # (B, T, H)
         return self.dropout(self.norm(words))  # (B, T, H); token types ignored
 
