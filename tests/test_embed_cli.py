@@ -6,6 +6,7 @@ itself), a fine-tuned model's task.json length; a cut text is counted in one war
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import warnings
 
@@ -136,3 +137,75 @@ def test_a_roberta_model_embeds_a_long_text_at_its_real_maximum(minilm_dir):
     model.tokenizer = tokenizer
     assert model.backbone.embeddings.max_length == 64
     assert torch.equal(embed(model, [LONG]), embed(model, [LONG], max_length=64))
+
+
+def add_dense(folder, name, n_in, n_out, seed, **config):
+    """A sentence-transformers Dense module with random weights, listed in modules.json before Normalize."""
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(seed)
+    (folder / name).mkdir()
+    (folder / name / "config.json").write_text(json.dumps({"in_features": n_in, "out_features": n_out, **config}))
+    state = {"linear.weight": torch.randn(n_out, n_in, generator=g) * 0.1}
+    if config.get("bias", True):
+        state["linear.bias"] = torch.randn(n_out, generator=g) * 0.1
+    if config.get("use_residual") and n_in != n_out:
+        state["residual.weight"] = torch.randn(n_out, n_in, generator=g) * 0.1
+    save_file(state, str(folder / name / "model.safetensors"))
+    modules = json.loads((folder / "modules.json").read_text())
+    modules.insert(-1, {"idx": len(modules), "name": name, "path": name, "type": "sentence_transformers.models.Dense"})
+    (folder / "modules.json").write_text(json.dumps(modules))
+
+
+@QUIET
+def test_dense_modules_after_pooling_run_as_in_sentence_transformers(minilm_dir, tmp_path, capsys):
+    folder = copy_of(minilm_dir, tmp_path)
+    add_dense(folder, "2_Dense", 384, 96, 0)  # tanh by default
+    add_dense(folder, "3_Dense", 96, 48, 1, bias=False, use_residual=True,
+              activation_function="torch.nn.modules.activation.GELU")
+    expected = reference(folder, [SHORT, LONG])
+    got = embed(folder, [SHORT, LONG], normalize=False)  # 2_Normalize is in modules.json: unit vectors anyway
+    assert got.shape == (2, 48) and (got - expected).abs().max() < 1e-5
+    assert embed(folder, []).shape == (0, 48)
+    hits = search(str(folder), [SHORT], [LONG, SHORT], top_k=1)
+    assert hits[0][0]["index"] == 1
+    capsys.readouterr()
+    cli, _ = cli_vectors(capsys, "--model", folder, SHORT)
+    assert (cli - expected[:1]).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda f: (f / "2_Dense" / "config.json").write_text(json.dumps(
+        {"in_features": 384, "out_features": 8, "activation_function": "os.system"})),
+     "activation_function 'os.system' is not a torch.nn module bertkit can make"),
+    (lambda f: (f / "2_Dense" / "config.json").write_text(json.dumps({"in_features": 384, "out_features": 9})),
+     "linear.bias has shape (8,), expected (9,)"),
+    (lambda f: (f / "modules.json").write_text(json.dumps(
+        json.loads((f / "modules.json").read_text()) + [{"path": "x", "type": "sentence_transformers.models.LSTM"}])),
+     "module 'LSTM' is not one bertkit runs"),
+])
+def test_sentence_transformers_modules_bertkit_cannot_run_are_one_error(change, message, minilm_dir, tmp_path):
+    folder = copy_of(minilm_dir, tmp_path)
+    add_dense(folder, "2_Dense", 384, 8, 0)
+    change(folder)
+    with pytest.raises(BertkitError, match=re.escape(message)):
+        embed(folder, [SHORT])
+
+
+def test_do_lower_case_lowercases_texts_before_a_cased_tokenizer(minilm_dir, tmp_path):
+    """sentence_bert_config.json's do_lower_case: sentence-transformers lowercases the texts itself
+    (here in front of a tokenizer made case-sensitive, so the difference shows)."""
+    folder = copy_of(minilm_dir, tmp_path)
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    tokenizer["normalizer"]["lowercase"] = False
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "do_lower_case": False}))
+    settings = json.loads((folder / "sentence_bert_config.json").read_text())
+    texts = ["The FILM Was GREAT", "Utterly Boring"]
+    lowered = embed(folder, [t.lower() for t in texts])
+    for lower in (False, True):
+        (folder / "sentence_bert_config.json").write_text(json.dumps({**settings, "do_lower_case": lower}))
+        got = embed(folder, texts)
+        assert (got - reference(folder, texts)).abs().max() < 1e-5
+        assert ((got - lowered).abs().max() < 1e-6) == lower  # the tokenizer alone keeps case

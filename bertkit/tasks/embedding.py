@@ -12,10 +12,12 @@ Shapes: B batch, T sequence length, H hidden size.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from tqdm.auto import tqdm
 
 from ..errors import BertkitError
@@ -26,6 +28,7 @@ POOLING = ("mean", "cls")
 ST_CONFIG = "sentence_bert_config.json"  # sentence-transformers' settings of its Transformer module
 ST_MODULES = "modules.json"              # its pipeline: Transformer, Pooling, Normalize, ...
 ST_POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
+ST_RUN = ("Transformer", "Pooling", "Dense", "Normalize")  # the module types bertkit runs as they do
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -67,10 +70,96 @@ def saved_pooling(directory: Path) -> str | None:
     return ST_POOLING_MODES[modes[0]]
 
 
+class Dense(nn.Module):
+    """sentence-transformers' Dense module: activation(linear(x)), plus x (or a projection of it)
+    when it was trained with a residual connection."""
+
+    def __init__(self, linear: nn.Linear, activation: nn.Module, residual: nn.Module | None):
+        super().__init__()
+        self.linear, self.activation, self.residual = linear, activation, residual
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, in) -> (B, out)
+        out = self.activation(self.linear(x))
+        return out if self.residual is None else out + self.residual(x)
+
+
+class Normalize(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.normalize(x, dim=-1)
+
+
+def _activation(name: object, where: Path) -> nn.Module:
+    """A torch.nn activation module named by its import path, as Dense's config.json gives it."""
+    module, _, attribute = str(name).rpartition(".")
+    found = None
+    if str(name).startswith("torch.nn."):
+        try:
+            found = getattr(importlib.import_module(module), attribute, None)
+        except ImportError:
+            found = None
+    if not (isinstance(found, type) and issubclass(found, nn.Module)):
+        raise BertkitError(f"{where}: activation_function {name!r} is not a torch.nn module bertkit can make")
+    return found()
+
+
+def _dense(folder: Path) -> Dense:
+    from ..interop.hf import read_weights
+
+    path = folder / "config.json"
+    if not path.is_file():
+        raise BertkitError(f"{path} is missing (the Dense module's settings)")
+    config = read_json(path)
+    n_in, n_out = (positive_int(config, key, path) for key in ("in_features", "out_features"))
+    if n_in is None or n_out is None:
+        raise BertkitError(f"{path}: in_features and out_features are both needed")
+    linear = nn.Linear(n_in, n_out, bias=config.get("bias", True) is not False)
+    residual = None
+    if config.get("use_residual") is True:
+        residual = nn.Identity() if n_in == n_out else nn.Linear(n_in, n_out, bias=False)
+    dense = Dense(linear, _activation(config.get("activation_function", "torch.nn.modules.activation.Tanh"), path),
+                  residual)
+    state, weights = read_weights(folder)
+    expected = dense.state_dict()
+    if set(state) != set(expected):
+        raise BertkitError(f"{weights}: holds {', '.join(sorted(state)) or 'nothing'}; the Dense module of {path} "
+                           f"needs {', '.join(sorted(expected))}")
+    for key, tensor in state.items():
+        if tensor.shape != expected[key].shape:
+            raise BertkitError(f"{weights}: {key} has shape {tuple(tensor.shape)}, expected {tuple(expected[key].shape)}")
+    dense.load_state_dict({k: v.float() for k, v in state.items()})
+    return dense.eval()
+
+
+def saved_modules(directory: Path) -> nn.Sequential:
+    """What sentence-transformers runs after pooling, in modules.json's order: Dense layers
+    (read with their weights) and Normalize. Any other module would give a vector bertkit cannot
+    reproduce, so it is an error rather than a silently different embedding."""
+    path = directory / ST_MODULES
+    modules = read_json(path, list) if path.is_file() else []
+    after = []
+    for entry in modules:
+        kind = str(entry.get("type", "")).rpartition(".")[2] if isinstance(entry, dict) else repr(entry)
+        if kind not in ST_RUN:
+            raise BertkitError(f"{path}: module {kind!r} is not one bertkit runs ({', '.join(ST_RUN)})")
+        if kind == "Dense":
+            after.append(_dense(directory / str(entry.get("path", ""))))
+        elif kind == "Normalize":
+            after.append(Normalize())
+    return nn.Sequential(*after)
+
+
+def saved_lowercase(directory: Path) -> bool:
+    """sentence-transformers lowercases texts before its tokenizer when do_lower_case is set."""
+    path = directory / ST_CONFIG
+    return path.is_file() and read_json(path).get("do_lower_case") is True
+
+
 def prepared(source, tokenizer=None, max_length: int | None = None, pooling: str | None = None):
-    """(model, max_length, pooling) checked for embedding: `source` a Model or a directory (or hub
-    id); a length or pooling not given comes from the directory (saved_max_length,
-    saved_pooling), else the model's maximum and mean pooling."""
+    """(model, max_length, pooling, lowercase, after) checked for embedding: `source` a Model or a
+    directory (or hub id); a length or pooling not given comes from the directory
+    (saved_max_length, saved_pooling), else the model's maximum and mean pooling. A directory's
+    sentence-transformers files also give `lowercase` (its do_lower_case) and `after`, the
+    modules to run on the pooled vectors (saved_modules)."""
     from ..interop.hf import resolve
     from ..model import Model
     from .finetune import load_model
@@ -88,7 +177,10 @@ def prepared(source, tokenizer=None, max_length: int | None = None, pooling: str
         pooling = (saved_pooling(directory) if directory is not None else None) or "mean"
     if pooling not in POOLING:
         raise BertkitError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLING)}")
-    return model, max_length, pooling
+    if directory is None:
+        return model, max_length, pooling, False, nn.Sequential()
+    device = next(model.parameters()).device
+    return model, max_length, pooling, saved_lowercase(directory), saved_modules(directory).to(device)
 
 
 def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None = None,
@@ -103,14 +195,16 @@ def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None 
     if batch_size < 1:
         raise BertkitError(f"batch size must be at least 1, got {batch_size}")
     check_texts(texts)
-    model, max_length, pooling = prepared(model, tokenizer, max_length, pooling)
-    return _embed(model, texts, batch_size, max_length, normalize, progress, pooling, bf16)
+    model, max_length, pooling, lowercase, after = prepared(model, tokenizer, max_length, pooling)
+    return _embed(model, texts, batch_size, max_length, normalize, progress, pooling, bf16, lowercase, after)
 
 
 @torch.no_grad()
 def _embed(model, texts: list[str], batch_size: int, max_length: int, normalize: bool, progress: bool,
-           pooling: str, bf16: bool) -> torch.Tensor:
+           pooling: str, bf16: bool, lowercase: bool = False, after: nn.Module = nn.Sequential()) -> torch.Tensor:
     model.eval()
+    if lowercase:
+        texts = [t.lower() for t in texts]
     device = next(model.parameters()).device  # the tokenizer gives CPU tensors
     specials = model.tokenizer.frame.specials(pair=False)
     lengths = [len(ids) + specials for ids in model.tokenizer.encode_plain(texts)]
@@ -125,8 +219,9 @@ def _embed(model, texts: list[str], batch_size: int, max_length: int, normalize:
                 # the encoder alone: a head's work (an MLM head's vocabulary projection of every
                 # token) would be thrown away, and a multiple-choice head wants (B, C, T) inputs
                 hidden = model.backbone(ids, mask, types).last_hidden_state.float()
-            chunks.append((mean_pool(hidden, mask) if pooling == "mean" else hidden[:, 0]).cpu())
-    vectors = torch.cat(chunks) if chunks else torch.zeros(0, model.config.hidden_size)
+            chunks.append(after(mean_pool(hidden, mask) if pooling == "mean" else hidden[:, 0]).cpu())
+    width = after(torch.zeros(1, model.config.hidden_size, device=device)).shape[-1]
+    vectors = torch.cat(chunks) if chunks else torch.zeros(0, width)
     result = torch.empty_like(vectors)
     result[torch.tensor([i for batch_of in batches for i in batch_of], dtype=torch.long)] = vectors
     return F.normalize(result, dim=-1) if normalize else result
@@ -146,9 +241,10 @@ def search(model, queries: list[str], corpus: list[str], top_k: int = 5, batch_s
         raise BertkitError("the corpus to search is empty")
     if batch_size < 1:
         raise BertkitError(f"batch size must be at least 1, got {batch_size}")
-    model, max_length, pooling = prepared(model, tokenizer, max_length, pooling)  # loaded once for both
+    model, max_length, pooling, lowercase, after = prepared(model, tokenizer, max_length, pooling)  # loaded once
     options = {"progress": False, "bf16": False, **embedding, "normalize": True}  # cosine = dot of unit vectors
-    q, c = (_embed(model, texts, batch_size, max_length, pooling=pooling, **options) for texts in (queries, corpus))
+    q, c = (_embed(model, texts, batch_size, max_length, pooling=pooling, lowercase=lowercase, after=after, **options)
+            for texts in (queries, corpus))
     best = (q @ c.T).topk(min(top_k, len(corpus)), dim=1)
     return [[{"index": i, "text": corpus[i], "score": round(v, 6)} for v, i in zip(vs, ix)]
             for vs, ix in zip(best.values.tolist(), best.indices.tolist())]
