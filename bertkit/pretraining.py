@@ -38,6 +38,7 @@ JOB_FILE = "job.json"  # the run's settings, at the root of OUT: what --resume c
 # What a resumed run may change: where and how fast it runs, how long it goes on, what it keeps.
 # Anything else (data, batch, model, optimizer, seed) would make it another run than the one saved.
 RESUMABLE = ("device", "precision")  # (job.json holds neither `out` nor `resume`)
+PLACES = ("corpus", "eval_corpus", "tokenizer", "teacher")  # settings that may name a local file or folder
 RESUMABLE_TRAIN = ("steps", "time_budget", "progress", "save_every", "keep", "eval_every", "compile",
                    "activation_checkpointing", "skip_nonfinite", "bf16")
 
@@ -95,8 +96,10 @@ class PretrainJob:
                 raise BertkitError("the NumPy backend computes in float32; bf16 needs --backend torch")
 
     def record(self) -> dict:
-        """The job as JSON values, as written to OUT/job.json."""
-        return json.loads(json.dumps({k: v for k, v in asdict(self).items() if k not in ("resume", "out")}))
+        """The job as JSON values, as written to OUT/job.json. A local file or folder is recorded
+        by its absolute path: the same corpus named from another folder is the same corpus."""
+        values = {k: located(v) if k in PLACES else v for k, v in asdict(self).items() if k not in ("resume", "out")}
+        return json.loads(json.dumps(values))
 
     @property
     def out_dir(self) -> Path:
@@ -126,6 +129,15 @@ class PretrainJob:
 
 
 # ---- pieces ---------------------------------------------------------------------------------
+def located(value: str | None) -> str | None:
+    """The absolute path of `value` if it names an existing local file or folder; else `value`
+    (a built-in corpus, a preset, a hub id)."""
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    return str(path.resolve()) if path.exists() else value
+
+
 def say(*parts) -> None:
     """Progress lines for people, on stderr (stdout stays for results), from one process only."""
     if int(os.environ.get("RANK", "0")) == 0:
@@ -336,7 +348,7 @@ def _check_unchanged(job: PretrainJob, out: Path, settings) -> None:
         before_settings = before.settings()
     except (BertkitError, TypeError) as e:
         raise BertkitError(f"{out / JOB_FILE}: not a job this bertkit reads ({e})") from None
-    now, then = job.record(), before.record()
+    now, then = job.record(), before.record()  # (an older job.json's relative paths: from here)
     changed = [f"{k} {then.get(k)!r} -> {now.get(k)!r}" for k in now
                if k not in ("train", *RESUMABLE) and now.get(k) != then.get(k)]
     changed += [f"{f.name} {getattr(before_settings, f.name)!r} -> {getattr(settings, f.name)!r}"

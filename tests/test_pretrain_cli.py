@@ -247,7 +247,7 @@ def test_disk_full_while_saving_keeps_the_previous_checkpoint(corpus, tmp_path, 
     assert json.loads((out / "metrics.json").read_text())["step"] == 6
 
 
-def test_a_resumed_run_keeps_its_settings_and_must_have_steps_left(corpus, tmp_path, capsys):
+def test_a_resumed_run_keeps_its_settings_and_must_have_steps_left(corpus, tmp_path, capsys, monkeypatch):
     out = str(tmp_path / "run")
     assert pretrain("--corpus", str(corpus), "--out", out, "--steps", "4", "--save-every", "2", *TINY, *FAST) == 0
     capsys.readouterr()
@@ -261,6 +261,9 @@ def test_a_resumed_run_keeps_its_settings_and_must_have_steps_left(corpus, tmp_p
     assert pretrain("--out", out, "--resume", "--steps", "6") == 0
     assert "steps 4 -> 6: the learning-rate schedule stretches" in capsys.readouterr().err
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["step"] == 6
+    monkeypatch.chdir(corpus.parent)  # the same corpus, named from its own folder, is the same corpus
+    assert pretrain("--corpus", corpus.name, "--out", out, "--resume", "--steps", "8") == 0
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["step"] == 8
 
 
 @pytest.mark.parametrize("config, words", [
