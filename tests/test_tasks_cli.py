@@ -251,6 +251,11 @@ def test_tagging_and_qa_through_the_command_line(capsys, encoder_dir, tmp_path):
     words.write_text(json.dumps({"tokens": ["a", "b", "c"]}) + "\n")
     code, printed, _ = run(capsys, "predict", "tag", "--model", out, "--input", words)
     assert code == 0 and json_lines(printed)[0]["tokens"] == ["a", "b", "c"]
+    for line, words_said in (({"tokens": "a b"}, "line 2: 'tokens' must be a list of strings"),
+                             ({"words": ["a"]}, "line 2: the object needs 'text' or 'tokens'")):
+        words.write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps(line) + "\n")
+        code, _, err = run(capsys, "predict", "tag", "--model", out, "--input", words)
+        assert code == 2 and words_said in err and len(err.strip().splitlines()) == 1
 
     questions = review_questions("train", 40)
     squad = {"version": "v1.1", "data": [{"title": "reviews", "paragraphs": [

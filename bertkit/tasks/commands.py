@@ -55,10 +55,10 @@ def _text_lines(source: str) -> list[tuple[int, str]]:
 LIST_FIELDS = ("tokens", "choices")  # input fields that are lists of strings; the others are strings
 
 
-def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...]) -> list[dict]:
+def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of: tuple[str, ...] = ()) -> list[dict]:
     """One dict per input: a positional text is {fields[0]: text}; an input line is plain text the
     same way, or a JSON object whose keys among `fields` are kept (those in `required` must be
-    there). A line is taken for JSON when it opens an object with a key (`{"`): plain text may
+    there, and at least one of `any_of`). A line is taken for JSON when it opens an object with a key (`{"`): plain text may
     start with a brace. Bad lines are one error naming the file and line."""
     if args.text and args.input:
         raise BertkitError("give texts as arguments or with --input, not both")
@@ -78,6 +78,8 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...]) -> lis
             if missing:
                 raise BertkitError(f"{where}: the object needs {' and '.join(repr(f) for f in missing)}")
             kept = {f: row[f] for f in fields if row.get(f) is not None}
+            if any_of and not any(f in kept for f in any_of):
+                raise BertkitError(f"{where}: the object needs {' or '.join(repr(f) for f in any_of)}")
             for field, value in kept.items():  # else a wrong type fails deep in the tokenizer, or is read
                 listed = field in LIST_FIELDS
                 if not (isinstance(value, list) and all(isinstance(v, str) for v in value) if listed
@@ -194,17 +196,8 @@ def cmd_classify(args) -> None:
 def cmd_tag(args) -> None:
     from .finetune import tag
 
-    records = read_inputs(args, ("text", "tokens"), ())
-    inputs = []
-    for r in records:
-        if "tokens" in r:
-            if not isinstance(r["tokens"], list) or not all(isinstance(t, str) for t in r["tokens"]):
-                raise BertkitError('"tokens" must be a list of strings')
-            inputs.append(r["tokens"])
-        elif "text" in r:
-            inputs.append(r["text"])
-        else:
-            raise BertkitError('a JSON input line for tag needs "text" or "tokens"')
+    # (read_inputs has checked that tokens are lists of strings, and texts strings)
+    inputs = [r.get("tokens", r.get("text")) for r in read_inputs(args, ("text", "tokens"), (), ("text", "tokens"))]
     _write_lines(tag(args.model, inputs, **_common(args, len(inputs))))
 
 
