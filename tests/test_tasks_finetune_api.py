@@ -205,7 +205,7 @@ def test_regression_and_pair_inputs_run_through_finetune(tokenizer, sentiment, t
 
 @pytest.mark.parametrize("problem_type", ["multi_label_classification", "regression"])
 def test_a_multi_label_or_multi_output_regression_checkpoint_predicts_as_transformers_reads_it(
-        problem_type, tokenizer, tmp_path):
+        problem_type, tokenizer, tmp_path, monkeypatch):
     """transformers' problem_type says how a classifier's outputs are read: a sigmoid per label
     (several labels may hold) or real values. classify follows it, checked against transformers'
     logits; evaluating several regression outputs against one number per row is refused."""
@@ -223,6 +223,9 @@ def test_a_multi_label_or_multi_output_regression_checkpoint_predicts_as_transfo
     if problem_type == "regression":
         got = torch.tensor([list(p["values"].values()) for p in predictions])
         torch.testing.assert_close(got, logits, atol=1e-5, rtol=1e-4)
+        from bertkit.tasks.classification import Regression
+
+        monkeypatch.setattr(Regression, "predict", lambda *a, **k: pytest.fail("predicted before refusing"))
         with pytest.raises(BertkitError, match="has 3 outputs; bertkit scores one number per example"):
             evaluate(tmp_path, None, [type(load_examples("regression", "rotten-tomatoes", "dev")[0])("a", None, 1.0)])
         return

@@ -214,6 +214,10 @@ class Task:
         over the batches."""
         raise NotImplementedError
 
+    def check_gold(self, examples, labels: tuple[str, ...], source: str) -> None:
+        """Refuse evaluation data a model with these labels cannot be scored on (a label it does
+        not know, a missing answer), before any time goes into predicting."""
+
     def score(self, examples, predictions: list[dict], labels: tuple[str, ...]) -> dict[str, float]:
         raise NotImplementedError
 

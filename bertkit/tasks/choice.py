@@ -138,8 +138,11 @@ class MultipleChoice(Task):
                             "scores": [float(p) for p in probs]})
         return results
 
+    def check_gold(self, examples, labels, source):
+        if any(e.label is None for e in examples):
+            raise BertkitError(f"{source}: every example needs the index of the right choice")
+
     def score(self, examples, predictions, labels):
+        self.check_gold(examples, labels, "evaluation data")
         gold = [e.label for e in examples]
-        if any(g is None for g in gold):
-            raise BertkitError("evaluation data: every example needs the index of the right choice")
         return {"accuracy": float(np.mean([p["choice"] == g for p, g in zip(predictions, gold)]))}

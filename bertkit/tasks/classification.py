@@ -115,6 +115,9 @@ class SequenceClassification(Task):
                 r["labels"] = [n for n, v in zip(labels, p) if v > 0.5]
         return results
 
+    def check_gold(self, examples, labels, source):
+        self.targets(examples, labels, source)
+
     def score(self, examples, predictions, labels):
         gold = self.targets(examples, labels, "evaluation data")
         index = {name: i for i, name in enumerate(labels)}
@@ -143,8 +146,12 @@ class Regression(SequenceClassification):
             return [{"values": {n: float(v) for n, v in zip(labels, row)}} for row in logits]
         return [{"value": float(v)} for v in logits[:, 0]]
 
-    def score(self, examples, predictions, labels):
+    def check_gold(self, examples, labels, source):
         if len(labels) > 1:
             raise BertkitError(f"this regression model has {len(labels)} outputs; bertkit scores one number per "
                                "example (predict gives all of them)")
+        self.targets(examples, labels, source)
+
+    def score(self, examples, predictions, labels):
+        self.check_gold(examples, labels, "evaluation data")
         return regression_scores(self.targets(examples, labels, "evaluation data"), [p["value"] for p in predictions])

@@ -38,7 +38,7 @@ from ..data.corpora import DataWarning
 from ..data.tokenizer import Tokenizer, check_vocab_fits, load_tokenizer
 from ..errors import BertkitError
 from ..files import positive_int, read_json
-from .base import TrainBatches, check_texts, check_truncation, label_index, model_max_length
+from .base import TrainBatches, check_texts, check_truncation, model_max_length
 from .choice import MultipleChoice
 from .classification import Regression, SequenceClassification
 from .qa import Decoding, QuestionAnswering, Windowing
@@ -266,10 +266,7 @@ def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneS
     job = make_task(task, settings, bool(null_answers))
     torch.manual_seed(settings.seed)  # a new head's initial weights
     model, labels = model_for(job, model, job.labels_of(train_examples), tokenizer)
-    if task == "token-classification":
-        label_index(labels, [t for s in eval_examples for t in s.tags], str(eval))
-    elif task == "classification":
-        label_index(labels, [e.label for e in eval_examples], str(eval))
+    job.check_gold(eval_examples, labels, str(eval))  # before minutes of training
     max_length = model_max_length(model, settings.max_length, DEFAULT_LENGTH[task])
     features = job.features(train_examples, model.tokenizer, labels, max_length, str(train))
     batches = TrainBatches(features, settings.batch_size, model.tokenizer.pad_token_id, settings.seed, collate=job.collate)
@@ -341,10 +338,7 @@ def evaluate(model, task: str | None, data, split: str = "test", tokenizer=None,
     has_null = name == "qa" and any(e.is_impossible for e in examples)
     model, name, job, settings, length = _prepared(model, name, tokenizer, overrides, has_null)
     source = str(data) if isinstance(data, (str, Path)) else "evaluation data"
-    if name == "classification":  # before minutes of prediction, as finetune checks before training
-        label_index(model.config.labels, [e.label for e in examples], source)
-    elif name == "token-classification":
-        label_index(model.config.labels, [t for e in examples for t in e.tags], source)
+    job.check_gold(examples, model.config.labels, source)  # before minutes of prediction
     predictions = job.predict(model, examples, settings.eval_batch_size, length, settings.bf16,
                               progress=settings.progress)
     return {**job.score(examples, predictions, model.config.labels), "eval_examples": len(examples)}

@@ -141,6 +141,9 @@ class TokenClassification(Task):
                               "scores": [round(float(p[k]), 6) if f >= 0 else None for k, p, f in zip(best, probs, first)]}
         return results
 
+    def check_gold(self, sentences, labels, source):
+        label_index(labels, [t for s in sentences for t in s.tags], source)
+
     def score(self, sentences, predictions, labels):
-        label_index(labels, [t for s in sentences for t in s.tags], "evaluation data")
+        self.check_gold(sentences, labels, "evaluation data")
         return tagging_scores([list(s.tags) for s in sentences], [p["tags"] for p in predictions], is_bio(labels))
