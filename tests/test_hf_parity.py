@@ -598,6 +598,23 @@ def test_multiple_choice_refuses_inputs_without_a_choice_axis_and_deberta_v1():
                       head="multiple-choice")
 
 
+def test_electras_multiple_choice_dropouts_are_the_files(tmp_path):
+    """The sequence summary's dropout before and after its dense layer are its own settings
+    (summary_first_dropout, summary_last_dropout), not the hidden dropout; they are saved back."""
+    config = transformers.ElectraConfig(**BASE, summary_first_dropout=0.3, summary_last_dropout=0.2,
+                                        hidden_dropout_prob=0.05)
+    theirs = transformers.ElectraForMultipleChoice(config)
+    theirs.save_pretrained(tmp_path / "in")
+    ours = bertkit.from_pretrained(tmp_path / "in")
+    summary = theirs.sequence_summary
+    assert (ours.head.input_dropout.p, ours.head.dropout.p) == (summary.first_dropout.p, summary.last_dropout.p)
+    ours.save_pretrained(tmp_path / "out")
+    back = transformers.ElectraForMultipleChoice.from_pretrained(tmp_path / "out").sequence_summary
+    assert (back.first_dropout.p, back.last_dropout.p) == (0.3, 0.2)
+    assert transformers.ElectraForMultipleChoice(transformers.ElectraConfig(**BASE)).sequence_summary.last_dropout.p == \
+        bertkit.build(bertkit.PRESETS["electra-small"].config, head="multiple-choice").head.dropout.p  # the defaults
+
+
 @pytest.mark.parametrize("family, variant", [(f, next(iter(v[2]))) for f, v in FAMILIES.items()])
 def test_inputs_embeds_give_transformers_outputs_and_input_gradients(family, variant, tmp_path):
     """Word vectors passed in place of ids (inputs_embeds): the same outputs as transformers given

@@ -218,7 +218,8 @@ def electra_config_in(hf: dict) -> dict:
 ELECTRA = HFFamily(
     model_type="electra", class_prefix="Electra", encoder_prefix="electra.",
     config_keys={**BERT_KEYS, "embedding_size": "embedding_size", "summary_type": "summary_type",
-                 "summary_use_proj": "summary_dense", "summary_activation": "summary_act"},
+                 "summary_use_proj": "summary_dense", "summary_activation": "summary_act",
+                 "summary_first_dropout": "summary_first_dropout", "summary_last_dropout": "summary_last_dropout"},
     defaults={"embedding_size": 128, "hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 1024},
     encoder=BERT_EMBEDDINGS + [("embeddings_project.{p}", "projection.{p}")] + BERT_LAYERS,
     heads={None: [],

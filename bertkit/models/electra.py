@@ -31,10 +31,13 @@ class ElectraConfig(EncoderConfig):
     embedding_size: int = 128
     # The multiple-choice head's "sequence summary": of the first token (transformers also
     # offers the last position and the mean of all, padding included, which bertkit refuses),
-    # through a dense layer or none, and an activation ("linear": none).
+    # through a dense layer or none, and an activation ("linear": none), with dropout before and
+    # after (transformers' summary_first_dropout / summary_last_dropout).
     summary_type: str = "first"
     summary_dense: bool = True
     summary_act: str = "gelu"
+    summary_first_dropout: float = 0.0
+    summary_last_dropout: float = 0.1
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -42,6 +45,9 @@ class ElectraConfig(EncoderConfig):
             raise BertkitError(f"config: embedding_size must be positive, got {self.embedding_size}")
         if self.summary_act not in ACTIVATIONS:
             raise BertkitError(f"config: unknown summary_act {self.summary_act!r}; known: {', '.join(ACTIVATIONS)}")
+        for name in ("summary_first_dropout", "summary_last_dropout"):
+            if not 0 <= getattr(self, name) < 1:
+                raise BertkitError(f"config: {name} must be in [0, 1), got {getattr(self, name)}")
 
 
 class ReplacedTokenHead(Head):
@@ -81,8 +87,8 @@ def build_head(kind, config, backbone):
         if config.summary_type != "first":
             raise BertkitError(f"config: summary_type {config.summary_type!r} is not supported; the multiple-choice "
                                "head reads the first token ('first'), not positions that may be padding")
-        return FirstTokenHead(config, act=config.summary_act, input_dropout=0.0, hidden_dropout=p, outputs=1,
-                              dense=config.summary_dense)
+        return FirstTokenHead(config, act=config.summary_act, input_dropout=config.summary_first_dropout,
+                              hidden_dropout=config.summary_last_dropout, outputs=1, dense=config.summary_dense)
     return standard_head(kind, config, word)
 
 
