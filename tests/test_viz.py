@@ -282,6 +282,8 @@ def test_training_curves_from_run_directories(tmp_path):
 
 def test_compare_counts_exactly_and_measures(tmp_path):
     rows = compare(["mini-bert", "electra-small"], batch_size=1, length=16, repeats=1)
+    assert [r.length for r in rows] == [16, 16]
+    assert compare(["mini-bert"], batch_size=1, length=100, repeats=1)[0].length == 64  # its position table's size
     for row in rows:
         with torch.device("meta"):
             assert row.parameters == bertkit.build(row.preset).num_parameters()

@@ -206,6 +206,7 @@ def cmd_compare(args) -> None:
     _wrote([plot_comparison(rows, out / "compare.png", subtitle), write_json(rows, out / "compare.json", settings)])
     for r in rows:
         speed = "" if r.tokens_per_second is None else f"  {r.tokens_per_second:10,.0f} tokens/s"
+        speed += f" (at {r.length} tokens)" if r.length is not None and r.length < args.length else ""
         memory = "" if r.forward_mib is None else f"  forward {r.forward_mib:6.1f} MiB"
         print(f"{r.preset:18s} {r.parameters:13,d} parameters{speed}{memory}")
 

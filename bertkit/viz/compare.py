@@ -29,6 +29,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import matplotlib.ticker
 import torch
 
 from ..errors import BertkitError
@@ -50,6 +51,7 @@ class Row:
     embedding_parameters: int
     weights_mib: float
     tokens_per_second: float | None = None
+    length: int | None = None  # tokens per sequence timed: the asked length, cut to the model's maximum
     forward_mib: float | None = None  # working memory of one forward pass, None where not measured
 
 
@@ -123,6 +125,7 @@ def measure(row: Row, batch_size: int, length: int, repeats: int, device: str = 
         forward()
         times.append(time.perf_counter() - start)
     row.tokens_per_second = batch_size * T / statistics.median(times)
+    row.length = T
     if cuda:
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
@@ -194,11 +197,15 @@ def plot_comparison(rows: list[Row], path: Path, subtitle: str = "") -> Path:
         ax = axes[1]
         speed = [r.tokens_per_second or 0 for r in rows]
         ax.barh(y, speed, color="#31a354")
-        for i, s in enumerate(speed):
-            ax.text(s, i, f" {s:,.0f}", va="center", fontsize=7.5)
+        cut = {r.length for r in rows} != {max(r.length or 0 for r in rows)}  # some timed shorter
+        for i, (s, r) in enumerate(zip(speed, rows)):
+            ax.text(s, i, f" {s:,.0f}" + (f" (T={r.length})" if cut else ""), va="center", fontsize=7.5)
         ax.set_title("inference speed (tokens / s, log scale)", fontsize=10)
         ax.set_xscale("log")  # a Mini-BERT is ~50x a base model: a linear axis would hide the rest
         ax.set_xlim(min(s for s in speed if s > 0) / 2, max(speed) * 4)
+        # the values are written on the bars; over one or two decades matplotlib would also
+        # label the minor ticks (2x10^4, 3x10^4, ...), and those labels run into each other
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax = axes[2]
         weights = [r.weights_mib for r in rows]
         work = [r.forward_mib or 0 for r in rows]
