@@ -104,7 +104,11 @@ def answer_tokens(offsets: np.ndarray, start: int, end: int) -> tuple[int, int]:
 
 
 class SpanObjective(Objective):
-    """Mean of the start and end cross-entropies over the (B, T) logits (BERT sec. 4.2)."""
+    """Mean of the start and end cross-entropies over the (B, T) logits (BERT sec. 4.2), the
+    softmax taken over each row's real tokens. (transformers' takes it over the padding too, whose
+    logits are whatever pad tokens compute, so its loss changes with how much a batch is padded;
+    with no padding the two are equal.) Padding scores -inf, so it is the same on the packed and the
+    padded path."""
 
     def __init__(self, model):
         super().__init__()
@@ -117,7 +121,9 @@ class SpanObjective(Objective):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> Step:
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        start, end = out.start_logits.float(), out.end_logits.float()  # (B, T) each
+        pad = ~batch["attention_mask"].bool()                           # (B, T)
+        start = out.start_logits.float().masked_fill(pad, float("-inf"))  # (B, T)
+        end = out.end_logits.float().masked_fill(pad, float("-inf"))      # (B, T)
         loss = (F.cross_entropy(start, batch["start_positions"]) + F.cross_entropy(end, batch["end_positions"])) / 2
         exact = ((start.argmax(-1) == batch["start_positions"]) & (end.argmax(-1) == batch["end_positions"])).float()
         return Step(loss, {"loss": loss.detach(), "span_accuracy": exact.mean()})
