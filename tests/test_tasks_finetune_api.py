@@ -74,6 +74,61 @@ def test_each_task_head_and_objective_shapes(tokenizer):
         SpanObjective(cls)
 
 
+def reference_pair(cls_name, tmp_path, **config):
+    """A tiny transformers BERT with head `cls_name` and no dropout, and bertkit's load of it."""
+    import transformers
+
+    torch.manual_seed(0)
+    theirs = getattr(transformers, cls_name)(transformers.BertConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **config)).train()
+    theirs.save_pretrained(tmp_path)
+    return theirs, bertkit.from_pretrained(tmp_path).train()
+
+
+def padded_batch(lengths=(10, 7, 4)):
+    g = torch.Generator().manual_seed(3)
+    T = max(lengths)
+    mask = (torch.arange(T)[None] < torch.tensor(lengths)[:, None]).long()
+    ids = torch.randint(3, 99, (len(lengths), T), generator=g).masked_fill(mask == 0, 0)
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+
+
+@pytest.mark.parametrize("problem_type, label", [
+    ("single_label_classification", torch.tensor([2, 0, 1])),
+    ("multi_label_classification", torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0], [0.0, 1.0, 0.0]])),
+    ("regression", torch.tensor([[0.5, -1.0, 2.0], [0.0, 0.1, 0.2], [3.0, 1.0, -2.0]])),
+    (None, torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0], [0.0, 0.0, 0.0]])),  # float targets: multi-label
+])
+def test_the_classification_loss_follows_problem_type_as_transformers(problem_type, label, tmp_path):
+    theirs, ours = reference_pair("BertForSequenceClassification", tmp_path, num_labels=3, problem_type=problem_type)
+    batch = padded_batch()
+    expected = theirs(**batch, labels=label).loss
+    got = ClassificationObjective(ours)({**batch, "label": label}).loss
+    assert got.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_the_span_loss_leaves_padding_out_on_either_path(tmp_path):
+    """transformers' QA softmax also runs over pad positions; bertkit's covers the real tokens
+    only, so it is transformers' cross-entropy with the pads' logits removed, and the same on the
+    packed and the padded path. With no padding it is transformers' loss itself."""
+    theirs, ours = reference_pair("BertForQuestionAnswering", tmp_path)
+    batch = padded_batch()
+    starts, ends = torch.tensor([1, 2, 0]), torch.tensor([3, 6, 2])
+    out = theirs(**batch)
+    pad = batch["attention_mask"] == 0
+    expected = sum(torch.nn.functional.cross_entropy(logits.masked_fill(pad, float("-inf")), gold)
+                   for logits, gold in ((out.start_logits, starts), (out.end_logits, ends))) / 2
+    for unpad in (True, False):
+        ours.backbone.unpad = unpad
+        got = SpanObjective(ours)({**batch, "start_positions": starts, "end_positions": ends}).loss
+        assert got.item() == pytest.approx(expected.item(), rel=1e-5), unpad
+    full = {k: v[:1] for k, v in batch.items()}  # the one row without padding
+    expected = theirs(**full, start_positions=starts[:1], end_positions=ends[:1]).loss
+    got = SpanObjective(ours)({**full, "start_positions": starts[:1], "end_positions": ends[:1]}).loss
+    assert got.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
 # ---- the Trainer hook -------------------------------------------------------------------------
 def test_on_eval_hook_adds_scores_to_the_log_and_stops_training(tokenizer, tmp_path):
     model = tiny("classification", tokenizer)

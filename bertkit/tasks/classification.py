@@ -38,26 +38,39 @@ def encode_texts(examples: list[TextExample], tokenizer, max_length: int,
 
 
 class ClassificationObjective(Objective):
-    """Cross-entropy of the (B, C) logits against (B,) class indices; or, for a one-output model
-    (regression), the mean squared error of the (B,) scores."""
+    """The loss the model's problem_type names, as transformers computes it from the (B, C)
+    logits: cross-entropy against (B,) class indices (single-label); binary cross-entropy of each
+    label against (B, C) 0/1 targets (multi-label; (B,) indices are one label each); the mean
+    squared error against (B,) or (B, C) values (regression). Without a problem_type, one output
+    is regression, float targets multi-label and indices single-label, as in transformers."""
 
     def __init__(self, model):
         super().__init__()
         if model.head_kind != "classification":
             raise BertkitError(f"sequence classification needs a classification head, not {model.head_kind!r}")
         self.model = model
-        self.regression = model.config.num_labels == 1
+        c = model.config
+        self.problem_type = c.problem_type or ("regression" if c.num_labels == 1 else None)
 
     def models(self):
         return {"": self.model}
 
     def forward(self, batch: dict[str, torch.Tensor]) -> Step:
         logits = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()
-        if self.regression:
-            loss = F.mse_loss(logits.squeeze(-1), batch["label"].float())  # (B,) vs (B,)
+        target = batch["label"]
+        kind = self.problem_type or ("multi_label_classification" if target.is_floating_point()
+                                     else "single_label_classification")
+        if kind == "regression":
+            loss = F.mse_loss(logits.squeeze(-1) if logits.shape[-1] == 1 else logits, target.float())  # (B[, C])
             return Step(loss, {"loss": loss.detach()})
-        loss = F.cross_entropy(logits, batch["label"])  # (B, C) vs (B,)
-        accuracy = (logits.argmax(-1) == batch["label"]).float().mean()
+        if kind == "multi_label_classification":
+            if target.ndim == 1:
+                target = F.one_hot(target.long(), logits.shape[-1])  # (B,) -> (B, C)
+            loss = F.binary_cross_entropy_with_logits(logits, target.float())  # (B, C) vs (B, C)
+            exact = ((logits > 0) == target.bool()).all(-1).float().mean()  # every label right
+            return Step(loss, {"loss": loss.detach(), "accuracy": exact})
+        loss = F.cross_entropy(logits, target)  # (B, C) vs (B,)
+        accuracy = (logits.argmax(-1) == target).float().mean()
         return Step(loss, {"loss": loss.detach(), "accuracy": accuracy})
 
 
