@@ -47,7 +47,7 @@ class Model(nn.Module):
         if self.head_kind == "multiple-choice":
             input_ids, attention_mask, token_type_ids, inputs_embeds, choices = _flat_choices(
                 input_ids, attention_mask, token_type_ids, inputs_embeds)
-        shape = input_ids.shape if input_ids is not None else getattr(inputs_embeds, "shape", (None,))[:-1]
+        shape = getattr(input_ids, "shape", None) if input_ids is not None else getattr(inputs_embeds, "shape", (None,))[:-1]
         if masked_positions is not None:
             if self.head is None or not self.head.predicts_tokens:
                 raise BertkitError(f"masked_positions needs a masked-LM head; this model's head is {self.head_kind!r}")

@@ -161,6 +161,7 @@ def test_save_overwrites_cleanly_and_reloads(good):
 
 BAD_INPUTS = {  # (input_ids, token_type_ids) -> words the one-line error must carry
     "one sequence without a batch": (torch.tensor([5, 6, 7]), None, ["(3,)", "ids[None]"]),
+    "a list": ([[5, 6, 7]], None, ["input_ids must be a (batch, length) tensor", "got list"]),
     "three dimensions": (torch.zeros(1, 2, 3, dtype=torch.long), None, ["(1, 2, 3)"]),
     "float ids": (torch.tensor([[5.0, 6.0]]), None, ["int64 or int32", "float32"]),
     "int16 ids": (torch.tensor([[5, 6]], dtype=torch.int16), None, ["int64 or int32", "int16"]),
@@ -184,3 +185,14 @@ def test_forward_refuses_bad_ids_in_one_line(case):
         model(ids, token_type_ids=types)
     message = str(info.value)
     assert "\n" not in message and all(w in message for w in words), message
+
+
+def test_a_model_on_the_meta_device_runs_on_shapes_alone():
+    """The id range check reads values, which meta tensors lack: it is skipped there, as the
+    shape checks are not."""
+    model = bertkit.build("bert-base", head="classification", num_layers=1, hidden_size=32, num_heads=2,
+                          intermediate_size=64).to("meta").eval()
+    ids = torch.zeros(2, 5, dtype=torch.long, device="meta")
+    assert model(ids).logits.shape == (2, 2)
+    with pytest.raises(bertkit.BertkitError, match="ids\\[None\\]"):
+        model(ids[0])

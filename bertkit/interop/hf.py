@@ -441,6 +441,7 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
         head = head_from_architectures(hf, config_path)
     if num_labels is not None and num_labels != config.num_labels:
         config = config.replace(num_labels=num_labels, label_names=())
+        head_from_file = False  # the file's head has other shapes: it starts fresh, with a warning
     state, weights_path = read_weights(directory)
     with parameters_on_meta():
         model = Model(config, head)
