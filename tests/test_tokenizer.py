@@ -1,7 +1,8 @@
 """Tokenizers against transformers: loading every file kind (MiniLM's real vocabulary over a
 battery of hard text; RoBERTa vocab.json + merges.txt, DeBERTa-v3 spm.model and ALBERT
 spiece.model built here),
-training every kind, the special-token frame the data pipeline uses, and bad files."""
+training every kind, the special-token frame the data pipeline uses, bad files, and how the
+transformers class the files name reads a tokenizer.json (DeBERTa v1's layout included)."""
 
 import json
 import shutil
@@ -401,3 +402,198 @@ def test_spiece_added_tokens_decoder_and_bad_ids(albert_spiece, tmp_path):
     bad = _albert_dir(tmp_path / "bad", albert_spiece, added_tokens_decoder={"1005": {"content": "[NEW]"}})
     with pytest.raises(bertkit.BertkitError, match=r"tokenizer_config.json: added_tokens_decoder puts '\[NEW\]' at id 1005"):
         bertkit.load_tokenizer(bad)
+
+
+# ---- the transformers class decides how the files are read --------------------------------------------
+DROP = object()  # a CLASS_CASES change that removes the key
+# name -> (saved tokenizer to start from, tokenizer_config.json changes, config.json model_type, tokenizer.json edit)
+CLASS_CASES = {
+    "bert-cased-config-over-uncased-json": ("wordpiece-uncased", {"do_lower_case": False}, None, None),
+    "bert-strip-accents-false": ("wordpiece-uncased", {"strip_accents": False}, None, None),
+    "bert-no-chinese-split": ("wordpiece-uncased", {"tokenize_chinese_chars": False}, None, None),
+    "bert-uncased-config-over-cased-json": ("wordpiece-cased", {"do_lower_case": True}, None, None),
+    "bert-without-do-lower-case": ("wordpiece-cased", {"do_lower_case": DROP}, None, None),
+    "distilbert-without-do-lower-case": ("wordpiece-cased", {"tokenizer_class": "DistilBertTokenizerFast",
+                                                             "do_lower_case": DROP}, None, None),
+    "electra-model-type-only": ("wordpiece-cased", {"tokenizer_class": DROP, "do_lower_case": DROP}, "electra", None),
+    "generic-class-reads-json-as-is": ("wordpiece-uncased", {"tokenizer_class": "PreTrainedTokenizerFast",
+                                                             "do_lower_case": False}, "bert", None),
+    "modernbert-reads-json-as-is": ("wordpiece-uncased", {"do_lower_case": False}, "modernbert", None),
+    "roberta-add-prefix-space": ("bpe", {"add_prefix_space": True}, None, None),
+    "roberta-model-type-only": ("bpe", {"tokenizer_class": DROP, "add_prefix_space": True}, "roberta", None),
+    "deberta-v2-lowercase": ("unigram-cased", {"do_lower_case": True}, None, None),
+    "deberta-v2-split-by-punct": ("unigram-cased", {"split_by_punct": True}, None, None),
+    "deberta-v2-no-prefix-space": ("unigram-cased", {"add_prefix_space": False}, None, None),
+    "deberta-v2-cased-config-over-uncased-json": ("unigram-uncased", {"do_lower_case": False}, None, None),
+    "deberta-v2-without-do-lower-case": ("unigram-uncased", {"do_lower_case": DROP}, None, None),
+    "deberta-v2-unk-without-zero-score-takes-unk-id": ("unigram-cased", {"unk_id": 2}, None, "scored_unk"),
+    "albert-cased": ("albert", {"do_lower_case": False}, None, None),
+    "albert-keep-accents": ("albert", {"keep_accents": True}, None, None),
+    "albert-no-prefix-space": ("albert", {"add_prefix_space": False}, None, None),
+    "albert-keeps-the-json-post-processor": ("albert", {"do_lower_case": False}, None, "bert_frame"),
+}
+
+
+def _scored_unk(spec):
+    """[UNK] with a score other than 0.0: DebertaV2Tokenizer finds it by (piece, 0.0), so it falls
+    back to tokenizer_config.json's unk_id."""
+    spec["model"]["vocab"] = [[p, -5.0 if p == "[UNK]" else s] for p, s in spec["model"]["vocab"]]
+
+
+def _bert_frame(spec):
+    """A post-processor AlbertTokenizer would not build ([SEP] A; A B): it keeps this one."""
+    sep = spec["post_processor"]["special_tokens"]["[SEP]"]
+    spec["post_processor"] = {
+        "type": "TemplateProcessing", "special_tokens": {"[SEP]": sep},
+        "single": [{"SpecialToken": {"id": "[SEP]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}]}
+
+
+JSON_EDITS = {"scored_unk": _scored_unk, "bert_frame": _bert_frame}
+
+
+@pytest.fixture(scope="module")
+def saved_bases(tmp_path_factory, corpus_texts):
+    """Trained tokenizers saved once with the class transformers uses for them: name -> folder."""
+    bases = {}
+    for name, kind, lowercase, cls in [("wordpiece-uncased", "wordpiece", True, "BertTokenizer"),
+                                       ("wordpiece-cased", "wordpiece", False, "BertTokenizer"),
+                                       ("bpe", "bpe", False, "RobertaTokenizer"),
+                                       ("unigram-cased", "unigram", False, "DebertaV2Tokenizer"),
+                                       ("unigram-uncased", "unigram", True, "DebertaV2Tokenizer")]:
+        tok = train_tokenizer(corpus_texts[:300], TokenizerSettings(kind=kind, vocab_size=800, lowercase=lowercase))
+        bases[name] = tmp_path_factory.mktemp(name)
+        tok.save(bases[name], cls, 128)
+    return bases
+
+
+@pytest.fixture(scope="module")
+def albert_json(tmp_path_factory, albert_spiece):
+    """ALBERT's spiece.model saved as tokenizer.json (its normalizer holds the Precompiled charsmap)."""
+    directory = tmp_path_factory.mktemp("albert-json")
+    bertkit.load_tokenizer(albert_spiece).save(directory, "AlbertTokenizer", 512)
+    return directory
+
+
+def _changed_copy(base, folder, config_changes=None, model_type=None, json_edit=None):
+    """A copy of the saved folder `base` with tokenizer_config.json changed (DROP removes a key), a
+    config.json naming model_type, and tokenizer.json edited in place."""
+    shutil.copytree(base, folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    for key, value in (config_changes or {}).items():
+        if value is DROP:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    if model_type is not None:
+        (folder / "config.json").write_text(json.dumps({"model_type": model_type}))
+    if json_edit is not None:
+        spec = json.loads((folder / "tokenizer.json").read_text())
+        json_edit(spec)
+        (folder / "tokenizer.json").write_text(json.dumps(spec))
+    return folder
+
+
+@pytest.mark.parametrize("case", CLASS_CASES)
+def test_tokenizer_json_is_read_the_way_its_transformers_class_reads_it(case, request, tmp_path):
+    """transformers 5's BertTokenizer, RobertaTokenizer, DebertaV2Tokenizer, AlbertTokenizer (and
+    DistilBERT's, ELECTRA's) keep only tokenizer.json's vocabulary and rebuild the rest from
+    tokenizer_config.json, with the class's defaults where it is silent; the class comes from
+    tokenizer_config.json, else from config.json's model_type. Where the two files disagree, the
+    config wins; TokenizersBackend (PreTrainedTokenizerFast, ModernBERT) reads tokenizer.json as is."""
+    base, changes, model_type, edit = CLASS_CASES[case]
+    base_dir = request.getfixturevalue("albert_json") if base == "albert" else request.getfixturevalue("saved_bases")[base]
+    folder = _changed_copy(base_dir, tmp_path / "case", changes, model_type, JSON_EDITS.get(edit))
+    ours = bertkit.load_tokenizer(folder)
+    reference = transformers.AutoTokenizer.from_pretrained(folder)
+    _assert_same_ids(ours, reference, HARD + SENTENCES + ALBERT_TEXT)  # ALBERT_TEXT: specials inside words
+    assert (ours.mask_token_id, ours.pad_token_id, ours.vocab_size) == (
+        reference.mask_token_id, reference.pad_token_id, len(reference))
+
+
+@pytest.mark.parametrize("config_lists_added_tokens", [False, True])
+def test_rebuilt_tokenizer_json_keeps_its_added_tokens_unless_the_config_lists_them(
+        saved_bases, tmp_path, config_lists_added_tokens):
+    """A rebuilding class registers tokenizer.json's added tokens, flags included (here <mask> that
+    takes the space before it, and a token added after training), only when tokenizer_config.json has
+    no added_tokens_decoder; a config that has one replaces the file's list (transformers'
+    PreTrainedTokenizerBase._from_pretrained), so the extra token is gone."""
+    def edit(spec):
+        for token in spec["added_tokens"]:
+            token["lstrip"] = token["content"] == "<mask>"
+        new_id = max(spec["model"]["vocab"].values()) + 1
+        spec["added_tokens"].append({"id": new_id, "content": "<new>", "single_word": False, "lstrip": False,
+                                     "rstrip": False, "normalized": False, "special": True})
+
+    listed = {str(i): {"content": t, "special": True} for i, t in enumerate(["<s>", "<pad>", "</s>", "<unk>", "<mask>"])}
+    changes = {"add_prefix_space": True, "added_tokens_decoder": listed if config_lists_added_tokens else DROP}
+    folder = _changed_copy(saved_bases["bpe"], tmp_path / "bpe", changes, json_edit=edit)
+    ours = bertkit.load_tokenizer(folder)
+    reference = transformers.AutoTokenizer.from_pretrained(folder)
+    _assert_same_ids(ours, reference, NEW_TOKENS_TEXT + ["a <mask> b <new> c", "x<new>y"] + HARD[:20])
+    assert ours.vocab_size == len(reference) == 800 + (not config_lists_added_tokens)
+
+
+@pytest.mark.parametrize("config_lists_added_tokens", [False, True])
+def test_special_tokens_map_wins_only_without_added_tokens_decoder(saved_bases, tmp_path, config_lists_added_tokens):
+    """transformers reads special_tokens_map.json only when tokenizer_config.json has no
+    added_tokens_decoder, and then its tokens win over the config's; a token tokenizer.json lists
+    keeps the flags it has there (<mask> takes no lstrip from the map)."""
+    listed = {str(i): {"content": t, "special": True} for i, t in enumerate(["<s>", "<pad>", "</s>", "<unk>", "<mask>"])}
+    changes = {"added_tokens_decoder": listed if config_lists_added_tokens else DROP}
+    folder = _changed_copy(saved_bases["bpe"], tmp_path / "bpe", changes)
+    (folder / "special_tokens_map.json").write_text(json.dumps(
+        {"mask_token": {"content": "<mask>", "lstrip": True, "rstrip": False, "normalized": False, "single_word": False},
+         "pad_token": "<unk>"}))
+    ours = bertkit.load_tokenizer(folder)
+    reference = transformers.AutoTokenizer.from_pretrained(folder)
+    _assert_same_ids(ours, reference, NEW_TOKENS_TEXT + ["a <mask> b", "x <mask>"])
+    assert (ours.pad_token_id, ours.mask_token_id) == (reference.pad_token_id, reference.mask_token_id)
+
+
+@pytest.fixture(scope="module")
+def deberta_base_layout(tmp_path_factory, roberta_files):
+    """A folder laid out like microsoft/deberta-base: GPT-2-style vocab.json + merges.txt holding
+    BERT's token names, tokenizer_config.json {"do_lower_case": false, "vocab_type": "gpt2"} and
+    config.json's model_type "deberta"; no file names a special token."""
+    directory = tmp_path_factory.mktemp("deberta")
+    renamed = {"<s>": "[CLS]", "</s>": "[SEP]", "<pad>": "[PAD]", "<unk>": "[UNK]", "<mask>": "[MASK]"}
+    vocab = json.loads((roberta_files / "vocab.json").read_text())
+    (directory / "vocab.json").write_text(json.dumps({renamed.get(t, t): i for t, i in vocab.items()}))
+    shutil.copy(roberta_files / "merges.txt", directory)
+    (directory / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False, "vocab_type": "gpt2"}))
+    (directory / "config.json").write_text(json.dumps({"model_type": "deberta", "vocab_size": len(vocab)}))
+    return directory
+
+
+@pytest.mark.parametrize("source", ["vocab.json", "tokenizer.json"])
+def test_deberta_v1_layout_equals_transformers(deberta_base_layout, tmp_path, source):
+    """DeBERTa v1's DebertaTokenizer: byte-level BPE under [CLS] [SEP] [UNK] [PAD] [MASK] (all in the
+    vocabulary), [CLS] A [SEP] [SEP] B [SEP] with segment ids all 0. From tokenizer.json it rebuilds
+    the post-processor (dropped from the file here) and takes the class's special tokens too."""
+    folder = deberta_base_layout
+    if source == "tokenizer.json":
+        folder = tmp_path / "with-json"
+        transformers.AutoTokenizer.from_pretrained(deberta_base_layout).save_pretrained(folder)
+        spec = json.loads((folder / "tokenizer.json").read_text())
+        spec["post_processor"] = None
+        (folder / "tokenizer.json").write_text(json.dumps(spec))
+        for name in ("tokenizer_config.json", "config.json"):
+            shutil.copy(deberta_base_layout / name, folder)
+        (folder / "special_tokens_map.json").unlink(missing_ok=True)
+    ours = bertkit.load_tokenizer(folder)
+    reference = transformers.AutoTokenizer.from_pretrained(folder)
+    assert type(reference) is transformers.DebertaTokenizer
+    texts = HARD + SENTENCES + ["a [MASK] b", "Hello[MASK]world", "[CLS] [SEP] [PAD] typed by a user"]
+    _assert_same_ids(ours, reference, texts)
+    size = len(json.loads((deberta_base_layout / "vocab.json").read_text()))
+    assert all(max(ours.encode(a, b)) < size for a, b in zip(texts, reversed(texts)))
+    assert (ours.special_tokens["cls_token"], ours.special_tokens["mask_token"]) == ("[CLS]", "[MASK]")
+    assert (ours.mask_token_id, ours.pad_token_id, ours.vocab_size) == (
+        reference.mask_token_id, reference.pad_token_id, len(reference)) and ours.vocab_size == size
+    # the data pipeline frames plain ids the same way
+    a, b = ours.encode_plain(["Hello world", "second part"])
+    ids, types = ours.frame.apply(np.array(a), np.array(b))
+    assert ids.tolist() == reference.encode("Hello world", "second part")
+    assert types.tolist() == reference("Hello world", "second part")["token_type_ids"]

@@ -7,7 +7,9 @@ RoBERTa's vocab.json + merges.txt (byte-level BPE), DeBERTa-v3's spm.model and A
 spiece.model (SentencePiece Unigram models, read by the small protobuf reader in `spm.py`, so
 bertkit needs no sentencepiece).
 Each pipeline is assembled the way `transformers` assembles it from the same files, so the ids
-agree (tests/test_tokenizer.py compares them).
+agree (tests/test_tokenizer.py compares them). That includes which class reads them: most of the
+families' transformers classes keep only the vocabulary of a tokenizer.json and rebuild the rest
+from tokenizer_config.json (`tokenizer_class`, `REBUILDING_CLASSES`), so bertkit does the same.
 
 The data pipeline tokenizes without special tokens (`encode_plain`) and adds them when examples
 are framed (`Frame`), so one token cache serves every example layout of a family.
@@ -33,6 +35,7 @@ BERT_SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]
                  "mask_token": "[MASK]"}
 ROBERTA_SPECIALS = {"bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>", "cls_token": "<s>",
                     "unk_token": "<unk>", "pad_token": "<pad>", "mask_token": "<mask>"}
+# DeBERTa v1's DebertaTokenizer has the same defaults as v2/v3's DebertaV2Tokenizer
 DEBERTA_V3_SPECIALS = {"bos_token": "[CLS]", "eos_token": "[SEP]", "unk_token": "[UNK]", "sep_token": "[SEP]",
                        "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]"}
 ALBERT_SPECIALS = {"bos_token": "[CLS]", "eos_token": "[SEP]", "unk_token": "<unk>", "sep_token": "[SEP]",
@@ -40,6 +43,28 @@ ALBERT_SPECIALS = {"bos_token": "[CLS]", "eos_token": "[SEP]", "unk_token": "<un
 GENERIC_TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # transformers loads its tokenizer.json verbatim
 SPM_CLASSES = {"AlbertTokenizer": "albert", "DebertaV2Tokenizer": "deberta-v3"}  # tokenizer_class -> pipeline
 SPECIAL_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token", "bos_token", "eos_token")
+# tokenizer_config.json's pipeline flags, kept so that `Tokenizer.save` writes them back
+CONFIG_FLAGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "add_prefix_space", "trim_offsets",
+                "split_by_punct", "keep_accents", "remove_space")
+# config.json's model_type -> the class transformers' AutoTokenizer builds when no file names one
+# (TOKENIZER_MAPPING_NAMES in transformers/models/auto/tokenization_auto.py). ModernBERT is also in its
+# MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS: its tokenizer.json is read as is, whatever the files name.
+MODEL_TYPE_TOKENIZERS = {"bert": "BertTokenizer", "distilbert": "BertTokenizer", "electra": "BertTokenizer",
+                         "roberta": "RobertaTokenizer", "albert": "AlbertTokenizer", "deberta": "DebertaTokenizer",
+                         "deberta-v2": "DebertaV2Tokenizer", "modernbert": "TokenizersBackend"}
+# The transformers classes with their own __init__, and the tokenizers model each builds. From a tokenizer.json they
+# take only the vocabulary (BPE's merges too, and the Precompiled charsmap for ALBERT) and rebuild normalizer,
+# pre-tokenizer, decoder and post-processor from tokenizer_config.json, with the class's defaults where it is silent
+# (convert_to_native_format in transformers/tokenization_utils_tokenizers.py). Any other class (TokenizersBackend,
+# PreTrainedTokenizerFast) reads tokenizer.json as is. ElectraTokenizer is v5's alias of BertTokenizer, and
+# DistilBertTokenizer only restates do_lower_case=True.
+REBUILDING_CLASSES = {"BertTokenizer": "WordPiece", "DistilBertTokenizer": "WordPiece", "ElectraTokenizer": "WordPiece",
+                      "RobertaTokenizer": "BPE", "DebertaTokenizer": "BPE",
+                      "DebertaV2Tokenizer": "Unigram", "AlbertTokenizer": "Unigram"}
+# Where [CLS] A [SEP] B [SEP] puts a pair: BERT's segment ids 0 then 1; DeBERTa v1 (DebertaTokenizer) uses
+# RoBERTa's double separator and segment 0 throughout
+BERT_PAIR = "{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1"
+DEBERTA_PAIR = "{cls}:0 $A:0 {sep}:0 {sep}:0 $B:0 {sep}:0"
 METASPACE = "\u2581"  # SentencePiece's word-boundary mark
 BYTE_LEVEL_SPACE = "\u0120"  # "Ġ": GPT-2's byte-level picture of a space
 
@@ -225,8 +250,7 @@ def _albert_flags(backend: _Backend) -> dict[str, bool] | None:
     ours = json.loads(backend.to_str())
     if ours["model"].get("type") != "Unigram":
         return None
-    steps = (ours.get("normalizer") or {}).get("normalizers") or []
-    charsmap = next((base64.b64decode(n["precompiled_charsmap"]) for n in steps if n.get("type") == "Precompiled"), b"")
+    charsmap = _precompiled_charsmap(ours)
     probe = [(ALBERT_SPECIALS["cls_token"], 0.0), (ALBERT_SPECIALS["sep_token"], 0.0)]
     for lowercase in (True, False):
         for keep_accents in (False, True):
@@ -234,6 +258,15 @@ def _albert_flags(backend: _Backend) -> dict[str, bool] | None:
             if all(rebuilt[k] == ours[k] for k in ("normalizer", "pre_tokenizer", "decoder")):
                 return {"do_lower_case": lowercase, "keep_accents": keep_accents}
     return None
+
+
+def _precompiled_charsmap(spec: dict) -> bytes:
+    """The SentencePiece normalization map compiled into a tokenizer.json's normalizer (`spec` is the
+    file's JSON), or b"" when it has none: the one part of that normalizer AlbertTokenizer keeps."""
+    normalizer = spec.get("normalizer") or {}
+    steps = normalizer.get("normalizers", [normalizer])
+    return next((base64.b64decode(n["precompiled_charsmap"]) for n in steps
+                 if n.get("type") == "Precompiled" and n.get("precompiled_charsmap")), b"")
 
 
 def _frame_of(backend: _Backend) -> Frame:
@@ -306,23 +339,55 @@ def _wordpiece_from_vocab(vocab_file: Path, config: dict) -> _Backend:
         raise BertkitError(f"{vocab_file}: {e}") from None
 
 
-def byte_level_bpe_pipeline(vocab: dict[str, int], merges: list[tuple[str, str]], specials: dict[str, str],
-                            add_prefix_space: bool = False) -> _Backend:
-    """RoBERTa's (GPT-2's) byte-level BPE: every byte has a printable stand-in, so no text is
-    ever unknown; <s> A </s></s> B </s> around the ids."""
+def _byte_level_bpe(vocab: dict[str, int], merges: list[tuple[str, str]], add_prefix_space: bool) -> _Backend:
+    """GPT-2's byte-level BPE (Radford et al., 2019, sec. 2.2): every byte has a printable stand-in,
+    so no text is ever unknown. RoBERTa and DeBERTa v1 both use it, with their own special tokens."""
     backend = _Backend(models.BPE(vocab, merges, continuing_subword_prefix="", end_of_word_suffix="",
                                   fuse_unk=False))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
     backend.decoder = decoders.ByteLevel()
+    return backend
+
+
+def byte_level_bpe_pipeline(vocab: dict[str, int], merges: list[tuple[str, str]], specials: dict[str, str],
+                            add_prefix_space: bool = False, trim_offsets: bool = True) -> _Backend:
+    """RoBERTa's byte-level BPE: <s> A </s></s> B </s> around the ids."""
+    backend = _byte_level_bpe(vocab, merges, add_prefix_space)
     backend.add_special_tokens([specials[k] for k in ROBERTA_SPECIALS if k in specials])
     sep, cls = specials["sep_token"], specials["cls_token"]
     backend.post_processor = processors.RobertaProcessing(
-        (sep, backend.token_to_id(sep)), (cls, backend.token_to_id(cls)), trim_offsets=True,
+        (sep, backend.token_to_id(sep)), (cls, backend.token_to_id(cls)), trim_offsets=trim_offsets,
         add_prefix_space=add_prefix_space)
     return backend
 
 
-def _bpe_from_files(vocab_file: Path, merges_file: Path, config: dict, specials: dict) -> _Backend:
+def deberta_bpe_pipeline(vocab: dict[str, int], merges: list[tuple[str, str]], specials: dict[str, str],
+                         add_prefix_space: bool = False) -> _Backend:
+    """DeBERTa v1's tokenizer (He et al., 2021, reuse GPT-2's vocabulary) as transformers'
+    DebertaTokenizer builds it: RoBERTa's byte-level BPE under BERT's token names, [CLS] A [SEP] and
+    [CLS] A [SEP] [SEP] B [SEP], every segment id 0. The class documents a mask token that takes the
+    space before it, but v5 registers [MASK] without lstrip, and so does this."""
+    backend = _byte_level_bpe(vocab, merges, add_prefix_space)
+    _add_cls_sep_frame(backend, specials, DEBERTA_V3_SPECIALS, pair=DEBERTA_PAIR)
+    return backend
+
+
+def _byte_level_for_class(cls: str | None, vocab: dict[str, int], merges: list[tuple[str, str]],
+                          config: dict, specials: dict[str, str]) -> tuple[_Backend, dict[str, str]]:
+    """DebertaTokenizer's pipeline for that `cls`, else RoBERTa's (what a vocab.json + merges.txt
+    means when nothing says more), with the class's special tokens where the files name none; and
+    the special tokens it ends up with."""
+    add_prefix_space = bool(config.get("add_prefix_space", False))
+    if cls == "DebertaTokenizer":
+        specials = {**DEBERTA_V3_SPECIALS, **specials}
+        return deberta_bpe_pipeline(vocab, merges, specials, add_prefix_space), specials
+    specials = {**ROBERTA_SPECIALS, **specials}
+    return byte_level_bpe_pipeline(vocab, merges, specials, add_prefix_space,
+                                   trim_offsets=bool(config.get("trim_offsets", True))), specials
+
+
+def _bpe_from_files(vocab_file: Path, merges_file: Path, cls: str | None, config: dict,
+                    specials: dict[str, str]) -> tuple[_Backend, dict[str, str]]:
     if not merges_file.exists():
         raise BertkitError(f"{vocab_file}: a byte-level BPE vocab.json needs merges.txt next to it ({merges_file} is missing)")
     vocab = read_json(vocab_file)
@@ -336,14 +401,14 @@ def _bpe_from_files(vocab_file: Path, merges_file: Path, config: dict, specials:
             if len(parts) != 2:
                 raise BertkitError(f"{merges_file}, line {n}: expected two tokens separated by one space")
             merges.append((parts[0], parts[1]))
-    return byte_level_bpe_pipeline(vocab, merges, {**ROBERTA_SPECIALS, **specials},
-                                   add_prefix_space=bool(config.get("add_prefix_space", False)))
+    return _byte_level_for_class(cls, vocab, merges, config, specials)
 
 
 def unigram_pipeline(pieces: list[tuple[str, float]], unk_id: int, specials: dict[str, str],
-                     lowercase: bool = False, split_by_punct: bool = False) -> _Backend:
+                     lowercase: bool = False, split_by_punct: bool = False, prepend_scheme: str = "always") -> _Backend:
     """DeBERTa-v3's SentencePiece Unigram as `transformers` (v5) builds it: whitespace runs
-    and tabs/newlines become one space, NFC, "▁" marks every word start (including the first),
+    and tabs/newlines become one space, NFC, "▁" marks every word start (including the first,
+    unless `prepend_scheme` is "first", DebertaV2Tokenizer's add_prefix_space=false),
     [CLS] A [SEP] B [SEP] with segment ids 0/1."""
     backend = _Backend(models.Unigram(pieces, unk_id=unk_id, byte_fallback=False))
     steps = [normalizers.Lowercase()] if lowercase else []
@@ -351,22 +416,24 @@ def unigram_pipeline(pieces: list[tuple[str, float]], unk_id: int, specials: dic
               normalizers.Strip(left=False, right=True)]
     backend.normalizer = normalizers.Sequence(steps)
     pre = [pre_tokenizers.Punctuation(behavior="isolated")] if split_by_punct else []
-    pre.append(pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always"))
+    pre.append(pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme=prepend_scheme))
     backend.pre_tokenizer = pre_tokenizers.Sequence(pre)
-    backend.decoder = decoders.Metaspace(replacement=METASPACE, prepend_scheme="always")
+    backend.decoder = decoders.Metaspace(replacement=METASPACE, prepend_scheme=prepend_scheme)
     _add_cls_sep_frame(backend, specials, DEBERTA_V3_SPECIALS)
     return backend
 
 
 def albert_pipeline(pieces: list[tuple[str, float]], unk_id: int, specials: dict[str, str],
-                    lowercase: bool = True, keep_accents: bool = False, charsmap: bytes = b"") -> _Backend:
+                    lowercase: bool = True, keep_accents: bool = False, charsmap: bytes = b"",
+                    prepend_scheme: str = "always") -> _Backend:
     """ALBERT's SentencePiece Unigram as `transformers`' AlbertTokenizer builds it from
     spiece.model. Its normalizer replays the original slow tokenizer's preprocessing (Lan et al.,
     2020, google-research/albert tokenization.py): LaTeX quotes `` and '' become ", accents are
     dropped by NFKD (unless keep_accents), lowercase (unless do_lower_case is false), then the
     model's own precompiled NFKC map. Words are split on whitespace, so runs of spaces, tabs and
     newlines count as one ("remove_space", which transformers v5 always applies), and each word
-    starts with "▁". [CLS] A [SEP] B [SEP], segment ids 0/1."""
+    starts with "▁" (unless `prepend_scheme` is "never", AlbertTokenizer's add_prefix_space=false).
+    [CLS] A [SEP] B [SEP], segment ids 0/1."""
     backend = _Backend(models.Unigram(pieces, unk_id=unk_id, byte_fallback=False))
     steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
     if not keep_accents:
@@ -377,20 +444,45 @@ def albert_pipeline(pieces: list[tuple[str, float]], unk_id: int, specials: dict
         steps.append(normalizers.Precompiled(charsmap))
     backend.normalizer = normalizers.Sequence(steps)
     backend.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always")])
-    backend.decoder = decoders.Metaspace(replacement=METASPACE, prepend_scheme="always")
+        pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme=prepend_scheme)])
+    backend.decoder = decoders.Metaspace(replacement=METASPACE, prepend_scheme=prepend_scheme)
     _add_cls_sep_frame(backend, specials, ALBERT_SPECIALS)
     return backend
 
 
-def _add_cls_sep_frame(backend: _Backend, specials: dict[str, str], family: dict[str, str]) -> None:
-    """Register the family's named special tokens and frame sequences as [CLS] A [SEP] B [SEP]
-    (the SentencePiece families both use BERT's layout, with their own token strings)."""
+def _add_cls_sep_frame(backend: _Backend, specials: dict[str, str], family: dict[str, str],
+                       pair: str = BERT_PAIR) -> None:
+    """Register the family's named special tokens and frame sequences as [CLS] A [SEP] and, for a
+    pair, as `pair` says (the SentencePiece families use BERT's layout with their own token strings,
+    DeBERTa v1 its own, see DEBERTA_PAIR)."""
     backend.add_special_tokens([specials[k] for k in family if k in specials])
     cls, sep = specials["cls_token"], specials["sep_token"]
     backend.post_processor = processors.TemplateProcessing(
-        single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+        single=f"{cls}:0 $A:0 {sep}:0", pair=pair.format(cls=cls, sep=sep),
         special_tokens=[(cls, backend.token_to_id(cls)), (sep, backend.token_to_id(sep))])
+
+
+def _deberta_v2_for_class(pieces: list[tuple[str, float]], unk_id: int, config: dict,
+                          specials: dict[str, str]) -> tuple[_Backend, dict[str, str]]:
+    """DebertaV2Tokenizer's pipeline from tokenizer_config.json's flags, with the class's defaults
+    (cased, no punctuation split, "▁" before the first word too), and its special tokens."""
+    specials = {**DEBERTA_V3_SPECIALS, **specials}
+    backend = unigram_pipeline(pieces, unk_id, specials, lowercase=bool(config.get("do_lower_case", False)),
+                               split_by_punct=bool(config.get("split_by_punct", False)),
+                               prepend_scheme="always" if config.get("add_prefix_space", True) else "first")
+    return backend, specials
+
+
+def _albert_for_class(pieces: list[tuple[str, float]], config: dict, specials: dict[str, str],
+                      charsmap: bytes) -> tuple[_Backend, dict[str, str]]:
+    """AlbertTokenizer's pipeline from tokenizer_config.json's flags, with the class's defaults
+    (uncased, accents dropped, "▁" before every word), and its special tokens. The class always
+    gives the Unigram model unk_id 1 (<unk> in ALBERT's files), whatever the vocabulary says."""
+    specials = {**ALBERT_SPECIALS, **specials}
+    backend = albert_pipeline(pieces, 1, specials, lowercase=bool(config.get("do_lower_case", True)),
+                              keep_accents=bool(config.get("keep_accents", False)), charsmap=charsmap,
+                              prepend_scheme="always" if config.get("add_prefix_space", True) else "never")
+    return backend, specials
 
 
 def _sentencepiece_family(model_file: Path, config: dict) -> str:
@@ -417,19 +509,11 @@ def _unigram_from_spm(model_file: Path, config: dict, specials: dict) -> tuple[_
         raise BertkitError(f"{model_file}: a SentencePiece {spm.model_type} model; only Unigram models "
                            "(DeBERTa-v3, ALBERT) are supported")
     if _sentencepiece_family(model_file, config) == "albert":
-        family = ALBERT_SPECIALS
-        specials = {**family, **specials}
-        backend = albert_pipeline(spm.pieces, spm.unk_id, specials,
-                                  lowercase=bool(config.get("do_lower_case", True)),
-                                  keep_accents=bool(config.get("keep_accents", False)), charsmap=spm.charsmap)
+        backend, specials = _albert_for_class(spm.pieces, config, specials, spm.charsmap)
     else:
-        family = DEBERTA_V3_SPECIALS
-        specials = {**family, **specials}
-        backend = unigram_pipeline(spm.pieces, spm.unk_id, specials,
-                                   lowercase=bool(config.get("do_lower_case", False)),
-                                   split_by_punct=bool(config.get("split_by_punct", False)))
+        backend, specials = _deberta_v2_for_class(spm.pieces, spm.unk_id, config, specials)
     # control and user-defined pieces are matched whole in the raw text, as transformers does
-    named = set(backend.get_vocab(with_added_tokens=True)) & {specials.get(k) for k in family}
+    named = set(backend.get_vocab(with_added_tokens=True)) & set(specials.values())
     backend.add_tokens([AddedToken(p, normalized=False, special=kind == "control")
                         for p, kind in zip(spm.piece_strings, spm.kinds)
                         if kind in ("control", "user") and p not in named])
@@ -485,16 +569,92 @@ def _config_tokens(config: dict, config_file: Path) -> list[tuple[int | None, Ad
     return out
 
 
-def _add_config_tokens(backend: _Backend, tokens: list[tuple[int | None, AddedToken]], config_file: Path) -> None:
-    """Register tokenizer_config.json's tokens; a token already in the vocabulary keeps its id and
-    takes the file's flags, a new one is appended. An id that comes out differently from the one
-    the file records would shift every later id, so it is an error."""
+def _add_listed_tokens(backend: _Backend, tokens: list[tuple[int | None, AddedToken]], listed_in: str) -> None:
+    """Register the tokens a file lists (`listed_in` names the file and its key); a token already in
+    the vocabulary keeps its id and takes the file's flags, a new one is appended. An id that comes out
+    differently from the one the file records would shift every later id, so it is an error."""
     for want, token in tokens:
         (backend.add_special_tokens if token.special else backend.add_tokens)([token])
         got = backend.token_to_id(token.content)
         if want is not None and got != want:
-            raise BertkitError(f"{config_file}: added_tokens_decoder puts {token.content!r} at id {want}, "
-                               f"but the vocabulary gives it id {got}")
+            raise BertkitError(f"{listed_in} puts {token.content!r} at id {want}, but the vocabulary gives it id {got}")
+
+
+def _tokenizer_config(directory: Path) -> dict:
+    """tokenizer_config.json as transformers reads it: special_tokens_map.json counts only when the
+    config has no added_tokens_decoder (files older than transformers 4.34), and then its named tokens
+    win over the config's, each one special (PreTrainedTokenizerBase._from_pretrained)."""
+    config_file, map_file = directory / "tokenizer_config.json", directory / "special_tokens_map.json"
+    config = read_json(config_file) if config_file.exists() else {}
+    if "added_tokens_decoder" not in config and map_file.exists():
+        for key, value in read_json(map_file).items():
+            if key in SPECIAL_KEYS and _token_content(value) is not None:
+                config[key] = {**value, "special": True} if isinstance(value, dict) else value
+    return config
+
+
+def tokenizer_class(directory: Path, config: dict) -> str | None:
+    """The transformers class `AutoTokenizer.from_pretrained(directory)` builds, named without the
+    "Fast" suffix (in v5 each *Fast class is the class itself): tokenizer_config.json's (`config`)
+    tokenizer_class, else config.json's, else the class MODEL_TYPE_TOKENIZERS registers for
+    config.json's model_type; None when no file says. A model type registered as TokenizersBackend
+    (ModernBERT) gets it whatever the files name, as AutoTokenizer does."""
+    model_file = directory / "config.json"
+    model = read_json(model_file) if model_file.exists() else {}
+    registered = MODEL_TYPE_TOKENIZERS.get(model.get("model_type"))
+    named = config.get("tokenizer_class") or model.get("tokenizer_class")
+    if registered == "TokenizersBackend" or not isinstance(named, str):
+        return registered
+    return named.removesuffix("Fast")
+
+
+def _read_tokenizer_json(path: Path) -> _Backend:
+    try:
+        return _Backend.from_file(str(path))
+    except Exception as e:  # tokenizers raises a bare Exception with serde's message
+        raise BertkitError(f"{path}: not a readable tokenizer.json ({str(e).splitlines()[0]})") from None
+
+
+def _from_tokenizer_json(path: Path, cls: str | None, config: dict, specials: dict[str, str]
+                         ) -> tuple[_Backend, dict[str, str], list[tuple[int, AddedToken]]]:
+    """tokenizer.json as transformers' class `cls` reads it, the special tokens it ends up with, and
+    the file's added tokens to register (again) after the pipeline's own. TokenizersBackend
+    (PreTrainedTokenizerFast) and any class bertkit does not know read the file as is; a
+    REBUILDING_CLASSES class keeps only the vocabulary (`_rebuilt`). A model the class cannot take is
+    read as is too: transformers would force the vocabulary into the class's model (a BertTokenizer
+    over a BPE vocabulary makes nearly every word [UNK]), a tokenizer no checkpoint means."""
+    backend = _read_tokenizer_json(path)
+    # Without an added_tokens_decoder in tokenizer_config.json, transformers takes tokenizer.json's added
+    # tokens in its place, flags included, whatever the class (PreTrainedTokenizerBase._from_pretrained)
+    listed = [] if "added_tokens_decoder" in config else sorted(backend.get_added_tokens_decoder().items())
+    if REBUILDING_CLASSES.get(cls) != type(backend.model).__name__:
+        return backend, specials, listed
+    try:
+        rebuilt, specials = _rebuilt(backend, cls, config, specials)
+    except BertkitError as e:
+        raise BertkitError(f"{path}: {e}") from None
+    return rebuilt, specials, listed
+
+
+def _rebuilt(backend: _Backend, cls: str, config: dict, specials: dict[str, str]) -> tuple[_Backend, dict[str, str]]:
+    """The pipeline class `cls` builds around `backend`'s vocabulary, and its special tokens."""
+    spec = json.loads(backend.to_str())
+    model = spec["model"]
+    if model["type"] == "WordPiece":
+        return wordpiece_pipeline(model["vocab"], config), specials
+    if model["type"] == "BPE":
+        merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+        return _byte_level_for_class(cls, model["vocab"], merges, config, specials)
+    pieces = [tuple(p) for p in model["vocab"]]
+    if cls == "AlbertTokenizer":
+        rebuilt, specials = _albert_for_class(pieces, config, specials, _precompiled_charsmap(spec))
+        if backend.post_processor is not None:  # AlbertTokenizer sets its own before TokenizersBackend.__init__,
+            rebuilt.post_processor = backend.post_processor  # which puts back the one tokenizer.json holds
+        return rebuilt, specials
+    # DebertaV2Tokenizer finds the unknown piece by its (piece, 0.0) entry, else takes unk_id (default 1)
+    unk = (specials.get("unk_token", DEBERTA_V3_SPECIALS["unk_token"]), 0.0)
+    unk_id = pieces.index(unk) if unk in pieces else int(config.get("unk_id", 1))
+    return _deberta_v2_for_class(pieces, unk_id, config, specials)
 
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spm.model", "spiece.model")
@@ -503,51 +663,45 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spm.model", "sp
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """A tokenizer from a checkpoint directory or one of its files: tokenizer.json, vocab.txt
     (WordPiece, casing from the tokenizer_config.json beside it), vocab.json (byte-level BPE, with
-    merges.txt beside it), spm.model (DeBERTa-v3's SentencePiece Unigram) or spiece.model (ALBERT's;
-    see `_sentencepiece_family`)."""
+    merges.txt beside it; DeBERTa v1's when the files name DebertaTokenizer), spm.model (DeBERTa-v3's
+    SentencePiece Unigram) or spiece.model (ALBERT's; see `_sentencepiece_family`). The files beside
+    it decide the transformers class (`tokenizer_class`), and so how a tokenizer.json is read."""
     path = Path(path)
-    directory = path if path.is_dir() else path.parent
     if not path.exists():
         raise BertkitError(f"{path}: no such file or directory")
+    directory = path if path.is_dir() else path.parent
+    if path.is_dir():
+        path = next((directory / n for n in TOKENIZER_FILES if (directory / n).exists()), None)
+        if path is None:
+            raise BertkitError(f"{directory}: no {', '.join(TOKENIZER_FILES)} in this directory")
     config_file = directory / "tokenizer_config.json"
-    config = read_json(config_file) if config_file.exists() else {}
+    config = _tokenizer_config(directory)
+    cls = tokenizer_class(directory, config)
     config_tokens = _config_tokens(config, config_file)
     special = {k: _token_content(config[k]) for k in SPECIAL_KEYS if _token_content(config.get(k)) is not None}
     config = {**config, **special}  # the named tokens as plain strings for the pipelines below
-    special_map = directory / "special_tokens_map.json"
-    if special_map.exists():
-        for k, v in read_json(special_map).items():
-            token = v.get("content") if isinstance(v, dict) else v
-            if k in SPECIAL_KEYS and isinstance(token, str):
-                special.setdefault(k, token)
-    kept = {k: v for k, v in config.items()
-            if k in ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "add_prefix_space", "split_by_punct",
-                      "keep_accents", "remove_space")}
-    if path.is_dir():
-        found = next((directory / n for n in TOKENIZER_FILES if (directory / n).exists()), None)
-        if found is None:
-            raise BertkitError(f"{path}: no {', '.join(TOKENIZER_FILES)} in this directory")
-        path = found
+    file_tokens: list[tuple[int, AddedToken]] = []
     if path.name.endswith(".json") and path.name != "vocab.json":
-        try:
-            backend = _Backend.from_file(str(path))
-        except Exception as e:  # tokenizers raises a bare Exception with serde's message
-            raise BertkitError(f"{path}: not a readable tokenizer.json ({str(e).splitlines()[0]})") from None
+        backend, special, file_tokens = _from_tokenizer_json(path, cls, config, special)
     elif path.name == "vocab.json":
-        backend = _bpe_from_files(path, directory / "merges.txt", config, special)
-        special = {**ROBERTA_SPECIALS, **special}
+        backend, special = _bpe_from_files(path, directory / "merges.txt", cls, config, special)
     elif path.suffix == ".model":
         backend, special = _unigram_from_spm(path, config, special)
     elif path.suffix == ".txt":
         backend = _wordpiece_from_vocab(path, config)
     else:
         raise BertkitError(f"{path}: unknown tokenizer file (expected one of {', '.join(TOKENIZER_FILES)})")
-    _add_config_tokens(backend, config_tokens, config_file)
+    # transformers registers the file's added tokens first, then tokenizer_config.json's; a token in both
+    # keeps the file's flags, as transformers swaps the config's named tokens for the file's
+    _add_listed_tokens(backend, file_tokens, f"{path}: added_tokens")
+    in_file = {token.content for _, token in file_tokens}
+    _add_listed_tokens(backend, [(i, t) for i, t in config_tokens if t.content not in in_file],
+                       f"{config_file}: added_tokens_decoder")
     # Files without a tokenizer_config.json still name BERT's special tokens in their vocabulary.
     for key, token in BERT_SPECIALS.items():
         if key not in special and backend.token_to_id(token) is not None:
             special[key] = token
-    return Tokenizer(backend, special, kept)
+    return Tokenizer(backend, special, {k: v for k, v in config.items() if k in CONFIG_FLAGS})
 
 
 def check_vocab_fits(tokenizer: Tokenizer, model_vocab_size: int) -> None:
