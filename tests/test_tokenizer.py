@@ -597,3 +597,35 @@ def test_deberta_v1_layout_equals_transformers(deberta_base_layout, tmp_path, so
     ids, types = ours.frame.apply(np.array(a), np.array(b))
     assert ids.tolist() == reference.encode("Hello world", "second part")
     assert types.tolist() == reference("Hello world", "second part")["token_type_ids"]
+
+
+def test_truncation_in_one_thread_never_reaches_another(minilm_dir):
+    """`__call__(max_length=...)` switches truncation on in the shared backend for its own call:
+    plain calls and encode() running in another thread meanwhile must come back whole, and the
+    truncated ones cut (without the lock about one call in twenty went wrong either way)."""
+    import copy
+    import pickle
+    import threading
+
+    tok = bertkit.load_tokenizer(minilm_dir)
+    texts = ["word " * 50] * 8
+    full = tok(texts)["input_ids"].shape[1]
+    wrong = []
+
+    def truncating():
+        for _ in range(300):
+            wrong.extend(["cut call came back whole"] * (tok(texts, max_length=5)["input_ids"].shape[1] != 5))
+
+    def plain():
+        for _ in range(300):
+            wrong.extend(["plain call cut"] * (tok(texts)["input_ids"].shape[1] != full))
+            wrong.extend(["encode cut"] * (len(tok.encode(texts[0])) != full))
+
+    threads = [threading.Thread(target=truncating), threading.Thread(target=plain)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong, f"{len(wrong)} wrong: {sorted(set(wrong))}"
+    for twin in (copy.deepcopy(tok), pickle.loads(pickle.dumps(tok))):  # the lock is made afresh
+        assert twin(texts, max_length=5)["input_ids"].shape[1] == 5 and twin.encode(texts[0]) == tok.encode(texts[0])

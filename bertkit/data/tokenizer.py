@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,6 +103,16 @@ class Tokenizer:
         self.config = dict(config or {})  # extra tokenizer_config.json fields (e.g. do_lower_case)
         self._frame: Frame | None = None
         self._continues: np.ndarray | None = None
+        # Truncation is a setting of the shared backend, on for the length of one __call__: every
+        # encoding call holds this lock, so a call in another thread neither sees nor undoes it.
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:  # pickling and deepcopy: a lock is neither, a fresh one is made
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     # ---- special tokens -------------------------------------------------------------------
     def _special_id(self, key: str) -> int | None:
@@ -137,12 +148,14 @@ class Tokenizer:
     def encode(self, text: str, text_pair: str | None = None) -> list[int]:
         """Ids with the family's special tokens, like `transformers`' `encode` (which, like this,
         treats an empty `text_pair` as no pair)."""
-        return self.backend.encode(text, text_pair or None).ids
+        with self._lock:
+            return self.backend.encode(text, text_pair or None).ids
 
     def encode_plain(self, texts: list[str]) -> list[list[int]]:
         """Ids without special tokens, one list per text; `tokenizers` spreads the batch over
         all cores (unless TOKENIZERS_PARALLELISM=false)."""
-        return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=False)]
+        with self._lock:
+            return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=False)]
 
     def __call__(self, texts: list[str] | str, text_pairs: list[str] | None = None,
                  max_length: int | None = None) -> dict[str, torch.Tensor]:
@@ -152,13 +165,14 @@ class Tokenizer:
             texts = [texts]
         if text_pairs is not None and len(text_pairs) != len(texts):
             raise BertkitError(f"{len(texts)} texts but {len(text_pairs)} text pairs")
-        if max_length is not None:
-            self.backend.enable_truncation(max_length)
-        try:
-            inputs = list(zip(texts, text_pairs)) if text_pairs is not None else list(texts)
-            encodings = self.backend.encode_batch(inputs)
-        finally:
-            self.backend.no_truncation()
+        inputs = list(zip(texts, text_pairs)) if text_pairs is not None else list(texts)
+        with self._lock:
+            if max_length is not None:
+                self.backend.enable_truncation(max_length)
+            try:
+                encodings = self.backend.encode_batch(inputs)
+            finally:
+                self.backend.no_truncation()
         T = max((len(e.ids) for e in encodings), default=0)
         batch = {k: torch.zeros(len(encodings), T, dtype=torch.long)
                  for k in ("input_ids", "attention_mask", "token_type_ids")}
@@ -174,7 +188,8 @@ class Tokenizer:
         """For each text, its ids without special tokens and each token's (start, end) character
         span in the text: how fine-tuning tasks (tasks/) find the first sub-word of each word and
         map a predicted QA token span back to the exact characters of its context."""
-        return [(e.ids, e.offsets) for e in self.backend.encode_batch(texts, add_special_tokens=False)]
+        with self._lock:
+            return [(e.ids, e.offsets) for e in self.backend.encode_batch(texts, add_special_tokens=False)]
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
