@@ -25,6 +25,9 @@ class Model(nn.Module):
         self.head_kind = head
         self.backbone, self.head = assemble(config, head)
         self.tokenizer = tokenizer
+        # Other tools' files of the folder it was loaded from (sentence-transformers' pooling and
+        # settings), relative path -> bytes: written back by save_pretrained, so a copy embeds alike.
+        self.companion_files: dict[str, bytes] = {}
         init_weights(self, config.initializer_range)
 
     def forward(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None = None,

@@ -209,3 +209,18 @@ def test_do_lower_case_lowercases_texts_before_a_cased_tokenizer(minilm_dir, tmp
         got = embed(folder, texts)
         assert (got - reference(folder, texts)).abs().max() < 1e-5
         assert ((got - lowered).abs().max() < 1e-6) == lower  # the tokenizer alone keeps case
+
+
+@QUIET
+def test_a_loaded_sentence_transformers_folder_saves_back_whole(minilm_dir, tmp_path):
+    """from_pretrained keeps sentence-transformers' files (settings, Pooling, Dense, Normalize) and
+    save_pretrained writes them back: the copy embeds as the original, in bertkit and in
+    sentence-transformers (without them a long text was cut at 512 tokens, cosine 0.77)."""
+    folder = copy_of(minilm_dir, tmp_path)
+    add_dense(folder, "2_Dense", 384, 32, 0)
+    copy = tmp_path / "copy"
+    bertkit.from_pretrained(folder).save_pretrained(copy)
+    assert (copy / "2_Dense" / "model.safetensors").read_bytes() == (folder / "2_Dense" / "model.safetensors").read_bytes()
+    expected = reference(folder, [LONG, SHORT])
+    for got in (embed(copy, [LONG, SHORT]), reference(copy, [LONG, SHORT])):
+        assert got.shape == (2, 32) and (got - expected).abs().max() < 1e-5

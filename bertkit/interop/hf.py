@@ -457,7 +457,30 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
 
     if any((directory / f).exists() for f in TOKENIZER_FILES):  # RoBERTa's vocab.json, DeBERTa's spm.model too
         model.tokenizer = load_tokenizer(directory)
+    model.companion_files = companion_files(directory)
     return model.eval()
+
+
+ST_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+
+
+def companion_files(directory: Path) -> dict[str, bytes]:
+    """sentence-transformers' files in a model folder: its settings and the folders of the modules
+    modules.json lists after the Transformer (1_Pooling, 2_Dense, 2_Normalize ...), as relative
+    path -> bytes. Nothing of them is a parameter here; they are kept to be written back."""
+    files = {name: (directory / name).read_bytes() for name in ST_FILES if (directory / name).is_file()}
+    modules = directory / "modules.json"
+    try:
+        listed = json.loads(files["modules.json"]) if "modules.json" in files else []
+    except json.JSONDecodeError:
+        raise BertkitError(f"{modules}: not valid JSON") from None
+    for entry in listed if isinstance(listed, list) else []:
+        folder = str(entry.get("path", "")) if isinstance(entry, dict) else ""
+        if folder and (directory / folder).is_dir():
+            for f in sorted((directory / folder).iterdir()):
+                if f.is_file():
+                    files[f"{folder}/{f.name}"] = f.read_bytes()
+    return files
 
 
 # ---------------------------------------------------------------------------------------------
@@ -498,5 +521,13 @@ def save_pretrained(model: Model, path: str | os.PathLike) -> None:
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         if model.tokenizer is not None:
             model.tokenizer.save(tmp, FAMILIES[model.config.family].tokenizer_class, model.config.max_positions)
+        for name, data in model.companion_files.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_bytes(data)
         for f in tmp.iterdir():
-            os.replace(f, target / f.name)
+            if f.is_dir():  # a module folder: its files move one by one, beside any already there
+                (target / f.name).mkdir(exist_ok=True)
+                for g in f.iterdir():
+                    os.replace(g, target / f.name / g.name)
+            else:
+                os.replace(f, target / f.name)
