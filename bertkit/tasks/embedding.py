@@ -38,13 +38,16 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
 
 
 def saved_max_length(directory: Path) -> int | None:
-    """The length a model directory is meant to embed at: sentence-transformers'
-    max_seq_length, else the max_length bertkit finetune saved in task.json; None if neither."""
+    """The length a model directory is meant to embed at: the max_length bertkit finetune saved
+    in task.json (the latest training; a model fine-tuned from a sentence-transformers folder keeps
+    that folder's files too), else sentence-transformers' max_seq_length; None if neither."""
     from .finetune import _task_settings
 
+    length = _task_settings(directory).get("max_length")
     path = directory / ST_CONFIG
-    length = positive_int(read_json(path), "max_seq_length", path) if path.is_file() else None
-    return length if length is not None else _task_settings(directory).get("max_length")
+    if length is None and path.is_file():
+        length = positive_int(read_json(path), "max_seq_length", path)
+    return length
 
 
 def saved_pooling(directory: Path) -> str | None:
