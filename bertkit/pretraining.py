@@ -281,6 +281,9 @@ def pretrain(job: PretrainJob) -> Path:
     if job.objective == "mlm" and preset.config.family in ("deberta", "deberta-v2"):
         # DeBERTa pre-trains its MLM through the enhanced mask decoder (He et al., 2021, sec. 3.2)
         architecture.setdefault("enhanced_mask_decoder", True)
+        if architecture["enhanced_mask_decoder"]:
+            say("the MLM head decodes through DeBERTa's enhanced mask decoder, which transformers lacks: there the "
+                "encoder matches but MLM logits differ (--override enhanced_mask_decoder=false for the plain head)")
     config = preset.config.replace(**architecture)
     if "vocab_size" in architecture:  # else the teacher's own vocabulary, which is its tokenizer's
         from .data import check_vocab_fits
