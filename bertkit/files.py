@@ -100,7 +100,8 @@ def csv_records(path: Path, lines: Iterable[str], tsv: bool = False) -> Iterator
     newlines) or a TSV (tabs, no quoting, as GLUE writes them), the header first. Read strictly:
     a quote never closed (which would swallow every later row into one field), text after a
     closing quote, or a row with another number of fields than the header (which would shift
-    texts into labels) is one error naming the line. Blank rows are passed through as they are."""
+    texts into labels) is one error naming the line, and so is a header naming a column twice
+    (which of the two would be read?). Blank rows are passed through as they are."""
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # long documents are fine
     reader = (csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE, strict=True) if tsv
               else csv.reader(lines, strict=True))
@@ -121,6 +122,11 @@ def csv_records(path: Path, lines: Iterable[str], tsv: bool = False) -> Iterator
         if any(cell.strip() for cell in row):
             if width is None:
                 width = len(row)
+                named = [c.strip() for c in row if c.strip()]
+                twice = sorted({c for c in named if named.count(c) > 1})
+                if twice:
+                    raise BertkitError(f"{path}, line {start}: the header names column(s) {', '.join(map(repr, twice))} "
+                                       "more than once")
             elif len(row) != width:
                 hint = "; quote texts that hold commas" if len(row) > width and not tsv else ""
                 raise BertkitError(f"{path}, line {start}: {len(row)} field(s) but the header has {width}{hint}")

@@ -157,6 +157,20 @@ def test_rows_with_another_number_of_fields_than_the_header_are_errors(tmp_path,
     one_line(e)
 
 
+@pytest.mark.parametrize("name, body, twice", [
+    ("d.csv", "text,text,label\ngreat,other words,pos\n", "'text'"),
+    ("d.tsv", "text\tlabel\tlabel\ngreat\tpos\tneg\n", "'label'"),
+    ("d.csv", "\n text ,label, text\ngreat,pos,x\n", "'text'"),  # after a blank line, spaces around
+])
+def test_a_header_naming_a_column_twice_is_an_error(tmp_path, name, body, twice):
+    """Which of the two would be read? (the last one was, silently: the text or the label of
+    every row came from the other column)"""
+    path = _write(tmp_path / name, body)
+    with pytest.raises(BertkitError, match=rf"{name}, line \d: the header names column\(s\) {twice} more than once") as e:
+        load_examples("classification", path)
+    one_line(e)
+
+
 @pytest.mark.parametrize("task, name, body", [
     ("classification", "d.csv", "text,label\ncaf\xe9,pos\n"),
     ("classification", "d.tsv", "text\tlabel\ncaf\xe9\tpos\n"),
