@@ -278,6 +278,15 @@ def test_word_slash_tag_text_that_starts_with_a_one_word_sentence_is_not_taken_f
     assert load_examples("token-classification", path)[0] == TaggedSentence(("and/or", "this"), ("CC", "DT"))
 
 
+def test_word_slash_tag_text_with_an_untagged_word_names_it(tmp_path):
+    """One untagged word among tagged ones still reads as word/TAG, and is named; the vote used
+    to tie, so the file was read as CoNLL columns (first and last item of each line)."""
+    path = _write(tmp_path / "ner.txt", "Alice/B-PER works/O for/O and/or/O Acme/B-ORG\nBob/B-PER likes Rome/B-LOC\n")
+    with pytest.raises(BertkitError, match="ner.txt, line 2: 'likes' is not word/TAG") as e:
+        load_examples("token-classification", path)
+    one_line(e)
+
+
 def test_token_jsonl(tmp_path):
     path = _write(tmp_path / "t.jsonl", json.dumps({"tokens": ["a", "b"], "tags": ["O", "B-X"]}) + "\n")
     assert load_examples("token-classification", path) == [TaggedSentence(("a", "b"), ("O", "B-X"))]

@@ -394,15 +394,19 @@ def read_token_jsonl(path: str | Path, columns: Columns = Columns(), labelled: b
 
 
 def _looks_tagged(text: str, lines: int = 50) -> bool:
-    """word/TAG text rather than CoNLL columns, by a vote of the first content lines: every item
-    of a word/TAG line has a slash inside it; a CoNLL line is a token and tag columns, and tags
-    hardly ever hold one. One line cannot decide it: a one-word sentence (`Yes/UH`) looks like a
-    CoNLL token without its tag, and a CoNLL token may be `and/or`."""
+    """word/TAG text rather than CoNLL columns, by a vote of the first content lines: the items
+    of a word/TAG line have a slash inside them; a CoNLL line is a token and tag columns, and tags
+    hardly ever hold one, so at most half its items do (`and/or O`). A line votes word/TAG when
+    most of its items have a slash: a word/TAG line with one word left untagged still counts, and
+    reading it as word/TAG then names that word (read as CoNLL it made nonsense of the whole file).
+    One line cannot decide it: a one-word sentence (`Yes/UH`) looks like a CoNLL token without
+    its tag, and a CoNLL token may be `and/or`."""
     votes = 0
     for line in text.splitlines():
         items = line.split()
         if items and items[0] != "-DOCSTART-":
-            votes += 1 if all("/" in item[1:-1] for item in items) else -1
+            slashed = sum("/" in item[1:-1] for item in items)
+            votes += 1 if 2 * slashed > len(items) else -1
             lines -= 1
             if not lines:
                 break
