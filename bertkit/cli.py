@@ -514,9 +514,9 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 def main(argv: list[str] | None = None) -> int:
     import warnings
 
-    args = parser().parse_args(argv)
-    warnings.showwarning = _one_line_warning
-    try:
+    try:  # building the parser imports torch and the commands: seconds in which Ctrl-C may come
+        args = parser().parse_args(argv)
+        warnings.showwarning = _one_line_warning
         args.func(args)
     except BertkitError as e:
         print(f"bertkit: error: {e}", file=sys.stderr)

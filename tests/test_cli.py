@@ -67,6 +67,19 @@ def test_fill_mask_refuses_text_without_a_mask_and_models_without_a_head(mlm_dir
     assert "no masked-LM head" in capsys.readouterr().err
 
 
+def test_ctrl_c_while_the_commands_load_is_one_line(monkeypatch, capsys):
+    """Building the parser imports torch and every command (seconds): Ctrl-C then was a
+    twenty-line traceback."""
+    import bertkit.cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bertkit.cli, "parser", interrupted)
+    assert main(["models"]) == 130
+    assert capsys.readouterr().err == "bertkit: interrupted\n"
+
+
 def test_console_script_help_explains_itself():
     run = subprocess.run([sys.executable, "-m", "bertkit.cli", "--help"], capture_output=True, text=True)
     assert run.returncode == 0
