@@ -165,12 +165,20 @@ def output_dir(path: str | Path, keep: tuple[str, ...] = ("metrics.json", *MODEL
     return path
 
 
+# What bertkit's runs write beside a model (and the model's own files): a results file must not
+# replace one (an evaluation written over a run's metrics.json lost its dev scores and step)
+RUN_FILES = ("metrics.json", "metrics.jsonl", "task.json", "job.json", "tokenizer.json", "tokenizer_config.json",
+             "special_tokens_map.json", "vocab.txt", *MODEL_FILES)
+
+
 def output_file(path: str | Path, flag: str = "--out") -> Path:
-    """A file a command writes at its end, checked before it starts: not a folder, and in a
-    folder that exists or can be made."""
+    """A file a command writes at its end, checked before it starts: not a folder, in a folder
+    that exists or can be made, and not one of a model folder's own files (RUN_FILES)."""
     path = Path(path).expanduser()
     if path.is_dir():
         raise BertkitError(f"{_named(flag, path)}: a folder; give a file name")
+    if path.name in RUN_FILES and path.exists() and any((path.parent / f).exists() for f in MODEL_FILES):
+        raise BertkitError(f"{_named(flag, path)}: that is the model folder's own {path.name}; give another file name")
     _writable_from(path, flag)
     return path
 

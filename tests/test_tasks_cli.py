@@ -133,6 +133,11 @@ def test_evaluate_reproduces_the_dev_scores(capsys, classifier, sentiment_files,
     code, out, err = run(capsys, "evaluate", "--model", classifier, "--data", sentiment_files[1], "--out", tmp_path)
     assert code == 2 and f"--out {tmp_path}: a folder; give a file name" in one_error(err)
     assert "predicting" not in err  # refused before the work, not after it
+    before = (classifier / "metrics.json").read_text()
+    code, out, err = run(capsys, "evaluate", "--model", classifier, "--data", sentiment_files[1],
+                         "--out", classifier / "metrics.json")
+    assert code == 2 and "that is the model folder's own metrics.json; give another file name" in one_error(err)
+    assert (classifier / "metrics.json").read_text() == before  # the run's dev scores are kept
 
 
 def test_a_model_without_a_task_head_is_told_to_be_fine_tuned(capsys, encoder_dir, sentiment_files):
