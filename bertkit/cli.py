@@ -521,8 +521,8 @@ def main(argv: list[str] | None = None) -> int:
     except BertkitError as e:
         print(f"bertkit: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("bertkit: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:  # its message, if any, says what was kept
+        print("bertkit: interrupted" + (f" {e}" if str(e) else ""), file=sys.stderr)
         return 130
     except BrokenPipeError:  # e.g. `bertkit embed ... | head`
         return 0

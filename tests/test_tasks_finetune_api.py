@@ -163,6 +163,33 @@ def test_early_stopping_counts_evaluations_without_improvement(tokenizer, sentim
     assert [r["step"] for r in evals] == [2, 4, 6] and all("accuracy" in r for r in evals)
 
 
+def test_ctrl_c_keeps_the_best_model_so_far(tokenizer, sentiment, tmp_path, monkeypatch):
+    """Interrupted after its second evaluation, a run still leaves the best model, metrics.json
+    (marked interrupted) and task.json, and says so; interrupted before any, it keeps nothing."""
+    from bertkit.tasks.finetune import EarlyStopping
+
+    evaluate_dev = EarlyStopping.__call__
+
+    def interrupted_after_two(self, step, metrics):
+        evaluate_dev(self, step, metrics)
+        if step >= 4:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(EarlyStopping, "__call__", interrupted_after_two)
+    train, dev = sentiment
+    with pytest.raises(KeyboardInterrupt, match=r"at step 4; the best model so far \(step [24], accuracy [0-9.]+\)"):
+        finetune("classification", tiny("classification", tokenizer), train, dev, tmp_path, quiet(steps=40, eval_every=2))
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["interrupted"] and metrics["best_step"] in (2, 4) and (tmp_path / "task.json").exists()
+    assert classify(tmp_path, ["a fine film"])[0]["label"] in ("negative", "positive")
+
+    monkeypatch.setattr(EarlyStopping, "__call__", lambda self, step, metrics: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt, match="^$"):
+        finetune("classification", tiny("classification", tokenizer), train, dev, tmp_path / "none",
+                 quiet(steps=40, eval_every=2))
+    assert not (tmp_path / "none" / "config.json").exists()
+
+
 def test_epochs_and_a_time_budget_stop_at_whichever_ends_first(tokenizer, sentiment, tmp_path):
     import math
 

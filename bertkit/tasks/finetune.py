@@ -283,19 +283,30 @@ def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneS
         eval_every=settings.eval_every or batches.per_epoch, save_every=10**9, keep=1, seed=settings.seed,
         progress=settings.progress)
     trainer = Trainer(job.objective(model), batches, train_settings, out, device=_device(settings), on_eval=stopper)
-    trainer.fit()
+    try:
+        trainer.fit()
+    except KeyboardInterrupt:  # Ctrl-C: the best model evaluated so far is still the run's result
+        if stopper.best_state is None:
+            raise
+        interrupted = trainer.step
+    else:
+        interrupted = None
 
     with torch.no_grad():
         model.load_state_dict(stopper.best_state)
     model.save_pretrained(out)
     metrics = {**stopper.best, "eval_examples": len(eval_examples), "train_examples": len(train_examples),
-               "best_step": stopper.best_step, "steps": trainer.step}
+               "best_step": stopper.best_step, "steps": trainer.step,
+               **({"interrupted": True} if interrupted is not None else {})}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     saved = {"task": task, "metric": metric, "max_length": max_length, "labels": list(labels),
              **({"null_answers": bool(null_answers)} if task == "qa" else {}),
              "settings": {k: v for k, v in asdict(settings).items() if k not in ("progress", "device")}}
     (out / TASK_FILE).write_text(json.dumps(saved, indent=2) + "\n")
     shutil.rmtree(out / "checkpoints", ignore_errors=True)  # the last step's; the best model is at the root
+    if interrupted is not None:
+        raise KeyboardInterrupt(f"at step {interrupted}; the best model so far (step {stopper.best_step}, "
+                                f"{metric} {stopper.best[metric]:.4f}) is saved in {out}")
     return metrics
 
 
