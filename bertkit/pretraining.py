@@ -305,7 +305,10 @@ def pretrain(job: PretrainJob) -> Path:
                                 **architecture)
     models = objective.models()
     max_length = _max_length(job, models)
-    for model in models.values():
+    from .data import check_vocab_fits
+
+    for model in models.values():  # a distilled student has its teacher's vocabulary, whatever --tokenizer gives
+        check_vocab_fits(tokenizer, model.config.vocab_size)
         model.tokenizer = tokenizer
     data, held_out = _data(job, config.family, tokenizer, train_corpus, eval_corpus, max_length)
     trainer = Trainer(objective, data.batch_at, settings, out, held_out, device)

@@ -358,3 +358,11 @@ def test_distill_from_a_checkpoint_teacher_with_chosen_layers(corpus, tmp_path, 
     assert "give increasing block indices in 0..3" in error_line(capsys)
     assert pretrain(*args, "--out", str(tmp_path / "bad"), "--override", "num_layers=2") == 2
     assert "student's shape comes from the teacher" in error_line(capsys)
+    small = bertkit.build("bert-base", head="mlm", num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64,
+                          vocab_size=1000)  # a --tokenizer larger than the teacher's vocabulary: refused up front
+    small.save_pretrained(tmp_path / "small")
+    assert pretrain("--model", "distilbert-base", "--objective", "distill", "--teacher", str(tmp_path / "small"),
+                    "--tokenizer", str(minilm_dir), "--corpus", str(corpus), *FAST, "--out", str(tmp_path / "bad"),
+                    "--steps", "2") == 2
+    assert "the tokenizer has 30522 tokens but the model's vocabulary has 1000" in error_line(capsys)
+    assert not (tmp_path / "bad" / "job.json").exists()
