@@ -170,14 +170,14 @@ def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, pro
         raise BertkitError("the model has no tokenizer with a mask token")
     if batch_size < 1:
         raise BertkitError(f"batch size must be at least 1, got {batch_size}")
-    texts = [text.replace("[MASK]", tok.mask_token) for text in texts]  # accept BERT's spelling for any family
+    given, texts = texts, [text.replace("[MASK]", tok.mask_token) for text in texts]  # BERT's spelling, any family
     chunks = length_batches([len(text) for text in texts], batch_size)  # similar lengths pad little
     batches = [tok([texts[i] for i in chunk], max_length=model.backbone.embeddings.max_length) for chunk in chunks]
     for chunk, batch in zip(chunks, batches):
         for row in (~(batch["input_ids"] == tok.mask_token_id).any(1)).nonzero().flatten().tolist():
             i = chunk[row]
             where = f"text {i + 1} of {len(texts)}: " if len(texts) > 1 else ""
-            shown = texts[i] if len(texts[i]) <= 80 else texts[i][:60] + "..." + texts[i][-17:]
+            shown = given[i] if len(given[i]) <= 80 else given[i][:60] + "..." + given[i][-17:]
             raise BertkitError(f"{where}no {tok.mask_token} in {shown!r} (or it lies past the length limit)")
     found: list[list[dict]] = [[] for _ in texts]
     with evaluating(model), torch.no_grad(), serving(model, len(batches)):
@@ -193,7 +193,7 @@ def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, pro
             top = probs.topk(min(top_k, tok.vocab_size, logits.shape[-1]))
             for (row, pos), scores, ids in zip(masked.nonzero().tolist(), top.values.tolist(),
                                                top.indices.tolist()):
-                found[chunk[row]].append({"text": texts[chunk[row]], "position": pos, "predictions": [
+                found[chunk[row]].append({"text": given[chunk[row]], "position": pos, "predictions": [
                     {"token": tok.id_to_token(i), "id": i, "score": round(p, 6)} for p, i in zip(scores, ids)]})
     return [record for records in found for record in records]
 
