@@ -18,6 +18,7 @@ import gzip
 import json
 import os
 import sys
+import tempfile
 import zlib
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -148,6 +149,17 @@ def _writable_from(path: Path, flag: str) -> None:
         raise BertkitError(f"{_named(flag, path)}: {ancestor} is a file, so no folder can be made under it")
     if not os.access(ancestor, os.W_OK | (os.X_OK if ancestor.is_dir() else 0)):  # a file has no search bit
         raise BertkitError(f"{_named(flag, path)}: no permission to write {'in ' if ancestor.is_dir() else ''}{ancestor}")
+
+
+def staging_dir(parent: Path, prefix: str) -> Path:
+    """A new folder in `parent` to write into and then rename into place. tempfile.mkdtemp makes
+    it private (0700), and the folder it becomes (a checkpoint, a cached tokenizer) would stay so;
+    it gets the permissions a plain mkdir gives instead (the umask's)."""
+    path = Path(tempfile.mkdtemp(dir=parent, prefix=prefix))
+    umask = os.umask(0)  # reading the umask means setting it: put it straight back
+    os.umask(umask)
+    path.chmod(0o777 & ~umask)
+    return path
 
 
 def output_dir(path: str | Path, keep: tuple[str, ...] = ("metrics.json", *MODEL_FILES), flag: str = "--out") -> Path:

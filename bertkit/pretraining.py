@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import warnings
 import dataclasses
 from dataclasses import asdict, dataclass
@@ -26,7 +25,7 @@ from typing import Any, Iterator
 
 from .data.corpora import Corpus
 from .errors import BertkitError
-from .files import MODEL_FILES, output_dir
+from .files import MODEL_FILES, output_dir, staging_dir
 from .options import seconds, typed
 
 BACKENDS = ("torch", "numpy")
@@ -198,7 +197,7 @@ def trained_tokenizer(corpus, family: str, vocab_size: int, cache_dir: Path | No
 
 def _save_atomically(tokenizer, folder: Path) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".writing-"))
+    tmp = staging_dir(folder.parent, ".writing-")
     try:
         tokenizer.save(tmp, "PreTrainedTokenizerFast", 512)
         try:

@@ -4,6 +4,7 @@ errors for bad input."""
 
 import errno
 import json
+import os
 
 import pytest
 import torch
@@ -252,6 +253,10 @@ def test_a_resumed_run_keeps_its_settings_and_must_have_steps_left(corpus, tmp_p
     out = str(tmp_path / "run")
     assert pretrain("--corpus", str(corpus), "--out", out, "--steps", "4", "--save-every", "2", *TINY, *FAST) == 0
     capsys.readouterr()
+    umask = os.umask(0)
+    os.umask(umask)
+    for folder in (tmp_path / "run" / "checkpoints").iterdir():  # as mkdir makes them, not mkdtemp's 0700
+        assert folder.stat().st_mode & 0o777 == 0o777 & ~umask, folder
     assert pretrain("--out", out, "--resume", "--batch-size", "16", "--seed", "3") == 2
     line = error_line(capsys)
     assert "this run was started with other settings (batch_size 8 -> 16; seed 0 -> 3)" in line and "job.json" in line

@@ -25,7 +25,6 @@ import itertools
 import json
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BertkitError
+from ..files import staging_dir
 from .corpora import Corpus, ReadStats, sentences
 from .tokenizer import Tokenizer
 
@@ -108,7 +108,7 @@ def tokenize_corpus(corpus: Corpus, tokenizer: Tokenizer, cache_dir: str | Path 
     if (final / "meta.json").exists():
         return TokenizedCorpus(final)
     root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=final.name + ".tmp-", dir=root))
+    tmp = staging_dir(root, final.name + ".tmp-")
     try:
         _build(corpus, tokenizer, settings, tmp, progress)
         try:

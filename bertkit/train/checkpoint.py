@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from ..errors import BertkitError
+from ..files import staging_dir
 
 STATE = "trainer_state.pt"
 
@@ -32,7 +32,7 @@ def save_final(models: dict, root: Path) -> None:
     """The finished run's models at the root of OUT: written to a temporary folder first, then
     moved into place file by file, so a failed save leaves the earlier files whole."""
     root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=".writing-"))
+    tmp = staging_dir(root, ".writing-")
     try:
         save_models(models, tmp)
         for written in sorted(tmp.rglob("*"), key=lambda p: len(p.parts)):
@@ -65,7 +65,7 @@ def save(root: Path, step: int, models: dict, trainer_state: dict, keep: int) ->
     folder = root / "checkpoints"
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"step-{step:08d}"
-    tmp = Path(tempfile.mkdtemp(dir=folder, prefix=".writing-"))
+    tmp = staging_dir(folder, ".writing-")
     try:
         save_models(models, tmp)
         torch.save({**trainer_state, "rng": rng_state()}, tmp / STATE)
