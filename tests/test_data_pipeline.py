@@ -54,6 +54,25 @@ def test_cache_holds_every_sentence_tokenized(cached, corpus_file, tokenizer):
     assert cached.meta["tokens"] == cached.num_tokens == len(cached.tokens)
 
 
+def test_byte_level_sentences_keep_the_space_before_them(tmp_path, corpus_file):
+    """Byte-level BPE marks a word after a space ("ĠThe"): a sentence cut out of running text must
+    not start with the bare form, which fine-tuning and inference never see. The cached document is
+    the running text's own tokenization, and its sentence starts begin words for whole-word masking."""
+    from bertkit.data import TokenizerSettings, train_tokenizer
+
+    texts = [json.loads(line)["text"] for line in corpus_file.read_text().splitlines()]
+    tok = train_tokenizer(texts[:200], TokenizerSettings(kind="bpe", vocab_size=600))
+    one_line = [" ".join(sentences(t)) for t in texts[:40]]  # the sentences joined by single spaces
+    path = tmp_path / "lines.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in one_line))
+    cached = tokenize_corpus(open_corpus(path), tok, tmp_path / "cache")
+    starts = tok.continues_word()
+    for d, text in enumerate(one_line):
+        assert cached.document(d).tolist() == tok.encode_plain([text])[0], d
+        for s in range(cached.document_offsets[d] + 1, cached.document_offsets[d + 1]):  # every later sentence
+            assert not starts[cached.tokens[cached.sentence_offsets[s]]], (d, s)
+
+
 class Counting(TextFiles):
     reads = 0
 

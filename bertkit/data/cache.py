@@ -15,7 +15,11 @@ two processes building the same cache do not corrupt each other.
 
 Tokenization streams: documents are read in chunks of `chunk_documents`, each chunk's sentences
 are tokenized in one `encode_batch` call (spread over all cores by `tokenizers`), appended to
-the files, and dropped; memory stays bounded by the chunk, not the corpus.
+the files, and dropped; memory stays bounded by the chunk, not the corpus. A document's
+sentences after its first are tokenized with the space that stood before them (`in_context`):
+byte-level BPE (RoBERTa, ModernBERT, DeBERTa v1) marks a word after a space with "Ġ", and a
+sentence tokenized bare would start with the space-less form, which running text never gives
+(WordPiece and SentencePiece give the same ids either way).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from ..files import staging_dir
 from .corpora import Corpus, ReadStats, sentences
 from .tokenizer import Tokenizer
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: sentences after a document's first keep their leading space
 
 
 def cache_root(cache_dir: str | Path | None = None) -> Path:
@@ -123,6 +127,12 @@ def tokenize_corpus(corpus: Corpus, tokenizer: Tokenizer, cache_dir: str | Path 
     return TokenizedCorpus(final)
 
 
+def in_context(parts: list[str]) -> list[str]:
+    """A document's sentences as they stand in its running text: each after the first with the
+    space before it (a line break counts as one)."""
+    return parts[:1] + [" " + s for s in parts[1:]]
+
+
 def _build(corpus: Corpus, tokenizer: Tokenizer, settings: CacheSettings, out: Path, progress) -> None:
     dtype = np.dtype(np.uint16 if tokenizer.vocab_size < 2**16 else np.uint32)
     stats = ReadStats()
@@ -137,7 +147,7 @@ def _build(corpus: Corpus, tokenizer: Tokenizer, settings: CacheSettings, out: P
         def flush() -> None:
             nonlocal n_tokens, n_sentences, n_documents
             pieces = [sentences(d) if settings.split_sentences else [d] for d in chunk]
-            flat = [s for p in pieces for s in p]
+            flat = [s for p in pieces for s in in_context(p)]
             ids = tokenizer.encode_plain(flat)
             lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
             keep = lengths > 0  # a sentence of control characters only tokenizes to nothing: dropped
