@@ -134,6 +134,11 @@ def test_replaced_token_detection_learns_and_labels_exactly_the_changed_tokens(r
     assert_learns(losses)
     assert (tmp_path / "run" / "generator" / "config.json").exists()  # discriminator at the root
     assert bertkit.from_pretrained(tmp_path / "run").config.family == "electra"
+    # the generator samples replacements: held-out scores of one model are the same at every evaluation,
+    # and evaluating leaves the training random stream where it was
+    state = torch.random.get_rng_state()
+    assert trainer.evaluate() == trainer.evaluate()
+    assert torch.equal(torch.random.get_rng_state(), state)
 
     batch = batch_at(0)
     labels, ids = batch["labels"], batch["input_ids"]

@@ -210,7 +210,11 @@ class Trainer:
             return {}
         self.objective.eval()
         totals: dict[str, float] = {}
-        with torch.no_grad(), self._autocast():
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.no_grad(), self._autocast(), torch.random.fork_rng(devices=devices):
+            # the same random draws at every evaluation (ELECTRA's generator samples its
+            # replacements), so scores compare across evaluations; training's stream is untouched
+            torch.manual_seed(self.settings.seed)
             for batch in self.eval_batches:
                 for k, v in self.objective(self._to_device(self._shard(batch))).metrics.items():
                     totals[k] = totals.get(k, 0.0) + float(v)
