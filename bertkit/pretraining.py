@@ -477,7 +477,8 @@ def _pretrain_numpy(job, config, tokenizer, train_corpus, eval_corpus, settings)
     model = numpy_ref.build(config, seed=settings.seed)
     out = job.out_dir
     say(f"mlm on {job.model} with the NumPy backend, "
-        + (f"budget {settings.time_budget:.0f} s" if settings.time_budget else f"{settings.steps} steps"))
+        + (f"budget {settings.time_budget:.0f} s" if settings.time_budget else f"{settings.steps} steps")
+        + " (it keeps no checkpoints: an interrupted run starts over)")
     trainer = numpy_ref.Trainer(model, lambda i: arrays(data.batch_at(i)), settings, out,
                                 [arrays(b) for b in held_out])
     trainer.fit(progress=job.train.get("progress", True))
