@@ -450,6 +450,27 @@ def test_bf16_load_runs_close_to_fp32(tmp_path):
     assert (a - b).abs().max().item() <= 0.05 * a.abs().max().item() + 0.05
 
 
+def test_dtype_auto_keeps_the_files_dtype_as_transformers_does(tmp_path):
+    """dtype="auto": config.json's dtype, else the tensors' (transformers 5's default); the
+    default stays float32. The weights are the file's exactly."""
+    ref = hf_model("BertForSequenceClassification", tiny_hf_config()).to(torch.bfloat16)
+    path = _saved(ref, tmp_path)
+    theirs = transformers.AutoModelForSequenceClassification.from_pretrained(path).eval()
+    ours = bertkit.from_pretrained(path, dtype="auto")
+    assert theirs.dtype == torch.bfloat16 and {p.dtype for p in ours.parameters()} == {torch.bfloat16}
+    assert torch.equal(ours.head.classifier.weight, theirs.classifier.weight)
+    assert {p.dtype for p in bertkit.from_pretrained(path).parameters()} == {torch.float32}
+    config = json.loads((path / "config.json").read_text())
+    config.pop("dtype", None), config.pop("torch_dtype", None)
+    (path / "config.json").write_text(json.dumps(config))  # no dtype named: the tensors tell
+    assert {p.dtype for p in bertkit.from_pretrained(path, dtype="auto").parameters()} == {torch.bfloat16}
+    (path / "config.json").write_text(json.dumps({**config, "torch_dtype": "int8"}))
+    with pytest.raises(BertkitError, match="dtype 'int8' is not a floating-point torch dtype"):
+        bertkit.from_pretrained(path, dtype="auto")
+    with pytest.raises(BertkitError, match="dtype must be a torch dtype or \"auto\""):
+        bertkit.from_pretrained(path, dtype="half")
+
+
 def left_padded(*batch):
     """The same right-padded (ids, mask, types) batch with each row's padding moved to the front."""
     lengths = [int(n) for n in batch[1].sum(1)]

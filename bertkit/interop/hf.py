@@ -421,10 +421,25 @@ def materialize(model: Model, loaded: dict[str, torch.Tensor]) -> None:
                 module._parameters[name] = made[id(param)]
 
 
+def file_dtype(hf: dict, state: dict[str, torch.Tensor], source: Path) -> torch.dtype:
+    """The dtype a checkpoint is stored in, as transformers' dtype="auto" finds it: config.json's
+    dtype (torch_dtype before transformers 5), else the first floating tensor's."""
+    name = hf.get("dtype") or hf.get("torch_dtype")
+    if name is not None:
+        found = getattr(torch, str(name).removeprefix("torch."), None)
+        if not (isinstance(found, torch.dtype) and found.is_floating_point):
+            raise BertkitError(f"{source}: dtype {name!r} is not a floating-point torch dtype")
+        return found
+    return next((t.dtype for t in state.values() if t.is_floating_point()), torch.float32)
+
+
 def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_labels: int | None = None,
-                    dtype: torch.dtype | None = None) -> Model:
+                    dtype: torch.dtype | str | None = None) -> Model:
     """Load a Hugging Face-format checkpoint (or one bertkit wrote). The head comes from the
     config's `architectures` unless `head` names one (then missing head weights are initialized).
+    The parameters are float32 unless `dtype` says otherwise: a torch dtype, or "auto" for the
+    file's own (what transformers 5 does by default; float32 here keeps fine-tuning's master
+    weights exact and runs bf16 through autocast).
 
     The model's parameters are built on the meta device and then made from the file's tensors,
     skipping a random initialization the checkpoint would overwrite (most of bert-base's load time);
@@ -443,6 +458,10 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
         config = config.replace(num_labels=num_labels, label_names=())
         head_from_file = False  # the file's head has other shapes: it starts fresh, with a warning
     state, weights_path = read_weights(directory)
+    if dtype == "auto":
+        dtype = file_dtype(hf, state, config_path)
+    elif dtype is not None and not isinstance(dtype, torch.dtype):
+        raise BertkitError(f"dtype must be a torch dtype or \"auto\", got {dtype!r}")
     with parameters_on_meta():
         model = Model(config, head)
     loaded, missing = match_state(model, state, weights_path, head_from_file)
