@@ -629,3 +629,20 @@ def test_truncation_in_one_thread_never_reaches_another(minilm_dir):
     assert not wrong, f"{len(wrong)} wrong: {sorted(set(wrong))}"
     for twin in (copy.deepcopy(tok), pickle.loads(pickle.dumps(tok))):  # the lock is made afresh
         assert twin(texts, max_length=5)["input_ids"].shape[1] == 5 and twin.encode(texts[0]) == tok.encode(texts[0])
+
+
+def test_legacy_added_tokens_json_is_read_as_transformers_reads_it(minilm_dir, tmp_path):
+    """Tokenizers saved before transformers 4.34 kept added tokens in added_tokens.json (token -> id);
+    without an added_tokens_decoder in tokenizer_config.json, transformers still applies it."""
+    shutil.copy(minilm_dir / "vocab.txt", tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "tokenizer_class": "BertTokenizer",
+                                                               "mask_token": "[MASK]"}))
+    (tmp_path / "added_tokens.json").write_text(json.dumps({"<new>": 30522, "hello-world": 30523}))
+    reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    ours = bertkit.load_tokenizer(tmp_path)
+    for text in ("a <new> b", "say hello-world now", "HELLO-WORLD", "x<new>y", *SENTENCES[:3]):
+        assert ours.encode(text) == reference.encode(text), text
+    assert ours.vocab_size == len(reference) == 30524
+    (tmp_path / "added_tokens.json").write_text(json.dumps({"<new>": "30522"}))
+    with pytest.raises(bertkit.BertkitError, match="added_tokens.json: expected an object of tokens and their ids"):
+        bertkit.load_tokenizer(tmp_path)

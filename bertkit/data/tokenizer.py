@@ -595,6 +595,19 @@ def _add_listed_tokens(backend: _Backend, tokens: list[tuple[int | None, AddedTo
             raise BertkitError(f"{listed_in} puts {token.content!r} at id {want}, but the vocabulary gives it id {got}")
 
 
+def _legacy_added_tokens(path: Path, config: dict, special: dict[str, str]) -> list[tuple[int, AddedToken]]:
+    """added_tokens.json (token -> id), where tokenizers saved before transformers 4.34 kept the
+    tokens added after training; transformers still reads it when tokenizer_config.json has no
+    added_tokens_decoder: a named special token as special, any other as a normalized token."""
+    if "added_tokens_decoder" in config or not path.is_file():
+        return []
+    table = read_json(path)
+    if not all(isinstance(t, str) and isinstance(i, int) and not isinstance(i, bool) for t, i in table.items()):
+        raise BertkitError(f"{path}: expected an object of tokens and their ids")
+    named = set(special.values())
+    return sorted((i, AddedToken(t, normalized=t not in named, special=t in named)) for t, i in table.items())
+
+
 def _tokenizer_config(directory: Path) -> dict:
     """tokenizer_config.json as transformers reads it: special_tokens_map.json counts only when the
     config has no added_tokens_decoder (files older than transformers 4.34), and then its named tokens
@@ -710,6 +723,9 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     # keeps the file's flags, as transformers swaps the config's named tokens for the file's
     _add_listed_tokens(backend, file_tokens, f"{path}: added_tokens")
     in_file = {token.content for _, token in file_tokens}
+    legacy = directory / "added_tokens.json"
+    _add_listed_tokens(backend, [(i, t) for i, t in _legacy_added_tokens(legacy, config, special) if t.content not in in_file],
+                       str(legacy))
     _add_listed_tokens(backend, [(i, t) for i, t in config_tokens if t.content not in in_file],
                        f"{config_file}: added_tokens_decoder")
     # Files without a tokenizer_config.json still name BERT's special tokens in their vocabulary.
