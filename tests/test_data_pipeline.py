@@ -12,12 +12,12 @@ from hypothesis import given, settings, strategies as st
 
 import bertkit
 from bertkit.data import (ELECTRA_MASKING, MaskingCollator, MaskingSettings, PipelineSettings, builtin,
-                          open_corpus, pretraining_data, tokenize_corpus)
+                          default_layout, open_corpus, pretraining_data, tokenize_corpus)
 from bertkit.data.builders import Batch, ExampleSettings, build_examples
 from bertkit.data.cache import CacheSettings, cache_key, cache_root
 from bertkit.data.collators import mix, mix_int
 from bertkit.data.corpora import TextFiles, sentences
-from bertkit.data.tokenizer import Tokenizer, wordpiece_pipeline
+from bertkit.data.tokenizer import Frame, Tokenizer, wordpiece_pipeline
 
 
 @pytest.fixture(scope="module")
@@ -162,8 +162,7 @@ def test_full_sentences_rows_hold_whole_sentences_across_documents(cached, token
 @pytest.mark.parametrize("layout", ["nsp", "sop"])
 def test_pair_examples_are_balanced_and_real_pairs_are_consecutive(cached, tokenizer, layout):
     ex = build_examples(cached, tokenizer.frame, 102, ExampleSettings(layout, 64, seed=3))
-    table = ex.table
-    labels = table[:, 4]
+    table, labels = ex.table, ex.labels
     assert abs(labels.mean() - 0.5) < 0.03, labels.mean()
     doc_tokens = cached.document_token_offsets()
     doc = lambda t: np.searchsorted(doc_tokens, t, side="right") - 1  # noqa: E731
@@ -183,7 +182,60 @@ def test_pair_examples_are_balanced_and_real_pairs_are_consecutive(cached, token
         assert ids[0] == 101 and ids[la + 1] == 102 and ids[n - 1] == 102
         assert (types[:la + 2] == 0).all() and (types[la + 2:] == 1).all()
         assert (batch.input_ids[i, n:] == tokenizer.pad_token_id).all()
-    assert np.array_equal(ex.table, build_examples(cached, tokenizer.frame, 102, ExampleSettings(layout, 64, seed=3)).table)
+    again = build_examples(cached, tokenizer.frame, 102, ExampleSettings(layout, 64, seed=3))
+    assert np.array_equal(ex.table, again.table) and np.array_equal(ex.labels, again.labels)
+
+
+def test_segments_are_electras_examples(cached, tokenizer):
+    """ELECTRA's ExampleBuilder: consecutive sentences of one document, [CLS] A [SEP] B [SEP] with B
+    type 1 and no label; one segment when a 10% draw says so. A full-length example always has
+    room for B, so there the single-segment share is that draw alone; elsewhere (a review's last
+    sentences, two-sentence examples whose A took both) it is higher, as in the released script."""
+    T, budget = 64, 61
+    tables = [build_examples(cached, tokenizer.frame, 102, ExampleSettings("segments", T, seed=s)) for s in range(5)]
+    ex = tables[0]
+    assert ex.labels is None and ex.stats.truncated_tokens == 0
+    sent = np.asarray(cached.sentence_offsets)
+    lengths = np.diff(sent)
+    assert ex.stats.split_sentences == int((lengths > budget // 2).sum())
+    # example boundaries are sentence boundaries, or cuts of an overlong sentence every budget // 2 tokens
+    cuts = [s + k for s, n in zip(sent[:-1], lengths) for k in range(budget // 2, n, budget // 2)]
+    boundaries = np.union1d(sent, cuts)
+    doc_tokens = cached.document_token_offsets()
+    doc = lambda t: np.searchsorted(doc_tokens, t, side="right") - 1  # noqa: E731
+    for e in tables:
+        a0, a1, b0, b1 = e.table.T
+        # every token in exactly one example, in order; A's last sentence right before B's first
+        assert a0[0] == 0 and b1[-1] == cached.num_tokens and np.array_equal(a0[1:], b1[:-1])
+        assert ((a1 > a0) & (b0 == a1) & (b1 >= b0) & (b1 - a0 <= budget)).all()
+        assert np.isin(e.table, boundaries).all() and (doc(a0) == doc(b1 - 1)).all()
+    single = np.concatenate([e.table[:, 3] == e.table[:, 2] for e in tables])
+    full = np.concatenate([e.table[:, 3] - e.table[:, 0] >= 2 * (budget // 2) for e in tables])
+    assert full.sum() > 2000 and abs(single[full].mean() - 0.1) < 0.025, single[full].mean()  # sd 0.0065
+    assert 0.1 < single.mean() < 0.4, single.mean()
+    rows = np.arange(300)
+    batch = ex.batch(rows, tokenizer.pad_token_id)
+    assert batch.pair_labels is None and batch.lengths.max() <= T
+    for i in rows:
+        a0, a1, b0, b1 = ex.table[i]
+        n, la, lb = batch.lengths[i], a1 - a0, b1 - b0
+        ids, types = batch.input_ids[i], batch.token_type_ids[i]
+        assert n == la + 2 + (lb + 1 if lb else 0) and ids[0] == 101 and ids[la + 1] == 102 and ids[n - 1] == 102
+        assert np.array_equal(ids[1:la + 1], cached.tokens[a0:a1])
+        assert np.array_equal(ids[la + 2:n - 1], cached.tokens[b0:b1])
+        assert (types[:la + 2] == 0).all() and (types[la + 2:n] == 1).all() and (types[n:] == 0).all()
+    assert np.array_equal(ex.table, build_examples(cached, tokenizer.frame, 102, ExampleSettings("segments", T)).table)
+    assert not np.array_equal(ex.table[:50], tables[1].table[:50])
+
+
+def test_segments_follow_the_familys_frame(cached):
+    """RoBERTa's <s> A </s></s> B </s> has four special tokens: the budget shrinks to fit them."""
+    frame = Frame(single=((0, 0), ("A", 0), (2, 0)), pair=((0, 0), ("A", 0), (2, 0), (2, 0), ("B", 0), (2, 0)))
+    ex = build_examples(cached, frame, 2, ExampleSettings("segments", 32))
+    batch = ex.batch(np.arange(len(ex)), 1)
+    two = ex.table[:, 3] > ex.table[:, 2]
+    assert batch.lengths.max() <= 32 and (batch.lengths[two] == (ex.table[:, 3] - ex.table[:, 0] + 4)[two]).all()
+    assert (batch.token_type_ids == 0).all() and (batch.input_ids[:, 0] == 0).all()
 
 
 # ---- collators -----------------------------------------------------------------------------------
@@ -214,7 +266,7 @@ def _unmasked(d, i):
 
 
 @pytest.mark.filterwarnings("ignore::bertkit.data.DataWarning")  # nsp trims a few tokens at T=64
-@pytest.mark.parametrize("layout", ["packed", "full-sentences", "nsp", "sop"])
+@pytest.mark.parametrize("layout", ["packed", "full-sentences", "nsp", "sop", "segments"])
 def test_masking_rate_and_80_10_10_never_specials_or_padding(corpus_file, tokenizer, cache_dir, layout):
     d = data(corpus_file, tokenizer, cache_dir, layout=layout, objective="mlm+nsp" if layout == "nsp" else "mlm")
     rate, split = _stats([(d.batch_at(i), _unmasked(d, i)) for i in range(20)], tokenizer)
@@ -316,6 +368,19 @@ def test_electra_generator_input(corpus_file, tokenizer, cache_dir):
         assert torch.equal(b["masked_positions"], b["labels"] != -100)
     rate, split = _stats(batches, tokenizer)
     assert abs(rate - 0.15) < 0.005 and split["random"] == 0 and abs(split["mask"] - 0.85) < 0.02
+
+
+def test_rtd_trains_the_segment_embedding(corpus_file, tokenizer, cache_dir):
+    """ELECTRA pre-trained on its own examples: B's tokens are type 1, so the embedding a pair task
+    fine-tunes from was trained; short targets are its 5%."""
+    assert default_layout("rtd") == default_layout("rtd", "electra") == "segments"
+    assert PipelineSettings(objective="rtd").example_settings.short_length_prob == 0.05
+    assert PipelineSettings(objective="mlm+nsp").example_settings.short_length_prob == 0.1
+    d = data(corpus_file, tokenizer, cache_dir, objective="rtd")
+    b = d.batch_at(0)
+    types, real = b["token_type_ids"], b["attention_mask"].bool()
+    assert "pair_labels" not in b and (types == 1).any(1).float().mean() > 0.5
+    assert not (types.bool() & ~real).any() and set(types.unique().tolist()) == {0, 1}
 
 
 def test_nsp_batches_carry_pair_labels(corpus_file, tokenizer, cache_dir):

@@ -1,6 +1,6 @@
 """Example builders: cached tokens -> framed pre-training examples (before masking).
 
-- "packed" (ELECTRA, DeBERTa, DistilBERT, BERT without NSP): the corpus as one stream, a separator
+- "packed" (DeBERTa, DistilBERT, BERT without NSP): the corpus as one stream, a separator
   between documents, cut into rows of exactly the content budget, so no position is padding
   (the stream's tail that does not fill a row is dropped and counted).
 - "full-sentences" (RoBERTa, Liu et al., 2019, sec. 4.2 FULL-SENTENCES): whole sentences packed
@@ -12,6 +12,21 @@
   create_pretraining_data.py does). 10% of chunks aim for a shorter random length.
 - "sop" (ALBERT, Lan et al., 2020, sec. 4.1): A and B are consecutive segments of one document,
   swapped half the time (label 1 = swapped).
+- "segments" (ELECTRA, Clark et al., 2020; ExampleBuilder in the released
+  build_pretraining_dataset.py): whole sentences of one document up to the length, framed as
+  A and B with no label. 10% of examples are one segment (as single-text tasks are); the others
+  give A the first sentences up to about half the target and B the rest. 5% aim for a random
+  shorter length. B's tokens have segment id 1, so the type-1 embedding that fine-tuned pair
+  tasks read is trained (packed rows, all type 0, would leave it at its initialization). One
+  change: the script can put a short sentence back into A after B has begun (its test for A does
+  not ask whether B is empty), so its A and B are not always consecutive text; here A is always
+  the example's first sentences and B the rest.
+
+The pair layouts share BERT's chunking (create_instances_from_document): consecutive sentences of
+one document (cut into pieces of at most half the budget) up to a target length. One change from
+both released scripts: a sentence that would overshoot the length starts the next example instead
+of being trimmed away (ELECTRA's script even fills to max_length before leaving room for the
+special tokens, so it trims every full example).
 
 The family's special tokens and segment ids come from the tokenizer's `Frame`, so the same
 builders serve [CLS] A [SEP] B [SEP] and <s> A </s></s> B </s>. Every example table is a pure
@@ -21,6 +36,7 @@ C content tokens per row.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,14 +45,17 @@ from ..errors import BertkitError
 from .cache import TokenizedCorpus
 from .tokenizer import Frame
 
-LAYOUTS = ("packed", "full-sentences", "nsp", "sop")
+LAYOUTS = ("packed", "full-sentences", "nsp", "sop", "segments")
+# the chance a pair example aims for a random shorter length: create_pretraining_data.py (A.2,
+# kept by ALBERT) and build_pretraining_dataset.py
+SHORT_SEQ_PROB = {"nsp": 0.1, "sop": 0.1, "segments": 0.05}
 
 
 @dataclass(frozen=True)
 class ExampleSettings:
     layout: str = "packed"
     max_length: int = 128
-    short_seq_prob: float = 0.1   # nsp/sop: chance a chunk aims for a random shorter length (A.2)
+    short_seq_prob: float | None = None  # pair layouts: chance of a random shorter length; None: the recipe's
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -44,8 +63,12 @@ class ExampleSettings:
             raise BertkitError(f"unknown example layout {self.layout!r}; choose one of {', '.join(LAYOUTS)}")
         if self.max_length < 8:
             raise BertkitError(f"max_length must be at least 8, got {self.max_length}")
-        if not 0 <= self.short_seq_prob <= 1:
+        if self.short_seq_prob is not None and not 0 <= self.short_seq_prob <= 1:
             raise BertkitError(f"short_seq_prob is a probability, got {self.short_seq_prob}")
+
+    @property
+    def short_length_prob(self) -> float:
+        return SHORT_SEQ_PROB.get(self.layout, 0.0) if self.short_seq_prob is None else self.short_seq_prob
 
 
 @dataclass(frozen=True)
@@ -59,8 +82,8 @@ class BuildStats:
 
 @dataclass
 class Batch:
-    """Framed, right-padded examples: ids and types (B, T) int64, lengths (B,), and for pair
-    layouts the pair labels (B,)."""
+    """Framed, right-padded examples: ids and types (B, T) int64, lengths (B,), and for nsp/sop
+    the pair labels (B,)."""
     input_ids: np.ndarray
     token_type_ids: np.ndarray
     lengths: np.ndarray
@@ -180,7 +203,8 @@ def _frame_single(frame: Frame, content: np.ndarray, lengths: np.ndarray, T: int
 
 
 class PairExamples(Examples):
-    """A table of (A span, B span, label) in token indices, built once from the corpus and seed."""
+    """A table of (A span, B span) in token indices and, for nsp/sop, their labels, built once
+    from the corpus and seed. An empty B span is a single-segment example."""
 
     def __init__(self, corpus: TokenizedCorpus, frame: Frame, settings: ExampleSettings):
         self.corpus, self.frame, self.settings = corpus, frame, settings
@@ -195,9 +219,11 @@ class PairExamples(Examples):
         # pieces of at most half the budget, so an A + B pair rarely needs trimming
         seg_start, seg_end, split = _cut(sent[:-1], sent[1:], max(1, budget // 2))
         doc_seg = np.searchsorted(seg_start, sent[docs], side="left")  # (D + 1,): first piece of each document
-        table, truncated = _pair_table(seg_start.tolist(), seg_end.tolist(), doc_seg.astype(np.int64).tolist(),
-                                       budget, settings, np.random.default_rng([settings.seed, 7]))
-        self.table = np.array(table, dtype=np.int64).reshape(-1, 5)  # (N, 5): a0 a1 b0 b1 label
+        make = _segment_table if settings.layout == "segments" else _pair_table
+        spans, labels, truncated = make(seg_start.tolist(), seg_end.tolist(), doc_seg.astype(np.int64).tolist(),
+                                        budget, settings, np.random.default_rng([settings.seed, 7]))
+        self.table = np.array(spans, dtype=np.int64).reshape(-1, 4)  # (N, 4): a0 a1 b0 b1
+        self.labels = None if labels is None else np.array(labels, dtype=np.int64)  # (N,)
         if len(self.table) == 0:
             raise BertkitError(f"the corpus gives no {settings.layout} examples (every document is a single token?)")
         self.stats = BuildStats(len(self.table), long_documents, split, truncated, 0)
@@ -209,75 +235,112 @@ class PairExamples(Examples):
         types = np.zeros((len(rows), T), dtype=np.int64)
         lengths = np.zeros(len(rows), dtype=np.int64)
         tokens = self.corpus.tokens
-        for i, (a0, a1, b0, b1, _) in enumerate(rows):
-            x, t = self.frame.apply(tokens[a0:a1], tokens[b0:b1])
+        for i, (a0, a1, b0, b1) in enumerate(rows):
+            x, t = self.frame.apply(tokens[a0:a1], tokens[b0:b1] if b1 > b0 else None)
             ids[i, :len(x)], types[i, :len(x)], lengths[i] = x, t, len(x)
-        return Batch(ids, types, lengths, rows[:, 4].copy())
+        return Batch(ids, types, lengths, None if self.labels is None else self.labels[indices])
 
 
-def _pair_table(seg_start: list[int], seg_end: list[int], doc_seg: list[int], budget: int,
-                settings: ExampleSettings, rng: np.random.Generator) -> tuple[list[int], int]:
-    """The loop of create_instances_from_document, over all documents; returns a flat list of
-    (a0, a1, b0, b1, label) and the number of tokens trimmed. Two changes keep labels balanced and
-    trimming rare at short lengths: a chunk that overshoots the budget gives its last segment back
-    to the next chunk, and a one-segment chunk is split inside the segment (so it can still be a
-    real next / ordered pair instead of always a random one)."""
-    nsp = settings.layout == "nsp"
-    D = len(doc_seg) - 1
-    out: list[int] = []
-    truncated = 0
-
+def _chunks(seg_start: list[int], seg_end: list[int], doc_seg: list[int], budget: int, short_prob: float,
+            rng: np.random.Generator, emit: Callable[[int, int, int, int], int]) -> None:
+    """The chunking loop of create_instances_from_document: per document, gather consecutive
+    segments until they reach a target length (the budget, or with probability `short_prob` a
+    random shorter one) or the document ends; a segment that would overshoot the budget starts
+    the next chunk. `emit(d, first, last, target)` makes the example of segments first..last of
+    document d and returns how many of them it used: the rest start the next chunk."""
     def new_target() -> int:
-        return budget if rng.random() >= settings.short_seq_prob else int(rng.integers(2, budget + 1))
+        return budget if rng.random() >= short_prob else int(rng.integers(2, budget + 1))
 
-    for d in range(D):
-        first, end = doc_seg[d], doc_seg[d + 1]
+    for d in range(len(doc_seg) - 1):
+        end = doc_seg[d + 1]
         target = new_target()
-        chunk, length, i = first, 0, first
+        chunk, length, i = doc_seg[d], 0, doc_seg[d]
         while i < end:
             length += seg_end[i] - seg_start[i]
             if length > budget and i > chunk:  # overshoot: this segment starts the next chunk
                 i -= 1
                 length = budget
             if i == end - 1 or length >= target:
-                n = i - chunk + 1
-                if n >= 2:
-                    a_count = int(rng.integers(1, n))
-                    a0, a1 = seg_start[chunk], seg_end[chunk + a_count - 1]
-                    b0, b1 = a1, seg_end[i]
-                else:  # one segment: its two halves
-                    a0, b1 = seg_start[i], seg_end[i]
-                    a1 = b0 = a0 + (b1 - a0) // 2
-                    a_count = 1
-                label = 0
-                if nsp and (rng.random() < 0.5 or a1 == a0 or b1 == b0):
-                    label = 1
-                    if n == 1:
-                        a1 = b1
-                    other = int(rng.integers(0, D - 1))
-                    other += other >= d
-                    s = int(rng.integers(doc_seg[other], doc_seg[other + 1]))
-                    b0, b1 = seg_start[s], seg_end[s]
-                    room = target - (a1 - a0)
-                    while s + 1 < doc_seg[other + 1] and b1 - b0 + seg_end[s + 1] - seg_start[s + 1] <= room:
-                        s += 1
-                        b1 = seg_end[s]
-                    i -= n - a_count if n >= 2 else 0  # put the unused segments back (A.2)
-                elif not nsp:
-                    if a1 == a0 or b1 == b0:  # a one-token document has no order to predict
-                        chunk, length, i = i + 1, 0, i + 1
-                        continue
-                    label = int(rng.random() < 0.5)
-                a0, a1, b0, b1, cut = _trim(a0, a1, b0, b1, budget, rng)
-                truncated += cut
-                if nsp or label == 0:
-                    out += [a0, a1, b0, b1, label]
-                else:
-                    out += [b0, b1, a0, a1, label]  # SOP: the two segments in swapped order
-                chunk, length = i + 1, 0
+                chunk = i = chunk + emit(d, chunk, i, target)
+                length = 0
                 target = new_target()
-            i += 1
-    return out, truncated
+            else:
+                i += 1
+
+
+def _pair_table(seg_start: list[int], seg_end: list[int], doc_seg: list[int], budget: int,
+                settings: ExampleSettings, rng: np.random.Generator) -> tuple[list, list[int], int]:
+    """nsp/sop: create_instances_from_document over all documents; returns the (a0, a1, b0, b1)
+    spans, their labels and the number of tokens trimmed. Besides the overshoot (module
+    docstring), one change keeps labels balanced at short lengths: a one-segment chunk is split
+    inside the segment (so it can still be a real next / ordered pair instead of always a random
+    one)."""
+    nsp = settings.layout == "nsp"
+    D = len(doc_seg) - 1
+    spans: list[tuple[int, int, int, int]] = []
+    labels: list[int] = []
+    truncated = 0
+
+    def emit(d: int, chunk: int, i: int, target: int) -> int:
+        nonlocal truncated
+        n = used = i - chunk + 1
+        if n >= 2:
+            a_count = int(rng.integers(1, n))
+            a0, a1 = seg_start[chunk], seg_end[chunk + a_count - 1]
+            b0, b1 = a1, seg_end[i]
+        else:  # one segment: its two halves
+            a0, b1 = seg_start[i], seg_end[i]
+            a1 = b0 = a0 + (b1 - a0) // 2
+        label = 0
+        if nsp and (rng.random() < 0.5 or a1 == a0 or b1 == b0):
+            label = 1
+            if n == 1:
+                a1 = b1
+            other = int(rng.integers(0, D - 1))
+            other += other >= d
+            s = int(rng.integers(doc_seg[other], doc_seg[other + 1]))
+            b0, b1 = seg_start[s], seg_end[s]
+            room = target - (a1 - a0)
+            while s + 1 < doc_seg[other + 1] and b1 - b0 + seg_end[s + 1] - seg_start[s + 1] <= room:
+                s += 1
+                b1 = seg_end[s]
+            used = a_count if n >= 2 else n  # put the unused segments back (A.2)
+        elif not nsp:
+            if a1 == a0 or b1 == b0:  # a one-token document has no order to predict
+                return used
+            label = int(rng.random() < 0.5)
+        a0, a1, b0, b1, cut = _trim(a0, a1, b0, b1, budget, rng)
+        truncated += cut
+        spans.append((a0, a1, b0, b1) if nsp or label == 0 else (b0, b1, a0, a1))  # SOP: swapped order
+        labels.append(label)
+        return used
+
+    _chunks(seg_start, seg_end, doc_seg, budget, settings.short_length_prob, rng, emit)
+    return spans, labels, truncated
+
+
+def _segment_table(seg_start: list[int], seg_end: list[int], doc_seg: list[int], budget: int,
+                   settings: ExampleSettings, rng: np.random.Generator) -> tuple[list, None, int]:
+    """segments: ExampleBuilder._create_example on every chunk; returns the (a0, a1, b0, b1) spans
+    (b0 == b1: one segment), no labels and no trimmed tokens (a chunk fits the budget). A takes
+    a chunk's segments while it is empty, while the next one keeps it under its target, or, half
+    the time, while it is still under it; B takes the rest."""
+    spans: list[tuple[int, int, int, int]] = []
+
+    def emit(d: int, first: int, last: int, target: int) -> int:
+        a_target = np.inf if rng.random() < 0.1 else target // 2  # 10%: one segment
+        a_end, a_length = first, 0
+        while a_end <= last:
+            n = seg_end[a_end] - seg_start[a_end]
+            if a_length and a_length + n >= a_target and not (a_length < a_target and rng.random() < 0.5):
+                break
+            a_end, a_length = a_end + 1, a_length + n
+        a0, a1 = seg_start[first], seg_end[a_end - 1]
+        spans.append((a0, a1, a1, seg_end[last]))  # a document's segments are contiguous: B starts where A ends
+        return last - first + 1
+
+    _chunks(seg_start, seg_end, doc_seg, budget, settings.short_length_prob, rng, emit)
+    return spans, None, 0
 
 
 def _trim(a0: int, a1: int, b0: int, b1: int, budget: int, rng: np.random.Generator):

@@ -24,12 +24,12 @@ from .collators import ELECTRA_MASKING, MaskingCollator, MaskingSettings
 from .corpora import Corpus, DataWarning, open_corpus
 from .tokenizer import Tokenizer
 
-OBJECTIVE_LAYOUT = {"mlm": "packed", "mlm+nsp": "nsp", "mlm+sop": "sop", "rtd": "packed", "distill": "packed"}
+OBJECTIVE_LAYOUT = {"mlm": "packed", "mlm+nsp": "nsp", "mlm+sop": "sop", "rtd": "segments", "distill": "packed"}
 
 
 def default_layout(objective: str, family: str | None = None) -> str:
     """The example layout each recipe used: RoBERTa packs FULL-SENTENCES, BERT pairs with NSP,
-    ALBERT with SOP, the others pack the stream."""
+    ALBERT with SOP, ELECTRA frames one or two segments, the others pack the stream."""
     if objective not in OBJECTIVE_LAYOUT:
         raise BertkitError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVE_LAYOUT)}")
     if objective == "mlm" and family == "roberta":
@@ -47,7 +47,7 @@ class PipelineSettings:
     seed: int = 0
     masking: MaskingSettings | None = None     # None: BERT's 15% 80/10/10 (ELECTRA's for rtd)
     static_masks: int | None = None            # K fixed masks per example; None = dynamic
-    short_seq_prob: float = 0.1
+    short_seq_prob: float | None = None        # None: the layout's recipe (builders.SHORT_SEQ_PROB)
     cache: CacheSettings = field(default_factory=CacheSettings)
 
     def __post_init__(self) -> None:
