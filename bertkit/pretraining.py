@@ -431,11 +431,10 @@ def _tokenizer(job: PretrainJob, preset, train_corpus, checkpoints: list[Path]):
 def _data(job: PretrainJob, family: str, tokenizer, train_corpus, eval_corpus, max_length: int):
     """The training pipeline and a fixed list of held-out batches (their masks are fixed too,
     so every evaluation scores the same predictions)."""
-    from .data import MaskingSettings, PipelineSettings, pretraining_data
-    from .data.collators import ELECTRA_MASKING
+    from .data import PipelineSettings, default_masking, pretraining_data
 
-    base = ELECTRA_MASKING if job.objective == "rtd" else MaskingSettings()
-    masking = dataclasses.replace(base, rate=job.mask_rate, whole_word=job.whole_word)
+    base = default_masking(job.objective)  # ALBERT's n-grams are of whole words: --whole-word adds, never removes
+    masking = dataclasses.replace(base, rate=job.mask_rate, whole_word=job.whole_word or base.whole_word)
     seed = job.train.get("seed", 0)
     settings = PipelineSettings(objective=job.objective, family=family, max_length=max_length,
                                 batch_size=job.batch_size, seed=seed, masking=masking,

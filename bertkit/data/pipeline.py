@@ -20,10 +20,13 @@ import numpy as np
 from ..errors import BertkitError
 from .builders import ExampleSettings, build_examples
 from .cache import CacheSettings, TokenizedCorpus, tokenize_corpus
-from .collators import ELECTRA_MASKING, MaskingCollator, MaskingSettings
+from .collators import ALBERT_MASKING, ELECTRA_MASKING, MaskingCollator, MaskingSettings
 from .corpora import Corpus, DataWarning, open_corpus
 from .tokenizer import Tokenizer
 
+# The masking each recipe used where it is not BERT's: ELECTRA's generator input (85/15, no random
+# tokens) and ALBERT's whole-word n-grams of up to three words (Lan et al., 2020, sec. 4.1)
+OBJECTIVE_MASKING = {"rtd": ELECTRA_MASKING, "mlm+sop": ALBERT_MASKING}
 OBJECTIVE_LAYOUT = {"mlm": "packed", "mlm+nsp": "nsp", "mlm+sop": "sop", "rtd": "segments", "distill": "packed"}
 
 
@@ -37,6 +40,11 @@ def default_layout(objective: str, family: str | None = None) -> str:
     return OBJECTIVE_LAYOUT[objective]
 
 
+def default_masking(objective: str) -> MaskingSettings:
+    """BERT's 15% 80/10/10, or the recipe's own (OBJECTIVE_MASKING)."""
+    return OBJECTIVE_MASKING.get(objective, MaskingSettings())
+
+
 @dataclass(frozen=True)
 class PipelineSettings:
     objective: str = "mlm"
@@ -45,7 +53,7 @@ class PipelineSettings:
     max_length: int = 128
     batch_size: int = 32
     seed: int = 0
-    masking: MaskingSettings | None = None     # None: BERT's 15% 80/10/10 (ELECTRA's for rtd)
+    masking: MaskingSettings | None = None     # None: default_masking(objective)
     static_masks: int | None = None            # K fixed masks per example; None = dynamic
     short_seq_prob: float | None = None        # None: the layout's recipe (builders.SHORT_SEQ_PROB)
     cache: CacheSettings = field(default_factory=CacheSettings)
@@ -64,9 +72,7 @@ class PipelineSettings:
 
     @property
     def masking_settings(self) -> MaskingSettings:
-        if self.masking is not None:
-            return self.masking
-        return ELECTRA_MASKING if self.objective == "rtd" else MaskingSettings()
+        return self.masking if self.masking is not None else default_masking(self.objective)
 
 
 class PretrainingData:
