@@ -495,7 +495,8 @@ def companion_files(directory: Path) -> dict[str, bytes]:
         raise BertkitError(f"{modules}: not valid JSON") from None
     for entry in listed if isinstance(listed, list) else []:
         folder = str(entry.get("path", "")) if isinstance(entry, dict) else ""
-        if folder and (directory / folder).is_dir():
+        inside = folder and not Path(folder).is_absolute() and ".." not in Path(folder).parts  # saved back under it
+        if inside and (directory / folder).is_dir():
             for f in sorted((directory / folder).iterdir()):
                 if f.is_file():
                     files[f"{folder}/{f.name}"] = f.read_bytes()
