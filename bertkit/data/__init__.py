@@ -9,8 +9,9 @@ from .pipeline import PipelineSettings, PretrainingData, default_layout, default
 from .tokenizer import Frame, Tokenizer, check_vocab_fits, load_tokenizer
 from .trainers import TokenizerSettings, train_tokenizer
 
-__all__ = ["ALBERT_MASKING", "Batch", "BuildStats", "CacheSettings", "DataWarning", "ELECTRA_MASKING", "ExampleSettings", "Frame",
-           "MaskingCollator", "MaskingSettings", "PipelineSettings", "PretrainingData", "Record", "Splits",
-           "TokenizedCorpus", "Tokenizer", "TokenizerSettings", "build_examples", "builtin", "cache_root",
-           "check_vocab_fits", "default_layout", "default_masking", "load_tokenizer", "open_corpus", "pretraining_data", "split_of",
+__all__ = ["ALBERT_MASKING", "Batch", "BuildStats", "CacheSettings", "DataWarning", "ELECTRA_MASKING",
+           "ExampleSettings", "Frame", "MaskingCollator", "MaskingSettings", "PipelineSettings",
+           "PretrainingData", "Record", "Splits", "TokenizedCorpus", "Tokenizer", "TokenizerSettings",
+           "build_examples", "builtin", "cache_root", "check_vocab_fits", "default_layout",
+           "default_masking", "load_tokenizer", "open_corpus", "pretraining_data", "split_of",
            "tokenize_corpus", "train_tokenizer"]

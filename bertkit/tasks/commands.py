@@ -58,8 +58,8 @@ LIST_FIELDS = ("tokens", "choices")  # input fields that are lists of strings; t
 def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of: tuple[str, ...] = ()) -> list[dict]:
     """One dict per input: a positional text is {fields[0]: text}; an input line is plain text the
     same way, or a JSON object whose keys among `fields` are kept (those in `required` must be
-    there, and at least one of `any_of`). A line is taken for JSON when it opens an object with a key (`{"`): plain text may
-    start with a brace. Bad lines are one error naming the file and line."""
+    there, and at least one of `any_of`). A line is taken for JSON when it opens an object with a
+    key (`{"`): plain text may start with a brace. Bad lines are one error naming the file and line."""
     if args.text and args.input:
         raise BertkitError("give texts as arguments or with --input, not both")
     if not args.text and not args.input:
