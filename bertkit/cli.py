@@ -511,9 +511,19 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
     print(f"bertkit: warning: {message}", file=sys.stderr if file is None else file)
 
 
+def _terminated(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+    import threading
     import warnings
 
+    # SIGTERM (`kill`, a scheduler ending a job) stops a command as Ctrl-C does: what Ctrl-C
+    # keeps (finetune's best model so far) is kept, and the exit is the one 'interrupted' line
+    main_thread = threading.current_thread() is threading.main_thread()  # where handlers may be set
+    previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
     try:  # building the parser imports torch and the commands: seconds in which Ctrl-C may come
         args = parser().parse_args(argv)
         warnings.showwarning = _one_line_warning
@@ -526,6 +536,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:  # e.g. `bertkit embed ... | head`
         return 0
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return 0
 
 

@@ -80,6 +80,21 @@ def test_ctrl_c_while_the_commands_load_is_one_line(monkeypatch, capsys):
     assert capsys.readouterr().err == "bertkit: interrupted\n"
 
 
+def test_sigterm_stops_a_command_as_ctrl_c_does(monkeypatch, capsys):
+    """`kill` (or a scheduler ending the job) gets the same one line and exit as Ctrl-C, and so
+    the same saving of what Ctrl-C keeps; the handler before main is put back after it."""
+    import os
+    import signal
+
+    import bertkit.cli
+
+    monkeypatch.setattr(bertkit.cli, "cmd_models", lambda args: os.kill(os.getpid(), signal.SIGTERM))
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["models"]) == 130
+    assert capsys.readouterr().err == "bertkit: interrupted\n"
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 def test_console_script_help_explains_itself():
     run = subprocess.run([sys.executable, "-m", "bertkit.cli", "--help"], capture_output=True, text=True)
     assert run.returncode == 0
