@@ -74,3 +74,23 @@ def reviews() -> list[str]:
     with path.open(encoding="utf-8") as f:
         rows = csv.DictReader(f)
         return [next(rows)["text"].replace("<br />", " ") for _ in range(64)]
+
+
+@pytest.fixture(scope="session")
+def corpus_file(tmp_path_factory):
+    """600 imdb train reviews as a JSONL corpus (pre-training data tests)."""
+    import json
+
+    from bertkit.data import builtin
+
+    path = tmp_path_factory.mktemp("corpus") / "reviews.jsonl"
+    with open(path, "w") as f:
+        for r in builtin("imdb").train[:600]:
+            f.write(json.dumps({"text": r.text}) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    """A token cache of the test module's own."""
+    return tmp_path_factory.mktemp("cache")

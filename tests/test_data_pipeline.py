@@ -11,27 +11,13 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import bertkit
-from bertkit.data import (ELECTRA_MASKING, MaskingCollator, MaskingSettings, PipelineSettings, builtin,
+from bertkit.data import (ALBERT_MASKING, ELECTRA_MASKING, MaskingCollator, MaskingSettings, PipelineSettings,
                           default_layout, open_corpus, pretraining_data, tokenize_corpus)
 from bertkit.data.builders import Batch, ExampleSettings, build_examples
 from bertkit.data.cache import CacheSettings, cache_key, cache_root
 from bertkit.data.collators import mix, mix_int
 from bertkit.data.corpora import TextFiles, sentences
 from bertkit.data.tokenizer import Frame, Tokenizer, wordpiece_pipeline
-
-
-@pytest.fixture(scope="module")
-def corpus_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus") / "reviews.jsonl"
-    with open(path, "w") as f:
-        for r in builtin("imdb").train[:600]:
-            f.write(json.dumps({"text": r.text}) + "\n")
-    return path
-
-
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
 
 
 @pytest.fixture(scope="module")
@@ -320,11 +306,12 @@ def test_masks_are_deterministic_dynamic_per_epoch_and_static_repeat(corpus_file
         assert not any(torch.equal(masks[0][r], masks[1][r]) for r in differ)
 
 
-@pytest.mark.parametrize("whole_word", [False, True])
-def test_a_rows_mask_depends_only_on_its_example_and_version(corpus_file, tokenizer, cache_dir, whole_word):
+@pytest.mark.parametrize("masking", [MaskingSettings(), MaskingSettings(whole_word=True), ALBERT_MASKING],
+                         ids=["tokens", "whole-words", "albert-ngrams"])
+def test_a_rows_mask_depends_only_on_its_example_and_version(corpus_file, tokenizer, cache_dir, masking):
     """Counter-based draws: a row masks the same in another batch, in another order, padded wider,
     and with its version given per row instead of once."""
-    d = data(corpus_file, tokenizer, cache_dir, layout="full-sentences", masking=MaskingSettings(whole_word=whole_word))
+    d = data(corpus_file, tokenizer, cache_dir, layout="full-sentences", masking=masking)
     pad = tokenizer.pad_token_id
     rows, _ = d.indices(0)
     full = d.collator(d.examples.batch(rows, pad), rows, 5)
