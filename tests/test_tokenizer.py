@@ -646,3 +646,34 @@ def test_legacy_added_tokens_json_is_read_as_transformers_reads_it(minilm_dir, t
     (tmp_path / "added_tokens.json").write_text(json.dumps({"<new>": "30522"}))
     with pytest.raises(bertkit.BertkitError, match="added_tokens.json: expected an object of tokens and their ids"):
         bertkit.load_tokenizer(tmp_path)
+
+
+@pytest.mark.parametrize("where", ["tokenizer_config.json", "special_tokens_map.json"])
+def test_a_named_special_token_the_vocabulary_lacks_is_appended(minilm_dir, tmp_path, where):
+    """transformers appends it as a new id: a BERT vocabulary given mask_token "<mask>" then has a
+    mask id (bertkit had none, and tokenized "<mask>" as text)."""
+    shutil.copy(minilm_dir / "vocab.txt", tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
+    (tmp_path / where).write_text(json.dumps({**({"do_lower_case": True} if where.startswith("tok") else {}),
+                                              "mask_token": "<mask>"}))
+    reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    ours = bertkit.load_tokenizer(tmp_path)
+    assert ours.encode("a <mask> b") == reference.encode("a <mask> b")
+    assert ours.mask_token_id == reference.mask_token_id == 30522 and ours.vocab_size == len(reference)
+
+
+def test_legacy_special_tokens_map_lists_additional_special_tokens(minilm_dir, tmp_path):
+    """Pre-4.34 NER checkpoints mark entities with [unusedN] tokens listed only in
+    special_tokens_map.json's additional_special_tokens: whole tokens, as in transformers (which
+    keeps tokenizer_config.json's own list instead when it has one)."""
+    shutil.copy(minilm_dir / "vocab.txt", tmp_path)
+    (tmp_path / "special_tokens_map.json").write_text(json.dumps({
+        "mask_token": "[MASK]", "additional_special_tokens": ["[unused0]", "[unused1]"]}))
+    for own in ({}, {"additional_special_tokens": ["[unused5]"]}):
+        (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+            {"do_lower_case": True, "tokenizer_class": "BertTokenizer", **own}))
+        reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
+        ours = bertkit.load_tokenizer(tmp_path)
+        for text in ("[unused0] Paris [unused1] is [unused5] nice", "x[unused0]y", *SENTENCES[:2]):
+            assert ours.encode(text) == reference.encode(text), (own, text)

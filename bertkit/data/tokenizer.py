@@ -44,6 +44,8 @@ ALBERT_SPECIALS = {"bos_token": "[CLS]", "eos_token": "[SEP]", "unk_token": "<un
 GENERIC_TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # transformers loads its tokenizer.json verbatim
 SPM_CLASSES = {"AlbertTokenizer": "albert", "DebertaV2Tokenizer": "deberta-v3"}  # tokenizer_class -> pipeline
 SPECIAL_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token", "bos_token", "eos_token")
+# the order in which transformers registers named special tokens (SPECIAL_TOKENS_ATTRIBUTES)
+NAMING_ORDER = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 # tokenizer_config.json's pipeline flags, kept so that `Tokenizer.save` writes them back
 CONFIG_FLAGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "add_prefix_space", "trim_offsets",
                 "split_by_punct", "keep_accents", "remove_space")
@@ -611,13 +613,22 @@ def _legacy_added_tokens(path: Path, config: dict, special: dict[str, str]) -> l
 def _tokenizer_config(directory: Path) -> dict:
     """tokenizer_config.json as transformers reads it: special_tokens_map.json counts only when the
     config has no added_tokens_decoder (files older than transformers 4.34), and then its named tokens
-    win over the config's, each one special (PreTrainedTokenizerBase._from_pretrained)."""
+    win over the config's, each one special (PreTrainedTokenizerBase._from_pretrained). Its
+    additional_special_tokens count where the config lists none (NER checkpoints mark entities
+    with [unusedN] tokens there: transformers 5.23 then keeps the config's list), and its
+    extra_special_tokens join the config's."""
     config_file, map_file = directory / "tokenizer_config.json", directory / "special_tokens_map.json"
     config = read_json(config_file) if config_file.exists() else {}
     if "added_tokens_decoder" not in config and map_file.exists():
         for key, value in read_json(map_file).items():
             if key in SPECIAL_KEYS and _token_content(value) is not None:
                 config[key] = {**value, "special": True} if isinstance(value, dict) else value
+            elif key == "additional_special_tokens" and isinstance(value, list):
+                if not (config.get(key) or config.get("extra_special_tokens")):
+                    config[key] = value
+            elif key == "extra_special_tokens" and isinstance(value, list):
+                before = config.get(key) if isinstance(config.get(key), list) else []
+                config[key] = before + [v for v in value if v not in before]
     return config
 
 
@@ -728,6 +739,10 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
                        str(legacy))
     _add_listed_tokens(backend, [(i, t) for i, t in config_tokens if t.content not in in_file],
                        f"{config_file}: added_tokens_decoder")
+    # A named special token the vocabulary lacks is appended, as transformers appends it (in its
+    # order of names): a BERT vocabulary given mask_token "<mask>" gets "<mask>" as a new id.
+    backend.add_special_tokens(list(dict.fromkeys(
+        special[k] for k in NAMING_ORDER if k in special and backend.token_to_id(special[k]) is None)))
     # Files without a tokenizer_config.json still name BERT's special tokens in their vocabulary.
     for key, token in BERT_SPECIALS.items():
         if key not in special and backend.token_to_id(token) is not None:
