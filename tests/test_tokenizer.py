@@ -677,3 +677,22 @@ def test_legacy_special_tokens_map_lists_additional_special_tokens(minilm_dir, t
         ours = bertkit.load_tokenizer(tmp_path)
         for text in ("[unused0] Paris [unused1] is [unused5] nice", "x[unused0]y", *SENTENCES[:2]):
             assert ours.encode(text) == reference.encode(text), (own, text)
+
+
+@pytest.mark.parametrize("source", ["wordpiece-cased", "bpe", "unigram-uncased"])
+@pytest.mark.parametrize("cls", ["BertTokenizer", "RobertaTokenizer", "DebertaTokenizer", "DebertaV2Tokenizer",
+                                 "AlbertTokenizer"])
+def test_a_tokenizer_saved_under_a_class_that_would_rebuild_it_otherwise_is_saved_generic(
+        saved_bases, source, cls, tmp_path):
+    """A model's family names the class, but its tokenizer may be of another kind (a BERT encoder
+    with XLM-R's Unigram tokenizer). Declared as a class whose rebuild differs, transformers would
+    force the vocabulary into another pipeline (mostly [UNK]); such a tokenizer is saved as
+    PreTrainedTokenizerFast, which reads tokenizer.json as is. Either way transformers gives its ids."""
+    tok = bertkit.load_tokenizer(saved_bases[source])
+    tok.save(tmp_path, cls, 128)
+    written = json.loads((tmp_path / "tokenizer_config.json").read_text())["tokenizer_class"]
+    native = {"wordpiece-cased": "BertTokenizer", "bpe": "RobertaTokenizer", "unigram-uncased": "DebertaV2Tokenizer"}
+    assert written == (cls if cls == native[source] else "PreTrainedTokenizerFast")
+    reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    for text in HARD[:20] + SENTENCES[:3]:
+        assert reference.encode(text) == tok.encode(text), text

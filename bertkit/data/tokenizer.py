@@ -251,6 +251,8 @@ class Tokenizer:
             # DeBERTa-style Unigram) is declared generic so transformers reads tokenizer.json as is
             flags = _albert_flags(self.backend)
             config.update(flags if flags is not None else {"tokenizer_class": GENERIC_TOKENIZER_CLASS})
+        if not _rebuilds_alike(self.backend, config["tokenizer_class"], config, self.special_tokens):
+            config["tokenizer_class"] = GENERIC_TOKENIZER_CLASS  # read as is, not rebuilt into another tokenizer
         written[1].write_text(json.dumps(config, indent=2) + "\n")
         written[2].write_text(json.dumps(self.special_tokens, indent=2) + "\n")
         if isinstance(self.backend.model, models.WordPiece):
@@ -259,6 +261,24 @@ class Tokenizer:
             written.append(directory / "vocab.txt")
             written[-1].write_text("".join(t + "\n" for t in ordered), encoding="utf-8")
         return written
+
+
+def _rebuilds_alike(backend: _Backend, cls: str, config: dict, specials: dict[str, str]) -> bool:
+    """Whether transformers' class `cls`, rebuilding a pipeline around this backend's vocabulary from
+    `config` (REBUILDING_CLASSES), gets this backend's normalizer, pre-tokenizer, decoder and
+    post-processor back. A model's family names a class, but its tokenizer may be of another kind (a
+    BERT encoder with XLM-R's Unigram tokenizer): declared as BertTokenizer, transformers would force
+    the Unigram vocabulary into WordPiece and read nearly every word as [UNK]."""
+    if cls not in REBUILDING_CLASSES:
+        return True  # read as is
+    if REBUILDING_CLASSES[cls] != type(backend.model).__name__:
+        return False
+    try:
+        rebuilt, _ = _rebuilt(backend, cls, config, dict(specials))
+    except BertkitError:  # e.g. the class's special tokens are not in this vocabulary
+        return False
+    ours, theirs = json.loads(backend.to_str()), json.loads(rebuilt.to_str())
+    return all(ours.get(k) == theirs.get(k) for k in ("normalizer", "pre_tokenizer", "decoder", "post_processor"))
 
 
 def _albert_flags(backend: _Backend) -> dict[str, bool] | None:
