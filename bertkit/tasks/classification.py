@@ -167,4 +167,4 @@ class Regression(SequenceClassification):
 
     def score(self, examples, predictions, labels):
         self.check_gold(examples, labels, "evaluation data")
-        return regression_scores(self.targets(examples, labels, "evaluation data"), [p["value"] for p in predictions])
+        return regression_scores([e.label for e in examples], [p["value"] for p in predictions])
