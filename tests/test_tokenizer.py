@@ -696,3 +696,23 @@ def test_a_tokenizer_saved_under_a_class_that_would_rebuild_it_otherwise_is_save
     reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
     for text in HARD[:20] + SENTENCES[:3]:
         assert reference.encode(text) == tok.encode(text), text
+
+
+@pytest.mark.parametrize("source", ["vocab.txt", "tokenizer.json"])
+def test_a_bert_vocabulary_without_mask_gets_berttokenizers_default_appended(minilm_dir, tmp_path, source):
+    """BertTokenizer names [MASK] (and [PAD] ...) by default; a vocabulary without it gets it
+    appended as a new id in transformers, and so in bertkit (it had no mask token at all)."""
+    if source == "vocab.txt":
+        lines = (minilm_dir / "vocab.txt").read_text(encoding="utf-8").splitlines()
+        (tmp_path / "vocab.txt").write_text("".join(("[MASKX]" if t == "[MASK]" else t) + "\n" for t in lines),
+                                            encoding="utf-8")
+    else:
+        spec = json.loads((minilm_dir / "tokenizer.json").read_text())
+        spec["model"]["vocab"]["[MASKX]"] = spec["model"]["vocab"].pop("[MASK]")
+        spec["added_tokens"] = [a for a in spec["added_tokens"] if a["content"] != "[MASK]"]
+        (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "tokenizer_class": "BertTokenizer"}))
+    reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    ours = bertkit.load_tokenizer(tmp_path)
+    assert ours.encode("a [MASK] b") == reference.encode("a [MASK] b")
+    assert ours.mask_token_id == reference.mask_token_id == 30522 and ours.vocab_size == len(reference)

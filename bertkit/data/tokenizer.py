@@ -699,8 +699,8 @@ def _rebuilt(backend: _Backend, cls: str, config: dict, specials: dict[str, str]
     """The pipeline class `cls` builds around `backend`'s vocabulary, and its special tokens."""
     spec = json.loads(backend.to_str())
     model = spec["model"]
-    if model["type"] == "WordPiece":
-        return wordpiece_pipeline(model["vocab"], config), specials
+    if model["type"] == "WordPiece":  # with BertTokenizer's default names (a missing one is appended)
+        return wordpiece_pipeline(model["vocab"], config), {**BERT_SPECIALS, **specials}
     if model["type"] == "BPE":
         merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
         return _byte_level_for_class(cls, model["vocab"], merges, config, specials)
@@ -748,6 +748,8 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         backend, special = _unigram_from_spm(path, config, special)
     elif path.suffix == ".txt":
         backend = _wordpiece_from_vocab(path, config)
+        if REBUILDING_CLASSES.get(cls) == "WordPiece":
+            special = {**BERT_SPECIALS, **special}  # BertTokenizer's defaults (a missing one is appended below)
     else:
         raise BertkitError(f"{path}: unknown tokenizer file (expected one of {', '.join(TOKENIZER_FILES)})")
     # transformers registers the file's added tokens first, then tokenizer_config.json's; a token in both
