@@ -245,14 +245,13 @@ class Tokenizer:
         self.backend.save(str(written[0]))
         config = {**self.config, **self.special_tokens, "tokenizer_class": tokenizer_class,
                   "model_max_length": model_max_length}
-        if tokenizer_class == "AlbertTokenizer":
-            # transformers' AlbertTokenizer keeps only tokenizer.json's vocabulary and rebuilds the
-            # rest from do_lower_case/keep_accents; a pipeline those flags cannot rebuild (a trained
-            # DeBERTa-style Unigram) is declared generic so transformers reads tokenizer.json as is
-            flags = _albert_flags(self.backend)
-            config.update(flags if flags is not None else {"tokenizer_class": GENERIC_TOKENIZER_CLASS})
-        if not _rebuilds_alike(self.backend, config["tokenizer_class"], config, self.special_tokens):
-            config["tokenizer_class"] = GENERIC_TOKENIZER_CLASS  # read as is, not rebuilt into another tokenizer
+        # The class is declared only with settings from which transformers rebuilds this pipeline
+        # (_rebuilds_alike); for ALBERT the do_lower_case/keep_accents that do so are searched for.
+        # Otherwise the tokenizer is declared generic, and transformers reads tokenizer.json as is.
+        choices = ([{**config, "do_lower_case": lower, "keep_accents": keep} for lower in (True, False)
+                    for keep in (False, True)] if tokenizer_class == "AlbertTokenizer" else [config])
+        config = next((c for c in choices if _rebuilds_alike(self.backend, tokenizer_class, c, self.special_tokens)),
+                      {**config, "tokenizer_class": GENERIC_TOKENIZER_CLASS})
         written[1].write_text(json.dumps(config, indent=2) + "\n")
         written[2].write_text(json.dumps(self.special_tokens, indent=2) + "\n")
         if isinstance(self.backend.model, models.WordPiece):
@@ -279,22 +278,6 @@ def _rebuilds_alike(backend: _Backend, cls: str, config: dict, specials: dict[st
         return False
     ours, theirs = json.loads(backend.to_str()), json.loads(rebuilt.to_str())
     return all(ours.get(k) == theirs.get(k) for k in ("normalizer", "pre_tokenizer", "decoder", "post_processor"))
-
-
-def _albert_flags(backend: _Backend) -> dict[str, bool] | None:
-    """The do_lower_case/keep_accents with which `albert_pipeline` (transformers' AlbertTokenizer)
-    rebuilds this backend's normalizer, pre-tokenizer and decoder, or None when no flags do."""
-    ours = json.loads(backend.to_str())
-    if ours["model"].get("type") != "Unigram":
-        return None
-    charsmap = _precompiled_charsmap(ours)
-    probe = [(ALBERT_SPECIALS["cls_token"], 0.0), (ALBERT_SPECIALS["sep_token"], 0.0)]
-    for lowercase in (True, False):
-        for keep_accents in (False, True):
-            rebuilt = json.loads(albert_pipeline(probe, 0, ALBERT_SPECIALS, lowercase, keep_accents, charsmap).to_str())
-            if all(rebuilt[k] == ours[k] for k in ("normalizer", "pre_tokenizer", "decoder")):
-                return {"do_lower_case": lowercase, "keep_accents": keep_accents}
-    return None
 
 
 def _precompiled_charsmap(spec: dict) -> bytes:
