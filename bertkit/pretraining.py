@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from .data import check_vocab_fits
 from .data.corpora import Corpus
 from .errors import BertkitError
 from .files import MODEL_FILES, output_dir, staging_dir
@@ -284,10 +285,6 @@ def pretrain(job: PretrainJob) -> Path:
             say("the MLM head decodes through DeBERTa's enhanced mask decoder, which transformers lacks: there the "
                 "encoder matches but MLM logits differ (--override enhanced_mask_decoder=false for the plain head)")
     config = preset.config.replace(**architecture)
-    if "vocab_size" in architecture:  # else the teacher's own vocabulary, which is its tokenizer's
-        from .data import check_vocab_fits
-
-        check_vocab_fits(tokenizer, config.vocab_size)
     if job.backend == "numpy":
         return _pretrain_numpy(job, config, tokenizer, train_corpus, eval_corpus, settings)
 
@@ -304,8 +301,6 @@ def pretrain(job: PretrainJob) -> Path:
                                 **architecture)
     models = objective.models()
     max_length = _max_length(job, models)
-    from .data import check_vocab_fits
-
     for model in models.values():  # a distilled student has its teacher's vocabulary, whatever --tokenizer gives
         check_vocab_fits(tokenizer, model.config.vocab_size)
         model.tokenizer = tokenizer
@@ -465,6 +460,7 @@ def _pretrain_numpy(job, config, tokenizer, train_corpus, eval_corpus, settings)
 
     if job.device not in ("auto", "cpu"):
         raise BertkitError("the NumPy backend runs on the CPU only")
+    check_vocab_fits(tokenizer, config.vocab_size)
     max_length = job.max_length or min(128, config.max_positions)
     if max_length > config.max_positions:
         raise BertkitError(f"max_length {max_length} is longer than {job.model} can take ({config.max_positions} tokens)")
