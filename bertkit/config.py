@@ -49,6 +49,10 @@ class EncoderConfig:
     label_names: tuple[str, ...] = ()  # index -> label; empty means LABEL_0, LABEL_1, ...
     problem_type: str | None = None  # one of PROBLEM_TYPES; None: regression for one output, else single-label
 
+    # Fields naming an activation (families add theirs: a pooler's, a convolution's ...), each
+    # checked against ACTIVATIONS on construction.
+    ACTIVATION_FIELDS = ("hidden_act",)
+
     def __post_init__(self) -> None:
         positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                     "max_positions", "num_labels")
@@ -61,9 +65,10 @@ class EncoderConfig:
         if self.hidden_size % self.num_heads:
             raise BertkitError(
                 f"config: hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
-        if self.hidden_act not in ACTIVATIONS:
-            raise BertkitError(
-                f"config: unknown hidden_act {self.hidden_act!r}; known: {', '.join(ACTIVATIONS)}")
+        for name in self.ACTIVATION_FIELDS:
+            if getattr(self, name) not in ACTIVATIONS:
+                raise BertkitError(
+                    f"config: unknown {name} {getattr(self, name)!r}; known: {', '.join(ACTIVATIONS)}")
         for name in ("hidden_dropout", "attention_dropout", "classifier_dropout"):
             value = getattr(self, name)
             if value is not None and not 0.0 <= value < 1.0:

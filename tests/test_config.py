@@ -17,6 +17,18 @@ def test_invalid_configs_are_refused_on_construction(bad, words):
         EncoderConfig(**bad)
 
 
+@pytest.mark.parametrize("family, field", [("deberta", "conv_act"), ("deberta", "pooler_act"),
+                                           ("electra", "summary_act"), ("modern", "classifier_activation")])
+def test_every_activation_field_is_checked(family, field):
+    # A family's own activation fields are refused by name, as hidden_act is, not by a KeyError
+    # when the layer that reads them is built.
+    from bertkit.models import deberta, electra, modern
+    config_class = {"deberta": deberta.DebertaConfig, "electra": electra.ElectraConfig,
+                    "modern": modern.ModernConfig}[family]
+    with pytest.raises(bertkit.BertkitError, match=f"unknown {field} 'prelu'"):
+        config_class(**{field: "prelu"})
+
+
 def test_overrides_are_typed_and_unknown_keys_fail():
     cfg = EncoderConfig().replace(num_layers=2)
     assert cfg.num_layers == 2

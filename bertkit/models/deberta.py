@@ -64,6 +64,8 @@ class DebertaConfig(EncoderConfig):
     legacy_mlm: bool = True  # weight layout of the MLM head (cls.predictions vs lm_predictions)
     enhanced_mask_decoder: bool = False  # the MLM head decodes through EMD (sec. 3.2); bertkit only
 
+    ACTIVATION_FIELDS = ("hidden_act", "conv_act", "pooler_act")
+
     def __post_init__(self) -> None:
         terms = self.pos_att_type
         if isinstance(terms, str):

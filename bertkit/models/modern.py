@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..config import ACTIVATIONS, EncoderConfig, register_preset
+from ..config import EncoderConfig, register_preset
 from ..errors import BertkitError
 from ..layers import (Encoder, EncoderModel, FeedForward, Head, MLMHead, SelfAttention, TransformerBlock,
                       activation, classifier_dropout)
@@ -64,6 +64,8 @@ class ModernConfig(EncoderConfig):
     classifier_bias: bool = False
     decoder_bias: bool = True
 
+    ACTIVATION_FIELDS = ("hidden_act", "classifier_activation")
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.norm_first:
@@ -83,8 +85,6 @@ class ModernConfig(EncoderConfig):
         if self.classifier_pooling not in POOLINGS:
             raise BertkitError(f"config: classifier_pooling must be one of {', '.join(POOLINGS)}, "
                                f"got {self.classifier_pooling!r}")
-        if self.classifier_activation not in ACTIVATIONS:
-            raise BertkitError(f"config: unknown classifier_activation {self.classifier_activation!r}")
         if not 0.0 <= self.mlp_dropout < 1.0:
             raise BertkitError(f"config: mlp_dropout must be in [0, 1), got {self.mlp_dropout}")
 
