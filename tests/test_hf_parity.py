@@ -249,6 +249,42 @@ def test_untied_decoder_round_trips(tmp_path):
     assert_same(ours(ids, mask, types), reference_outputs(back, ids, mask, types), mask)
 
 
+# DeBERTa-v3's new MLM layout (legacy=False) has no decoder weight: it decodes with the embeddings.
+MASKED_LM = [(family, next(v for v, kw in variants.items() if kw.get("legacy", True)))
+             for family, (_, suffixes, variants) in FAMILIES.items() if "ForMaskedLM" in suffixes]
+
+
+@pytest.mark.parametrize("family, variant", MASKED_LM)
+def test_a_tied_decoder_stored_with_its_own_values_is_used_as_transformers_uses_it(family, variant, tmp_path):
+    # The config ties the decoder to the word embeddings, but the file holds a decoder weight (and
+    # a decoder bias beside the head's bias) with other values: transformers leaves those untied
+    # and runs each as stored.
+    from safetensors.torch import load_file, save_file
+    from bertkit.interop.hf_names import FAMILIES as SPECS
+
+    cls_name = FAMILIES[family][0] + "ForMaskedLM"
+    config = hf_config(family, variant, cls_name)
+    config.tie_word_embeddings = True  # DeBERTa-v2's config does not tie by default
+    ref = hf_model(cls_name, config)
+    decoder = next(n for n, m in ref.named_modules() if m is ref.get_output_embeddings())
+    ref.save_pretrained(tmp_path / "a")
+    state = load_file(tmp_path / "a" / "model.safetensors")
+    generator = torch.Generator().manual_seed(1)
+    state[decoder + ".weight"] = torch.randn(ref.get_output_embeddings().weight.shape, generator=generator)
+    if SPECS[family].tied_bias:
+        for name in SPECS[family].tied_bias:
+            state[name] = torch.randn(config.vocab_size, generator=generator)
+    save_file(state, tmp_path / "a" / "model.safetensors")
+    with pytest.warns(UserWarning, match="loaded untied"):
+        ours = bertkit.from_pretrained(tmp_path / "a")
+    ref = getattr(transformers, cls_name).from_pretrained(tmp_path / "a").eval()
+    ids, mask, types = batch_for(config)
+    assert_same(ours(ids, mask, types), reference_outputs(ref, ids, mask, types), mask)
+    ours.save_pretrained(tmp_path / "b")
+    back = getattr(transformers, cls_name).from_pretrained(tmp_path / "b").eval()
+    assert_same(ours(ids, mask, types), reference_outputs(back, ids, mask, types), mask)
+
+
 def sharing(model):
     """Parameter names grouped by the tensor they are: tied and shared weights form groups."""
     groups = {}

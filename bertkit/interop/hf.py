@@ -280,18 +280,17 @@ def _old_tf_names(name: str) -> str:
     return re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name))
 
 
-def _mlm_output_bias(state: dict[str, torch.Tensor], spec: HFFamily, tied: bool) -> dict[str, torch.Tensor]:
-    """transformers adds the decoder's own bias to the MLM logits and ties it to the head's bias
-    only when the word embeddings are tied; files may hold either or both. Put the one
-    transformers would use under the name our table maps, and drop the other."""
+def _mlm_output_bias(state: dict[str, torch.Tensor], spec: HFFamily) -> dict[str, torch.Tensor]:
+    """transformers adds the decoder's own bias to the MLM logits, tied to the head's bias when
+    the word embeddings are tied and the file's two agree; files may hold either or both. The
+    decoder's, where the file has it, is the one used either way: put it under the name our
+    table maps, and drop the other."""
     if spec.tied_bias is None:
         return state
     own, decoder = spec.tied_bias
     state = dict(state)
     if decoder in state:
-        value = state.pop(decoder)
-        if not tied or own not in state:
-            state[own] = value
+        state[own] = state.pop(decoder)
     return state
 
 
@@ -310,6 +309,11 @@ def derived_tensors(model: Model) -> dict[str, torch.Tensor]:
     return found
 
 
+class TiedCopyDiffers(BertkitError):
+    """The file holds a tied parameter's copy (the MLM decoder weight of tied word embeddings)
+    with values of its own: the model must be built untied to run as transformers runs it."""
+
+
 class FreshHeadWarning(UserWarning):
     """Head (or pooler) weights the checkpoint lacks, or holds with another shape, were freshly
     initialized: news when loading a model to use it, expected when fine-tuning a new head."""
@@ -324,18 +328,24 @@ def match_state(model: Model, state: dict[str, torch.Tensor], source: Path,
     spec = FAMILIES[config.family]
     names = name_map(spec, config, model.head_kind)
     params = dict(model.named_parameters())  # tied parameters appear once, under their first name
-    tied = {n for n, _ in model.named_parameters(remove_duplicate=False)} - set(params)
+    first_name = {id(p): n for n, p in params.items()}
+    tied = {n: first_name[id(p)] for n, p in model.named_parameters(remove_duplicate=False) if n not in params}
+    copies: dict[str, tuple[str, torch.Tensor]] = {}  # tied name -> (file's name, tensor)
+    file_name: dict[str, str] = {}  # ours -> the file's name, for messages
     derived = set(derived_tensors(model))
     skippable = [re.compile(p + "$") for p in spec.ignored] + _parts_not_built(spec)
 
     if spec.to_common is not None:
         state = spec.to_common(state, config.num_heads)
     loaded: dict[str, torch.Tensor] = {}
-    for raw_name, tensor in _mlm_output_bias(state, spec, config.tie_word_embeddings).items():
+    for raw_name, tensor in _mlm_output_bias(state, spec).items():
         hf_name = _old_tf_names(raw_name).removeprefix(spec.encoder_prefix)
         ours = names.to_ours(hf_name)
-        if ours in tied or ours in derived:
-            continue  # a copy of a tied parameter (the decoder weight = the word embeddings), or computed
+        if ours in tied:  # a copy of a tied parameter (the decoder weight = the word embeddings)
+            copies[ours] = raw_name, tensor
+            continue
+        if ours in derived:
+            continue  # computed from other parameters
         if ours not in params:
             if any(p.match(hf_name) for p in skippable):
                 continue  # a buffer, or a part (head, pooler) the chosen head does not have
@@ -351,7 +361,15 @@ def match_state(model: Model, state: dict[str, torch.Tensor], source: Path,
             raise BertkitError(f"{source}: tensor {raw_name!r} appears twice (with and without "
                                f"{spec.encoder_prefix!r})")
         loaded[ours] = tensor
+        file_name[ours] = raw_name
 
+    for ours, (raw_name, tensor) in copies.items():
+        primary = tied[ours]
+        if primary not in loaded and tuple(tensor.shape) == tuple(params[primary].shape):
+            loaded[primary] = tensor  # only the copy is in the file: it is the tied parameter
+        elif primary in loaded and not torch.equal(loaded[primary], tensor):
+            raise TiedCopyDiffers(f"{source}: tensor {raw_name!r} should equal {file_name[primary]!r} (the "
+                                  "config ties them) but holds other values")
     missing = [n for n in params if n not in loaded]
     # The pooler serves the classification heads: a masked-LM checkpoint (BertForMaskedLM, what
     # pre-training saves) has none, so a new classifier on it starts with a fresh one, as in
@@ -464,7 +482,15 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
         raise BertkitError(f"dtype must be a torch dtype or \"auto\", got {dtype!r}")
     with parameters_on_meta():
         model = Model(config, head)
-    loaded, missing = match_state(model, state, weights_path, head_from_file)
+    try:
+        loaded, missing = match_state(model, state, weights_path, head_from_file)
+    except TiedCopyDiffers as e:  # transformers then leaves the two untied, each as stored; so do we
+        warnings.warn(f"{e}; it is loaded untied (tie_word_embeddings=False), as transformers does",
+                      stacklevel=2)
+        config = config.replace(tie_word_embeddings=False)
+        with parameters_on_meta():
+            model = Model(config, head)
+        loaded, missing = match_state(model, state, weights_path, head_from_file)
     if missing:
         model = Model(config, head)
         fill(model, loaded, missing, weights_path)
