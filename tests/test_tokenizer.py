@@ -202,6 +202,13 @@ def test_trained_tokenizers_round_trip_through_transformers(kind, lowercase, cor
     reference = transformers.AutoTokenizer.from_pretrained(out)
     for t in HARD[:20] + [text]:
         assert reloaded.encode(t) == tok.encode(t) == reference.encode(t), repr(t)
+    # A fill-mask query reads as pre-training masks a word: the mask where the word's token was
+    # (byte-level BPE's mask takes the space before it, as "Ġwas" holds its space).
+    plain = tok.encode("the film was good")
+    was = next(i for i, t in enumerate(plain) if tok.id_to_token(t).strip("Ġ▁") == "was")
+    query = f"the film {tok.mask_token} good"
+    assert tok.encode(query) == reloaded.encode(query) == reference.encode(query) == \
+        plain[:was] + [tok.mask_token_id] + plain[was + 1:]
     if kind == "wordpiece":  # the vocab.txt alone, with the saved config's casing
         (out / "tokenizer.json").unlink()
         assert bertkit.load_tokenizer(out / "vocab.txt").encode(text) == ids

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from tokenizers import AddedToken
 from tokenizers import Tokenizer as _Backend
 from tokenizers import models, pre_tokenizers, trainers
 
@@ -86,6 +87,11 @@ def train_tokenizer(texts: Iterable[str], settings: TokenizerSettings = Tokenize
         backend = wordpiece_pipeline(backend.get_vocab(with_added_tokens=True), config)
     elif settings.kind == "bpe":
         backend = byte_level_bpe_pipeline(backend.get_vocab(with_added_tokens=False), _bpe_merges(backend), specials)
+        # Byte-level BPE keeps a word's space in its token ("Ġgood"), so a masked word is one
+        # <mask> where "Ġword" was; lstrip lets the mask take the space before it, so that
+        # "was <mask> good" reads as pre-training showed it, as released RoBERTa files mark it.
+        mask = specials["mask_token"]
+        backend.add_special_tokens([AddedToken(mask, lstrip=True, rstrip=False, normalized=False, special=True)])
     else:
         unk = backend.token_to_id(specials["unk_token"])
         pieces = _unigram_pieces(backend)
