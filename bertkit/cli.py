@@ -154,7 +154,9 @@ def cmd_info(args) -> None:
 
 def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, progress: bool = False) -> list[dict]:
     """Top-k predictions at every mask of every text: one record per mask, with the text, the
-    token position and [{"token", "id", "score"}], in the order of the texts. Texts run in
+    token position and [{"token", "token_str", "id", "score"}] ("token" is the vocabulary's entry,
+    "Ġgood"; "token_str" the text it decodes to, " good", as transformers' pipeline gives it), in the
+    order of the texts. Texts run in
     batches of similar length, and the vocabulary projection only at the masks
     (`masked_positions`); every text is checked for a mask before any runs."""
     import torch
@@ -194,14 +196,15 @@ def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, pro
             for (row, pos), scores, ids in zip(masked.nonzero().tolist(), top.values.tolist(),
                                                top.indices.tolist()):
                 found[chunk[row]].append({"text": given[chunk[row]], "position": pos, "predictions": [
-                    {"token": tok.id_to_token(i), "id": i, "score": round(p, 6)} for p, i in zip(scores, ids)]})
+                    {"token": tok.id_to_token(i), "token_str": tok.decode([i], skip_special_tokens=False),
+                     "id": i, "score": round(p, 6)} for p, i in zip(scores, ids)]})
     return [record for records in found for record in records]
 
 
 def print_fill_mask(results: list[dict]) -> None:
     for r in results:
         print(f"{r['text']}  (mask at token {r['position']})")
-        rows = [["rank", "token", "score"]] + [[str(k + 1), p["token"], f"{p['score']:.4f}"]
+        rows = [["rank", "token", "score"]] + [[str(k + 1), p["token_str"].strip() or p["token"], f"{p['score']:.4f}"]
                                                for k, p in enumerate(r["predictions"])]
         print(_table(rows, right={0, 2}) + "\n")
 

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 import torch
+import transformers
 
 import bertkit
 from bertkit.cli import main
@@ -58,6 +59,27 @@ def test_fill_mask_table_and_json(mlm_dir, capsys):
     assert len(records) == 2 and len(records[0]["predictions"]) == 5
     scores = [p["score"] for p in records[0]["predictions"]]
     assert scores == sorted(scores, reverse=True)
+
+
+def test_fill_mask_gives_the_token_text_transformers_pipeline_gives(tmp_path, reviews, capsys):
+    # A byte-level BPE vocabulary's entries ("Ġgood") are not text: token_str is the decoded
+    # text, as in transformers' fill-mask pipeline, and the table shows it.
+    from bertkit.data import TokenizerSettings, train_tokenizer
+
+    tok = train_tokenizer(reviews, TokenizerSettings.for_family("roberta", vocab_size=600))
+    model = bertkit.build("roberta-base", head="mlm", vocab_size=tok.vocab_size, num_layers=1, hidden_size=32,
+                          num_heads=4, intermediate_size=48, max_positions=64)
+    model.tokenizer = tok
+    model.save_pretrained(tmp_path / "m")
+    text = "The film was <mask> good."
+    assert main(["predict", "fill-mask", "--model", str(tmp_path / "m"), "--json", "--top-k", "8", text]) == 0
+    ours = [json.loads(line) for line in capsys.readouterr().out.splitlines()][0]["predictions"]
+    theirs = transformers.pipeline("fill-mask", model=str(tmp_path / "m"), top_k=8)(text)
+    assert [(p["id"], p["token_str"]) for p in ours] == [(p["token"], p["token_str"]) for p in theirs]
+    assert any(p["token"].startswith("Ġ") for p in ours)
+    assert main(["predict", "fill-mask", "--model", str(tmp_path / "m"), "--top-k", "8", text]) == 0
+    table = capsys.readouterr().out
+    assert "Ġ" not in table and ours[0]["token_str"].strip() in table
 
 
 def test_fill_mask_refuses_text_without_a_mask_and_models_without_a_head(mlm_dir, minilm_dir, capsys):
