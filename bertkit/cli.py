@@ -366,7 +366,10 @@ def parser() -> argparse.ArgumentParser:
         description="The BERT encoder family from scratch: load Hugging Face checkpoints, embed, predict.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    s = sub.add_parser("models", help="table of the model presets with exact parameter counts")
+    s = sub.add_parser("models", help="table of the model presets with exact parameter counts",
+                       description="Every preset `--model` and `bertkit.build` accept: family, layers, hidden "
+                                   "size, heads, its exact parameter count (transformers' XxxModel, pooler "
+                                   "included) and the family's distinctive idea in one line.")
     s.set_defaults(func=cmd_models)
 
     s = sub.add_parser("demo", help="pre-train the Mini-BERT on IMDB text, fine-tune it on IMDB sentiment",
@@ -387,7 +390,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--model", help="with --minilm: a checkpoint directory instead of the packaged MiniLM")
     s.set_defaults(func=cmd_demo)
 
-    s = sub.add_parser("info", help="load a checkpoint and describe it (JSON)")
+    s = sub.add_parser("info", help="load a checkpoint and describe it (JSON)",
+                       description="Load a Hugging Face-format checkpoint as bertkit.from_pretrained does and "
+                                   "print what it is as JSON: family, head, sizes, parameter count, whether it "
+                                   "has a tokenizer and a classifier's labels. A checkpoint that does not load says why, in one line.")
     s.add_argument("model", help="checkpoint directory (Hugging Face format) or hub id")
     s.set_defaults(func=cmd_info)
 
@@ -395,7 +401,7 @@ def parser() -> argparse.ArgumentParser:
                        description="Time bertkit against transformers on the same weights and batches: "
                                    "alternating runs in one process, medians, ratio > 1 = bertkit better. "
                                    "Memory rows run each side in its own process. The full run takes "
-                                   "about 30 minutes on 2 cores; run it on an idle machine.")
+                                   "about 25 minutes on 2 cores; run it on an idle machine.")
     s.add_argument("--quick", action="store_true", help="the mini-bert subset (under 2 minutes on 2 cores; "
                    "without its bf16 rows on a CPU that emulates bf16, unless --dtype bf16)")
     s.add_argument("--only", metavar="TEXT", help="run only the workloads whose name contains TEXT "

@@ -3,7 +3,8 @@
 What differs in the model: no token types and no pooler (sec. 3: "token-type embeddings and the
 pooler are removed"), optionally fixed sinusoidal positions (Vaswani et al., 2017, sec. 3.5), and a
 classifier with its own ReLU hidden layer. Its main idea is the initialization: the student takes
-its embeddings and every other layer from the teacher (sec. 3, "Student initialization").
+its embeddings and half of its layers from the teacher ("taking one layer out of two", sec. 3,
+"Student initialization"; which ones, below).
 
 Shapes: P positions, H hidden size.
 """

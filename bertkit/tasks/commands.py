@@ -19,7 +19,8 @@ FINETUNE_EPILOG = """examples:
   bertkit finetune --task classification --model runs/demo --train imdb --eval imdb --out runs/imdb
   bertkit finetune --task classification --model path/to/all-MiniLM-L6-v2 --train rotten-tomatoes \\
       --eval rotten-tomatoes --out runs/rt --lr 1e-4 --epochs 2
-  bertkit finetune --task regression --model mini-bert --train train.csv --eval dev.csv --out runs/sts
+  bertkit finetune --task regression --model mini-bert --tokenizer runs/demo --train train.csv \
+      --eval dev.csv --out runs/sts   # a preset starts untrained and needs a tokenizer
   bertkit finetune --task token-classification --model DIR --train train.conll --eval dev.conll --out runs/ner
   bertkit finetune --task qa --model DIR --train train-v2.0.json --eval dev-v2.0.json --out runs/squad
   bertkit finetune --task multiple-choice --model DIR --train swag_train.csv --eval swag_val.csv --out runs/swag
