@@ -5,6 +5,7 @@ bertkit model saved with save_pretrained loads back into transformers with the s
 """
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from safetensors.torch import load_file, save_file
 
 import bertkit
 from bertkit.errors import BertkitError
-from bertkit.interop.hf import load_state, read_weights
+from bertkit.interop.hf import UnusedHeadWarning, load_state, read_weights
 from conftest import make_batch, max_diff_on_real, randomize
 
 TOL = 1e-4
@@ -259,7 +260,6 @@ def test_a_tied_decoder_stored_with_its_own_values_is_used_as_transformers_uses_
     # The config ties the decoder to the word embeddings, but the file holds a decoder weight (and
     # a decoder bias beside the head's bias) with other values: transformers leaves those untied
     # and runs each as stored.
-    from safetensors.torch import load_file, save_file
     from bertkit.interop.hf_names import FAMILIES as SPECS
 
     cls_name = FAMILIES[family][0] + "ForMaskedLM"
@@ -396,8 +396,14 @@ def test_a_file_that_names_no_architecture_loads_as_the_encoder_with_a_fresh_poo
     config = json.loads((path / "config.json").read_text())
     (path / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "architectures"}))
     with pytest.warns(UserWarning, match="pooler.dense.weight"):
-        ours = bertkit.from_pretrained(path)
+        # the file's MLM head is not used, and that is said, with the head= that would load it
+        with pytest.warns(UnusedHeadWarning, match=r"5 tensor\(s\) .* cls\.predictions\.bias.*head='mlm'"):
+            ours = bertkit.from_pretrained(path)
     assert ours.head_kind is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnusedHeadWarning)
+        bertkit.from_pretrained(path, head=None)  # asked for: nothing to say
+        assert bertkit.from_pretrained(path, head="mlm").head_kind == "mlm"
     ref = transformers.BertModel.from_pretrained(path, add_pooling_layer=False).eval()
     ids, mask, types = make_batch(99, 2)
     with torch.no_grad():

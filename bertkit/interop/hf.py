@@ -198,6 +198,22 @@ def _parts_not_built(spec: HFFamily) -> list[re.Pattern]:
     return [_pattern(n) for n in names]
 
 
+def _heads_holding(spec: HFFamily, hf_names: list[str]) -> list[str]:
+    """The heads whose weights include any of `hf_names`."""
+    found = []
+    for head, rules in spec.heads.items():
+        rules = rules + (spec.modern_mlm or []) if head == "mlm" else rules
+        patterns = [_pattern(hf) for hf, _ in rules]
+        if head is not None and any(p.match(n) for p in patterns for n in hf_names):
+            found.append(head)
+    return found
+
+
+class UnusedHeadWarning(UserWarning):
+    """The file holds a head's tensors but its config names no architecture, so the bare encoder
+    was loaded without them."""
+
+
 # ---------------------------------------------------------------------------------------------
 # Reading tensors
 # ---------------------------------------------------------------------------------------------
@@ -331,9 +347,11 @@ def match_state(model: Model, state: dict[str, torch.Tensor], source: Path,
     first_name = {id(p): n for n, p in params.items()}
     tied = {n: first_name[id(p)] for n, p in model.named_parameters(remove_duplicate=False) if n not in params}
     copies: dict[str, tuple[str, torch.Tensor]] = {}  # tied name -> (file's name, tensor)
+    unused_head: list[str] = []  # the file's names of a head the model was not built with
     file_name: dict[str, str] = {}  # ours -> the file's name, for messages
     derived = set(derived_tensors(model))
-    skippable = [re.compile(p + "$") for p in spec.ignored] + _parts_not_built(spec)
+    ignored = [re.compile(p + "$") for p in spec.ignored]
+    parts = _parts_not_built(spec)
 
     if spec.to_common is not None:
         state = spec.to_common(state, config.num_heads)
@@ -347,8 +365,12 @@ def match_state(model: Model, state: dict[str, torch.Tensor], source: Path,
         if ours in derived:
             continue  # computed from other parameters
         if ours not in params:
-            if any(p.match(hf_name) for p in skippable):
-                continue  # a buffer, or a part (head, pooler) the chosen head does not have
+            if any(p.match(hf_name) for p in ignored):
+                continue  # a buffer
+            if any(p.match(hf_name) for p in parts):
+                if ours is None:  # a head's (the pooler is the encoder's, named even when not built)
+                    unused_head.append(hf_name)
+                continue  # a part (head, pooler) the chosen head does not have
             raise BertkitError(f"{source}: unexpected tensor {raw_name!r}, not part of a "
                                f"{architecture_name(config.family, model.head_kind)}")
         expected = tuple(params[ours].shape)
@@ -370,6 +392,13 @@ def match_state(model: Model, state: dict[str, torch.Tensor], source: Path,
         elif primary in loaded and not torch.equal(loaded[primary], tensor):
             raise TiedCopyDiffers(f"{source}: tensor {raw_name!r} should equal {file_name[primary]!r} (the "
                                   "config ties them) but holds other values")
+    if unused_head and head_from_file:
+        heads = " or ".join(f"head={h!r}" for h in _heads_holding(spec, unused_head))
+        warnings.warn(f"{source}: {len(unused_head)} tensor(s) of a head that a "
+                      f"{architecture_name(config.family, model.head_kind)} does not have are not used: "
+                      f"{', '.join(unused_head[:4])}{' ...' if len(unused_head) > 4 else ''}"
+                      f"{f' (pass {heads} to load them)' if heads else ''}",
+                      UnusedHeadWarning, stacklevel=3)
     missing = [n for n in params if n not in loaded]
     # The pooler serves the classification heads: a masked-LM checkpoint (BertForMaskedLM, what
     # pre-training saves) has none, so a new classifier on it starts with a fresh one, as in
