@@ -528,6 +528,18 @@ def test_split_words_keeps_character_spans():
     assert all(text[s:e] == w for w, (s, e) in zip(words, spans))
 
 
+@pytest.mark.parametrize("text", ["Jose\u0301 lives in Montre\u0301al.", "नमस्ते दुनिया", "สวัสดีครับ ok",
+                                  "zero\u200bwidth, Jose\u0301. Next", "\u0301abc d"])
+def test_split_words_keeps_combining_marks_in_their_words_as_bert_does(text):
+    # Accents written apart (NFD), Indic and Thai vowel signs and zero-width characters are not
+    # \w to Python's re; they must not cut a word into pieces (some of which get no token).
+    from tokenizers.pre_tokenizers import BertPreTokenizer
+
+    words, spans = split_words(text)
+    assert words == [w for w, _ in BertPreTokenizer().pre_tokenize_str(text)]
+    assert all(text[s:e] == w for w, (s, e) in zip(words, spans))
+
+
 def test_qa_windows_overlap_by_the_stride_and_point_at_the_answer(tokenizer):
     context = " ".join(f"w{i}" for i in range(120)) + " the answer is Zebediah Smith today. " + "x " * 30
     start = context.index("Zebediah Smith")

@@ -12,6 +12,7 @@ Shapes: B batch, T sequence length, C tags.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 import numpy as np
 import torch
@@ -34,10 +35,28 @@ WORD = re.compile(
     r"|[^\w\s]")                                    # any other mark
 
 
+def _joins(char: str) -> bool:
+    """A combining mark (an accent written apart, Indic and Thai vowel signs) or an invisible
+    format character (zero-width space, joiners): part of the word around it, never one of its
+    own, though Python's \\w does not count it."""
+    return unicodedata.category(char)[0] == "M" or unicodedata.category(char) == "Cf"
+
+
 def split_words(text: str) -> tuple[list[str], list[tuple[int, int]]]:
-    """Raw text -> words and punctuation marks with their character spans (for `tag` on text)."""
-    found = list(WORD.finditer(text))
-    return [m.group() for m in found], [m.span() for m in found]
+    """Raw text -> words and punctuation marks with their character spans (for `tag` on text).
+    A piece that starts with a mark or format character continues the word it touches, and the
+    word after it goes on too when it touches: "Jose\u0301" and "नमस्ते" are one word each, as
+    BERT's pre-tokenizer reads them."""
+    spans: list[list[int]] = []
+    for m in WORD.finditer(text):
+        start, end = m.span()
+        glued = spans and spans[-1][1] == start and (
+            _joins(text[start]) or (_joins(text[start - 1]) and text[start].isalnum()))
+        if glued:
+            spans[-1][1] = end
+        elif not all(unicodedata.category(c) == "Cf" for c in m.group()):  # a lone zero-width space: no word
+            spans.append([start, end])
+    return [text[s:e] for s, e in spans], [(s, e) for s, e in spans]
 
 
 def encode_sentences(sentences: list[TaggedSentence], tokenizer, max_length: int) -> tuple[list[dict], int]:
