@@ -477,6 +477,26 @@ def test_truncation_is_longest_first_like_transformers_and_counted(tokenizer, mi
     assert [f["label"] for f in features] == [1, 0, 1, 0]
 
 
+def test_pairs_are_cut_as_transformers_cuts_them_longest_first(minilm_dir):
+    # transformers' truncation=True on a pair: which part keeps how many tokens, for lengths on
+    # both sides of the budget (equal lengths, one short one, both past it, odd and even budgets).
+    import transformers
+
+    from bertkit.tasks.base import truncate_pair
+
+    reference = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    rng = np.random.default_rng(0)
+    cases = [(100, 100, 128), (70, 200, 128), (200, 70, 127), (10, 200, 128), (300, 300, 64), (64, 1, 40)]
+    cases += [tuple(int(x) for x in rng.integers(1, 90, 3)) for _ in range(40)]
+    for la, lb, max_length in cases:
+        if max_length < 4:
+            continue
+        types = reference("a " * la, "a " * lb, truncation=True, max_length=max_length)["token_type_ids"]
+        want = (types.count(0) - 2, types.count(1) - 1)  # less [CLS] A [SEP] and B's [SEP]
+        a, b, cut = truncate_pair(list(range(la)), list(range(lb)), max_length - 3)
+        assert (len(a), len(b)) == want and cut == (la + lb > max_length - 3), (la, lb, max_length)
+
+
 def test_tail_truncation_equals_transformers_left_side_and_head_plus_tail_keeps_both_ends(tokenizer, minilm_dir):
     import transformers
 

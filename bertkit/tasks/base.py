@@ -158,19 +158,19 @@ def keep_part(ids: list[int], n: int, truncation: str = "head") -> list[int]:
 
 def truncate_pair(a: list[int], b: list[int] | None, budget: int,
                   truncation: str = "head") -> tuple[list[int], list[int] | None, bool]:
-    """Cut the longer of two token lists one token at a time until both fit `budget` (BERT's
-    longest-first truncation), each keeping the part `truncation` names; returns the parts and
-    whether anything was cut."""
+    """Cut two token lists to fit `budget` longest first, as transformers' truncation=True does
+    (the `tokenizers` arithmetic): the longer is cut down to what the shorter leaves, and where
+    that is not enough both get half, the longer (else the second) the odd token. Each keeps the
+    part `truncation` names; returns the parts and whether anything was cut."""
     if len(a) + (len(b) if b is not None else 0) <= budget:
         return a, b, False
     if b is None:
         return keep_part(a, budget, truncation), None, True
-    la, lb = len(a), len(b)
-    while la + lb > budget:
-        if la > lb:
-            la -= 1
-        else:
-            lb -= 1
+    short, long = sorted((len(a), len(b)))
+    long = short if short > budget else max(short, budget - short)
+    if short + long > budget:
+        short, long = budget // 2, budget - budget // 2
+    la, lb = (long, short) if len(a) > len(b) else (short, long)
     return keep_part(a, la, truncation), keep_part(b, lb, truncation), True
 
 
