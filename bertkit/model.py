@@ -28,6 +28,9 @@ class Model(nn.Module):
         # Other tools' files of the folder it was loaded from (sentence-transformers' pooling and
         # settings), relative path -> bytes: written back by save_pretrained, so a copy embeds alike.
         self.companion_files: dict[str, bytes] = {}
+        # config.json entries that change nothing here but mean something to other tools (the
+        # special-token ids, ModernBERT's sparse_prediction ...): save_pretrained writes them back.
+        self.carried_config: dict = {}
         init_weights(self, config.initializer_range)
 
     def forward(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None = None,

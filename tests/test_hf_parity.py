@@ -451,6 +451,38 @@ def test_label_names_survive_a_round_trip(tmp_path):
     assert back.id2label == {0: "neg", 1: "neutral", 2: "pos"}
 
 
+def test_a_class_name_of_another_family_gives_the_head_its_ending_names(tmp_path):
+    # model_type decides the computation; XLMRobertaForMaskedLM over a roberta config is a masked
+    # LM, as transformers' AutoModelForMaskedLM reads it. A head bertkit lacks is still refused.
+    config = transformers.RobertaConfig(**{**BASE, "pad_token_id": 1, "max_position_embeddings": 30})
+    ref = hf_model("RobertaForMaskedLM", config)
+    path = _saved(ref, tmp_path)
+    hf = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**hf, "architectures": ["XLMRobertaForMaskedLM"]}))
+    ids, mask, types = make_batch(99, 0, pad_id=1)
+    assert_same(bertkit.from_pretrained(path)(ids, mask), reference_outputs(ref, ids, mask, types), mask)
+    (path / "config.json").write_text(json.dumps({**hf, "architectures": ["XLMRobertaForCausalLM"]}))
+    with pytest.raises(BertkitError, match="'XLMRobertaForCausalLM' is not supported"):
+        bertkit.from_pretrained(path)
+
+
+def test_config_entries_for_other_tools_and_the_dtype_survive_a_round_trip(tmp_path):
+    # Entries the encoder does not read (special-token ids, the fine-tuning task, ModernBERT's
+    # sparse_prediction) come back as the file had them, and the config says the stored dtype.
+    config = tiny_hf_config(bos_token_id=5, eos_token_id=6, sep_token_id=7, finetuning_task="sst2")
+    ours = bertkit.from_pretrained(_saved(hf_model("BertForSequenceClassification", config), tmp_path / "a"))
+    ours.to(torch.bfloat16).save_pretrained(tmp_path / "b")
+    back = transformers.AutoConfig.from_pretrained(tmp_path / "b")
+    assert (back.bos_token_id, back.eos_token_id, back.sep_token_id, back.finetuning_task) == (5, 6, 7, "sst2")
+    assert back.dtype == torch.bfloat16
+    modern = transformers.ModernBertConfig(**{**BASE, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+                                              "cls_token_id": 1, "sep_token_id": 2, "sparse_prediction": True})
+    ours = bertkit.from_pretrained(_saved(hf_model("ModernBertForMaskedLM", modern), tmp_path / "c"))
+    ours.save_pretrained(tmp_path / "d")
+    back = transformers.AutoConfig.from_pretrained(tmp_path / "d")
+    assert back.sparse_prediction and (back.cls_token_id, back.sep_token_id) == (1, 2) and back.dtype == torch.float32
+
+
 def test_sharded_safetensors_checkpoint_loads(tmp_path):
     ref = hf_model("BertForMaskedLM", tiny_hf_config())
     ref.save_pretrained(tmp_path, max_shard_size="20KB")
@@ -679,6 +711,10 @@ def test_electras_multiple_choice_dropouts_are_the_files(tmp_path):
     assert (back.first_dropout.p, back.last_dropout.p) == (0.3, 0.2)
     assert transformers.ElectraForMultipleChoice(transformers.ElectraConfig(**BASE)).sequence_summary.last_dropout.p == \
         bertkit.build(bertkit.PRESETS["electra-small"].config, head="multiple-choice").head.dropout.p  # the defaults
+    hf = json.loads((tmp_path / "in" / "config.json").read_text())
+    (tmp_path / "in" / "config.json").write_text(json.dumps({**hf, "summary_type": "last"}))
+    with pytest.raises(BertkitError, match=r"config\.json: config: summary_type 'last' is not supported"):
+        bertkit.from_pretrained(tmp_path / "in")  # the file is named, as for every config error
 
 
 @pytest.mark.parametrize("family, variant", [(f, next(iter(v[2]))) for f, v in FAMILIES.items()])

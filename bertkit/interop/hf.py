@@ -145,6 +145,13 @@ def head_from_architectures(hf: dict, source: Path) -> str | None:
         found = _split_architecture(arch)
         if found:
             return found[1]
+    # Another family's class name over this model_type (XLMRobertaForMaskedLM on a roberta
+    # config): model_type decides the computation, the name's ending the head.
+    heads = _family_of(hf, source).heads
+    for arch in archs:
+        for suffix, head in HEAD_SUFFIX.items():
+            if suffix.startswith("For") and arch.endswith(suffix) and head in heads:
+                return head
     raise BertkitError(
         f"{source}: architecture {archs[0]!r} is not supported; supported heads: "
         f"{', '.join(HEAD_SUFFIX)} (pass head=None to load only the encoder)")
@@ -510,7 +517,10 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
     elif dtype is not None and not isinstance(dtype, torch.dtype):
         raise BertkitError(f"dtype must be a torch dtype or \"auto\", got {dtype!r}")
     with parameters_on_meta():
-        model = Model(config, head)
+        try:
+            model = Model(config, head)
+        except BertkitError as e:  # an option only a head reads (ELECTRA's summary_type)
+            raise BertkitError(f"{config_path}: {e}") from None
     try:
         loaded, missing = match_state(model, state, weights_path, head_from_file)
     except TiedCopyDiffers as e:  # transformers then leaves the two untied, each as stored; so do we
@@ -532,7 +542,14 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
     if any((directory / f).exists() for f in TOKENIZER_FILES):  # RoBERTa's vocab.json, DeBERTa's spm.model too
         model.tokenizer = load_tokenizer(directory)
     model.companion_files = companion_files(directory)
+    model.carried_config = {key: hf[key] for key in CARRIED_KEYS if key in hf}
     return model.eval()
+
+
+# config.json keys that do not change an encoder's outputs but that transformers (its training
+# code, its generation and tokenizer helpers) reads: kept from the file and written back.
+CARRIED_KEYS = ("bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id", "finetuning_task",
+                "task_specific_params", "tokenizer_class", "sparse_prediction", "sparse_pred_ignore_index")
 
 
 ST_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
@@ -589,7 +606,12 @@ def save_pretrained(model: Model, path: str | os.PathLike) -> None:
     target = Path(path)
     target.mkdir(parents=True, exist_ok=True)
     hf = config_to_hf(model.config, model.head_kind)
+    for key, value in model.carried_config.items():
+        if hf.get(key) is None:  # what the config itself says wins
+            hf[key] = value
     state = hf_state_dict(model)
+    stored = next((t.dtype for t in state.values() if t.is_floating_point()), torch.float32)
+    hf["dtype"] = str(stored).removeprefix("torch.")  # what transformers 5 loads by default
     with tempfile.TemporaryDirectory(dir=target, prefix=".saving-") as tmp:
         tmp = Path(tmp)
         (tmp / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
