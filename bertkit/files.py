@@ -27,6 +27,11 @@ from .errors import BertkitError
 
 GZIP_MAGIC = b"\x1f\x8b"
 MODEL_FILES = ("config.json", "model.safetensors", "pytorch_model.bin")
+# What a saved tokenizer may write (each family's files), and so what a saved model may overwrite
+TOKENIZER_OUTPUTS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                     "vocab.txt", "vocab.json", "merges.txt", "spm.model", "spiece.model")
+# A finished run's results and model: a new run into a folder holding one would overwrite it
+RESULT_FILES = ("metrics.json", "task.json", *MODEL_FILES, *TOKENIZER_OUTPUTS)
 
 
 def data_suffix(path: Path) -> str:
@@ -162,10 +167,11 @@ def staging_dir(parent: Path, prefix: str) -> Path:
     return path
 
 
-def output_dir(path: str | Path, keep: tuple[str, ...] = ("metrics.json", *MODEL_FILES), flag: str = "--out") -> Path:
+def output_dir(path: str | Path, keep: tuple[str, ...] = RESULT_FILES, flag: str = "--out") -> Path:
     """The folder a run writes into, checked before the run: not a file, writable, and holding
-    none of `keep` (a finished run's metrics or a model the run would overwrite; other files in
-    it are left alone). `flag` names where the path came from in errors ("" for an API argument)."""
+    none of `keep` (a finished run's metrics, a model or tokenizer files the run would overwrite;
+    other files in it are left alone). `flag` names where the path came from in errors ("" for an
+    API argument)."""
     path = Path(path).expanduser()
     if path.exists() and not path.is_dir():
         raise BertkitError(f"{_named(flag, path)}: a file, not a folder")
@@ -179,8 +185,7 @@ def output_dir(path: str | Path, keep: tuple[str, ...] = ("metrics.json", *MODEL
 
 # What bertkit's runs write beside a model (and the model's own files): a results file must not
 # replace one (an evaluation written over a run's metrics.json lost its dev scores and step)
-RUN_FILES = ("metrics.json", "metrics.jsonl", "task.json", "job.json", "tokenizer.json", "tokenizer_config.json",
-             "special_tokens_map.json", "vocab.txt", *MODEL_FILES)
+RUN_FILES = (*RESULT_FILES, "metrics.jsonl", "job.json")
 
 
 def output_file(path: str | Path, flag: str = "--out") -> Path:

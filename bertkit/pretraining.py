@@ -26,7 +26,7 @@ from typing import Any, Iterator
 from .data import check_vocab_fits
 from .data.corpora import Corpus
 from .errors import BertkitError
-from .files import MODEL_FILES, output_dir, staging_dir
+from .files import RESULT_FILES, output_dir, staging_dir
 from .options import seconds, typed
 
 BACKENDS = ("torch", "numpy")
@@ -262,7 +262,7 @@ def pretrain(job: PretrainJob) -> Path:
         raise BertkitError(f"--resume: no checkpoint in {out / 'checkpoints'} to continue from")
     if not job.resume and checkpoints:
         raise BertkitError(f"{out} already holds a run; pass --resume to continue it, or choose another --out")
-    output_dir(out, keep=() if job.resume else ("metrics.json", *MODEL_FILES))
+    output_dir(out, keep=() if job.resume else RESULT_FILES)  # (job.json, metrics.jsonl: an unfinished run's)
     if job.resume:
         _check_unchanged(job, out, settings)
 

@@ -213,10 +213,10 @@ def test_an_existing_run_is_never_overwritten(corpus, tmp_path, capsys):
     assert (out / "model.safetensors").read_bytes() == before
     model = tmp_path / "model"  # a model folder without checkpoints: its files would be overwritten
     model.mkdir()
-    for name in ("config.json", "model.safetensors"):
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
         (model / name).write_bytes((out / name).read_bytes())
     assert pretrain("--corpus", str(corpus), "--out", str(model), "--steps", "2", *TINY, *FAST) == 2
-    assert "already holds config.json, model.safetensors, which this run would overwrite" in error_line(capsys)
+    assert "holds config.json, model.safetensors, tokenizer.json, which this run would overwrite" in error_line(capsys)
     assert (model / "model.safetensors").read_bytes() == before
     assert pretrain("--corpus", str(corpus), "--out", str(model / "config.json"), "--steps", "2", *TINY, *FAST) == 2
     assert "config.json: a file, not a folder" in error_line(capsys)

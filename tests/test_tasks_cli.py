@@ -92,7 +92,7 @@ def test_a_finished_run_is_not_overwritten(capsys, classifier, encoder_dir, sent
     before = (classifier / "metrics.json").read_bytes()
     code, _, err = run(capsys, "finetune", "--task", "classification", "--model", encoder_dir, "--train",
                        sentiment_files[0], "--eval", sentiment_files[1], "--out", classifier, *FAST)
-    assert code == 2 and "already holds metrics.json, config.json, model.safetensors" in one_error(err)
+    assert code == 2 and "already holds metrics.json, task.json, config.json, model.safetensors" in one_error(err)
     assert (classifier / "metrics.json").read_bytes() == before
 
 
@@ -103,8 +103,14 @@ def test_an_out_that_would_lose_a_model_or_is_no_folder_is_refused_before_traini
     data = ("--train", sentiment_files[0], "--eval", sentiment_files[1], *FAST)
     before = (encoder_dir / "model.safetensors").read_bytes()
     code, _, err = run(capsys, "finetune", "--task", "classification", "--model", encoder_dir, "--out", encoder_dir, *data)
-    assert code == 2 and "already holds config.json, model.safetensors, which this run would overwrite" in one_error(err)
+    assert code == 2 and "already holds config.json, model.safetensors, tokenizer.json" in one_error(err)
     assert (encoder_dir / "model.safetensors").read_bytes() == before
+    mine = tmp_path / "my-tokenizer"  # a user's tokenizer folder: saving the model's would replace it
+    mine.mkdir()
+    (mine / "vocab.txt").write_text("[PAD]\nmine\n")
+    code, _, err = run(capsys, "finetune", "--task", "classification", "--model", encoder_dir, "--out", mine, *data)
+    assert code == 2 and "already holds vocab.txt, which this run would overwrite" in one_error(err)
+    assert (mine / "vocab.txt").read_text() == "[PAD]\nmine\n"
     notes = tmp_path / "notes.txt"
     notes.write_text("mine")
     for out, problem in ((notes, "a file, not a folder"), (notes / "run", f"{notes} is a file")):
