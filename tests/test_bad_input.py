@@ -84,6 +84,19 @@ def break_architecture(p):
     edit_config(p, architectures=["BertLMHeadModel"])
 
 
+def break_empty_bin(p):
+    (p / "model.safetensors").unlink()
+    (p / "pytorch_model.bin").write_bytes(b"")  # torch's EOFError has no message
+
+
+def break_vocab_encoding(p):
+    (p / "vocab.txt").write_bytes("[PAD]\n[UNK]\ncaf\u00e9\n".encode("latin-1"))
+
+
+def break_architecture_string(p):
+    edit_config(p, architectures="BertLMHeadModel")  # one name, not a list
+
+
 def break_nonexistent(p):
     import shutil
     shutil.rmtree(p)
@@ -102,6 +115,9 @@ CASES = {
     "unexpected tensor": (break_unexpected, ["unexpected tensor", "adapter.weight"]),
     "unsupported architecture": (break_architecture, ["BertLMHeadModel", "not supported"]),
     "directory does not exist": (break_nonexistent, ["no such directory"]),
+    "empty pytorch_model.bin": (break_empty_bin, ["pytorch_model.bin", "not a readable PyTorch checkpoint (EOFError)"]),
+    "vocab.txt not UTF-8": (break_vocab_encoding, ["vocab.txt, line 3: not UTF-8 text"]),
+    "architectures a string": (break_architecture_string, ["'BertLMHeadModel' is not supported"]),
 }
 
 

@@ -30,7 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import BertkitError
+from ..errors import BertkitError, first_line
 from ..files import byte_lines, csv_records, data_suffix, shown
 
 BUILTIN = {"imdb": "imdb", "rotten-tomatoes": "rotten_tomatoes"}  # our name -> CSV `source` value
@@ -291,7 +291,7 @@ class HubDataset(Corpus):
             data = datasets.load_dataset(self.name, self.config, split=self.split, streaming=True)
         except Exception as e:  # network, unknown name, ...: one line, not a traceback
             raise BertkitError(f"{self.spec}: no such file or directory, and it could not be loaded as a Hugging "
-                               f"Face data set ({str(e).splitlines()[0]})") from None
+                               f"Face data set ({first_line(e)})") from None
         for n, row in enumerate(data):
             if self.field not in row:
                 raise BertkitError(f"corpus {self.name!r}, row {n}: no field {self.field!r} (found: {', '.join(row)})")

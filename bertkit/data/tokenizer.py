@@ -18,6 +18,7 @@ are framed (`Frame`), so one token cache serves every example layout of a family
 from __future__ import annotations
 
 import base64
+import io
 import json
 import threading
 from dataclasses import dataclass
@@ -29,8 +30,8 @@ from tokenizers import AddedToken, Regex
 from tokenizers import Tokenizer as _Backend
 from tokenizers import models, normalizers, pre_tokenizers, processors, decoders
 
-from ..errors import BertkitError
-from ..files import read_json
+from ..errors import BertkitError, first_line
+from ..files import read_json, read_text
 
 BERT_SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
                  "mask_token": "[MASK]"}
@@ -345,14 +346,19 @@ def wordpiece_pipeline(vocab: dict[str, int], config: dict) -> _Backend:
     return backend
 
 
+def _text_lines(path: Path) -> list[str]:
+    """A vocabulary file's lines as open() gives them (any newline read as "\\n"); bytes that
+    are not UTF-8 are one error naming the line."""
+    return io.StringIO(read_text(path), newline=None).readlines()
+
+
 def _wordpiece_from_vocab(vocab_file: Path, config: dict) -> _Backend:
     vocab: dict[str, int] = {}
-    with open(vocab_file, encoding="utf-8") as f:
-        for line in f:
-            token = line.rstrip("\n")
-            if token in vocab:
-                continue  # a repeated line keeps its first id, as transformers does
-            vocab[token] = len(vocab)
+    for line in _text_lines(vocab_file):
+        token = line.rstrip("\n")
+        if token in vocab:
+            continue  # a repeated line keeps its first id, as transformers does
+        vocab[token] = len(vocab)
     try:
         return wordpiece_pipeline(vocab, config)
     except BertkitError as e:
@@ -412,15 +418,14 @@ def _bpe_from_files(vocab_file: Path, merges_file: Path, cls: str | None, config
         raise BertkitError(f"{vocab_file}: a byte-level BPE vocab.json needs merges.txt next to it ({merges_file} is missing)")
     vocab = read_json(vocab_file)
     merges = []
-    with open(merges_file, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            line = line.rstrip("\n")
-            if not line or (n == 1 and line.startswith("#version")):
-                continue
-            parts = line.split(" ")
-            if len(parts) != 2:
-                raise BertkitError(f"{merges_file}, line {n}: expected two tokens separated by one space")
-            merges.append((parts[0], parts[1]))
+    for n, line in enumerate(_text_lines(merges_file), 1):
+        line = line.rstrip("\n")
+        if not line or (n == 1 and line.startswith("#version")):
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2:
+            raise BertkitError(f"{merges_file}, line {n}: expected two tokens separated by one space")
+        merges.append((parts[0], parts[1]))
     return _byte_level_for_class(cls, vocab, merges, config, specials)
 
 
@@ -654,7 +659,7 @@ def _read_tokenizer_json(path: Path) -> _Backend:
     try:
         return _Backend.from_file(str(path))
     except Exception as e:  # tokenizers raises a bare Exception with serde's message
-        raise BertkitError(f"{path}: not a readable tokenizer.json ({str(e).splitlines()[0]})") from None
+        raise BertkitError(f"{path}: not a readable tokenizer.json ({first_line(e)})") from None
 
 
 def _from_tokenizer_json(path: Path, cls: str | None, config: dict, specials: dict[str, str]

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ..config import EncoderConfig
-from ..errors import BertkitError
+from ..errors import BertkitError, first_line
 from ..files import read_json
 from ..model import Model
 from ..models import get_family
@@ -139,6 +139,7 @@ def architecture_name(family: str, head: str | None) -> str:
 
 def head_from_architectures(hf: dict, source: Path) -> str | None:
     archs = hf.get("architectures") or []
+    archs = [archs] if isinstance(archs, str) else archs  # one name written without its list
     if not archs:
         return None  # no architecture recorded: the bare encoder
     for arch in archs:
@@ -243,7 +244,7 @@ def _load_file(path: Path) -> dict[str, torch.Tensor]:
                 f"{path}: refused to unpickle: the file holds Python objects beyond tensors "
                 "(loaded with weights_only=True for safety); re-save it as safetensors where you "
                 "trust it") from None
-        raise BertkitError(f"{path}: not a readable PyTorch checkpoint ({str(e).splitlines()[0]})") from None
+        raise BertkitError(f"{path}: not a readable PyTorch checkpoint ({first_line(e)})") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise BertkitError(f"{path}: expected a mapping of names to tensors")
     return state
@@ -291,7 +292,7 @@ def resolve(path_or_id: str | os.PathLike) -> Path:
         from huggingface_hub import snapshot_download
         local = snapshot_download(text, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.txt", "*.model"])
     except Exception as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        first = first_line(e)
         raise BertkitError(f"{text}: no such directory, and not downloadable from the Hugging Face Hub "
                            f"({type(e).__name__}: {first})") from None
     return Path(local)

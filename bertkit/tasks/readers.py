@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..data.corpora import BUILTIN, DataWarning, builtin, split_of
-from ..errors import BertkitError
+from ..errors import BertkitError, first_line
 from ..files import checked_file, csv_records, data_suffix, read_text, shown
 
 TASKS = ("classification", "regression", "token-classification", "qa", "multiple-choice")
@@ -668,7 +668,7 @@ def hub_examples(task: str, name: str, split: str, columns: Columns = Columns())
         data = datasets.load_dataset(base, config or None, split=hub_split)
     except Exception as e:  # network, unknown name, ...: one line, not a traceback
         raise BertkitError(f"{name}: no such file or directory, and it could not be loaded as a Hugging Face "
-                           f"data set ({str(e).splitlines()[0]})") from None
+                           f"data set ({first_line(e)})") from None
     fields = list(data.column_names)
 
     def pick(chosen, candidates, what, needed=True):
