@@ -13,17 +13,19 @@ run already there is not overwritten."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import json
 import os
+import shutil
 import sys
 import tempfile
 import zlib
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
-from .errors import BertkitError
+from .errors import BertkitError, first_line
 
 GZIP_MAGIC = b"\x1f\x8b"
 MODEL_FILES = ("config.json", "model.safetensors", "pytorch_model.bin")
@@ -198,6 +200,25 @@ def output_file(path: str | Path, flag: str = "--out") -> Path:
         raise BertkitError(f"{_named(flag, path)}: that is the model folder's own {path.name}; give another file name")
     _writable_from(path, flag)
     return path
+
+
+@contextlib.contextmanager
+def writing(what: str, where: Path, kept: Callable[[], str] | None = None):
+    """A failed write inside (a full disk, a lost mount) as one line naming `what`, `where` and
+    what survived (`kept()`). A full disk comes as OSError from Python, as RuntimeError from
+    torch.save and as SafetensorError from safetensors."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except (OSError, RuntimeError, SafetensorError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else first_line(e)
+        try:
+            free = f" ({shutil.disk_usage(where).free / 2**20:.1f} MiB free there)"
+        except OSError:
+            free = ""
+        raise BertkitError(f"could not write {what} in {where}: {reason}{free}"
+                           + (f"; {kept()}" if kept else "")) from None
 
 
 def write_text(path: Path, text: str, flag: str = "--out") -> None:

@@ -249,6 +249,39 @@ def test_disk_full_while_saving_keeps_the_previous_checkpoint(corpus, tmp_path, 
     assert json.loads((out / "metrics.json").read_text())["step"] == 6
 
 
+@pytest.mark.parametrize("failure", ["torch", "safetensors"])
+def test_a_full_disk_inside_torch_or_safetensors_is_one_line_too(failure, corpus, tmp_path, capsys, monkeypatch):
+    # A full disk reaches us as RuntimeError from torch.save and as SafetensorError from
+    # safetensors, not as OSError: still one line naming the intact checkpoint.
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    from bertkit.train import checkpoint
+
+    out = tmp_path / "run"
+    real = torch.save if failure == "torch" else safetensors.torch.save_file
+    calls = []
+
+    def fills_the_disk(*args, **kwargs):
+        calls.append(1)
+        if failure == "torch" and len(calls) == 2:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1024 vs 998")
+        if failure == "safetensors" and len(calls) == 2:
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        return real(*args, **kwargs)
+
+    if failure == "torch":
+        monkeypatch.setattr(checkpoint.torch, "save", fills_the_disk)
+    else:
+        monkeypatch.setattr(safetensors.torch, "save_file", fills_the_disk)
+    assert pretrain("--corpus", str(corpus), "--out", str(out), "--steps", "6", "--save-every", "2",
+                    *TINY, *FAST) == 2
+    line = error_line(capsys)
+    assert "could not write a checkpoint at step 4" in line and "step-00000002 is intact" in line
+    assert ("unexpected pos" if failure == "torch" else "No space left on device") in line
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000002"]
+
+
 def test_a_resumed_run_keeps_its_settings_and_must_have_steps_left(corpus, tmp_path, capsys, monkeypatch):
     out = str(tmp_path / "run")
     assert pretrain("--corpus", str(corpus), "--out", out, "--steps", "4", "--save-every", "2", *TINY, *FAST) == 0

@@ -190,6 +190,26 @@ def test_ctrl_c_keeps_the_best_model_so_far(tokenizer, sentiment, tmp_path, monk
     assert not (tmp_path / "none" / "config.json").exists()
 
 
+def test_a_full_disk_when_saving_the_fine_tuned_model_is_one_line(tokenizer, sentiment, tmp_path, monkeypatch):
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    real = safetensors.torch.save_file
+    at_root = []
+
+    def full(state, path, *args, **kwargs):
+        at_root.append("checkpoints" not in str(path))
+        if sum(at_root) < 2:  # the checkpoint and the trainer's last model fit; the best model does not
+            return real(state, path, *args, **kwargs)
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    train, dev = sentiment
+    with pytest.raises(bertkit.BertkitError, match=r"could not write the fine-tuned model in .*: Error while "
+                                                   r"serializing: I/O error: No space left on device"):
+        finetune("classification", tiny("classification", tokenizer), train, dev, tmp_path, quiet(steps=2))
+
+
 def test_epochs_and_a_time_budget_stop_at_whichever_ends_first(tokenizer, sentiment, tmp_path):
     import math
 

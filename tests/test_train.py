@@ -187,7 +187,11 @@ def test_resumed_run_equals_an_uninterrupted_one_bit_for_bit(reviews, tokenizer,
     assert [r["step"] for r in log if r["split"] == "train"] == list(range(1, 11))
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path / "cut", interrupted_at(batch_at, 7))  # dies in step 8; its newest checkpoint is step 6
+    with open(tmp_path / "cut" / "metrics.jsonl", "a") as f:
+        f.write('{"step": 8, "split": "tr')  # and a kill cut the log's last line short
     resumed = run(tmp_path / "cut", batch_at, resume=True)
+    log = [json.loads(line) for line in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if r["split"] == "train"] == list(range(1, 11))
     for (name, a), b in zip(full.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(a, b), name
     assert len(list((tmp_path / "full" / "checkpoints").glob("step-*"))) == 2  # keep=2

@@ -37,7 +37,7 @@ from ..config import PRESETS
 from ..data.corpora import DataWarning
 from ..data.tokenizer import Tokenizer, check_vocab_fits, load_tokenizer
 from ..errors import BertkitError
-from ..files import positive_int, read_json
+from ..files import positive_int, read_json, writing
 from .base import TrainBatches, check_texts, check_truncation, model_max_length
 from .choice import MultipleChoice
 from .classification import Regression, SequenceClassification
@@ -294,15 +294,16 @@ def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneS
 
     with torch.no_grad():
         model.load_state_dict(stopper.best_state)
-    model.save_pretrained(out)
     metrics = {**stopper.best, "eval_examples": len(eval_examples), "train_examples": len(train_examples),
                "best_step": stopper.best_step, "steps": trainer.step,
                **({"interrupted": True} if interrupted is not None else {})}
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     saved = {"task": task, "metric": metric, "max_length": max_length, "labels": list(labels),
              **({"null_answers": bool(null_answers)} if task == "qa" else {}),
              "settings": {k: v for k, v in asdict(settings).items() if k not in ("progress", "device")}}
-    (out / TASK_FILE).write_text(json.dumps(saved, indent=2) + "\n")
+    with writing("the fine-tuned model", out):
+        model.save_pretrained(out)
+        (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        (out / TASK_FILE).write_text(json.dumps(saved, indent=2) + "\n")
     shutil.rmtree(out / "checkpoints", ignore_errors=True)  # the last step's; the best model is at the root
     if interrupted is not None:
         raise KeyboardInterrupt(f"at step {interrupted}; the best model so far (step {stopper.best_step}, "

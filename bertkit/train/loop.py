@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import BertkitError
+from ..files import writing
 from . import checkpoint
 from ..schedules import check_training
 from .optim import lr_factor, param_groups
@@ -149,16 +150,14 @@ class Trainer:
             dist.barrier()  # nobody runs ahead of a checkpoint still being written
         return path
 
-    @contextlib.contextmanager
     def _saving(self, what: str):
         """A failed write (a full disk, a lost mount) becomes one clear line saying what survived:
         checkpoints are written beside the old ones and renamed into place (checkpoint.py)."""
-        try:
-            yield
-        except OSError as e:
+        def kept() -> str:
             previous = checkpoint.latest(self.out)
-            kept = f"{previous} is intact" if previous else "there is no earlier checkpoint"
-            raise BertkitError(f"could not write {what} in {self.out}: {e.strerror or e}; {kept}") from None
+            return f"{previous} is intact" if previous else "there is no earlier checkpoint"
+
+        return writing(what, self.out, kept)
 
     def resume(self, path: Path | None = None) -> bool:
         """Continue from `path` or the newest checkpoint under OUT/checkpoints; False if none."""
@@ -171,7 +170,7 @@ class Trainer:
         checkpoint.set_rng_state(state["rng"])
         if self.is_main and self.log_path.exists():  # drop log lines written after this checkpoint
             kept = [line for line in self.log_path.read_text().splitlines()
-                    if json.loads(line)["step"] <= self.step]
+                    if _logged_step(line) <= self.step]
             self.log_path.write_text("".join(line + "\n" for line in kept))
         return True
 
@@ -321,6 +320,15 @@ class Trainer:
         if self.world > 1:
             dist.barrier()
         return final
+
+
+def _logged_step(line: str) -> float:
+    """The step of a metrics.jsonl line; a line the stop cut off (a kill or a full disk while it
+    was written) counts as after every checkpoint, so resuming drops it."""
+    try:
+        return json.loads(line)["step"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return math.inf
 
 
 def _distributed(device: torch.device) -> tuple[int, int]:
