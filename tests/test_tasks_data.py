@@ -285,6 +285,10 @@ def test_word_slash_tag_text_with_an_untagged_word_names_it(tmp_path):
     with pytest.raises(BertkitError, match="ner.txt, line 2: 'likes' is not word/TAG") as e:
         load_examples("token-classification", path)
     one_line(e)
+    # a two-word line with one word untagged is half slashed: it does not vote for CoNLL either
+    _write(path, "EU/NNP rejects/VBZ German/JJ\nPeter/NNP ate\n")
+    with pytest.raises(BertkitError, match="ner.txt, line 2: 'ate' is not word/TAG"):
+        load_examples("token-classification", path)
 
 
 def test_token_jsonl(tmp_path):

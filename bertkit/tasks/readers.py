@@ -399,14 +399,15 @@ def _looks_tagged(text: str, lines: int = 50) -> bool:
     hardly ever hold one, so at most half its items do (`and/or O`). A line votes word/TAG when
     most of its items have a slash: a word/TAG line with one word left untagged still counts, and
     reading it as word/TAG then names that word (read as CoNLL it made nonsense of the whole file).
-    One line cannot decide it: a one-word sentence (`Yes/UH`) looks like a CoNLL token without
-    its tag, and a CoNLL token may be `and/or`."""
+    A line with exactly half its items slashed does not vote: it is a two-word sentence with one
+    word untagged as likely as a CoNLL token `and/or O`. One line cannot decide it: a one-word
+    sentence (`Yes/UH`) looks like a CoNLL token without its tag."""
     votes = 0
     for line in text.splitlines():
         items = line.split()
         if items and items[0] != "-DOCSTART-":
             slashed = sum("/" in item[1:-1] for item in items)
-            votes += 1 if 2 * slashed > len(items) else -1
+            votes += (2 * slashed > len(items)) - (2 * slashed < len(items))
             lines -= 1
             if not lines:
                 break
