@@ -168,8 +168,10 @@ def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, pro
     tok = model.tokenizer
     if model.head is None or not model.head.predicts_tokens:
         raise BertkitError(f"the model has no masked-LM head (head: {model.head_kind}); fill-mask needs one")
-    if tok is None or tok.mask_token is None:
-        raise BertkitError("the model has no tokenizer with a mask token")
+    if tok is None:
+        raise BertkitError("the model has no tokenizer (its folder holds no tokenizer files)")
+    if tok.mask_token is None:
+        raise BertkitError("the model's tokenizer has no mask token")
     if batch_size < 1:
         raise BertkitError(f"batch size must be at least 1, got {batch_size}")
     given, texts = texts, [text.replace("[MASK]", tok.mask_token) for text in texts]  # BERT's spelling, any family

@@ -68,12 +68,17 @@ def byte_lines(path: str | Path, what: str = "file") -> Iterator[bytes]:
 def read_text(path: str | Path, what: str = "file") -> str:
     """A UTF-8 text file (or gzip of one) without its byte-order mark; a missing file or other
     bytes are one BertkitError line."""
-    data = b"".join(byte_lines(path, what))
+    return decode_text(b"".join(byte_lines(path, what)), str(path))
+
+
+def decode_text(data: bytes, source: str) -> str:
+    """UTF-8 bytes (a file's, standard input's) as text without a byte-order mark; other bytes
+    are one BertkitError line naming `source` and the line."""
     try:  # decoded as plain UTF-8 so the error's offset counts the mark's bytes too
         return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        raise BertkitError(f"{path}, line {line}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+        raise BertkitError(f"{source}, line {line}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
 
 
 def read_json(path: Path, expect: type = dict):

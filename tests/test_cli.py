@@ -296,6 +296,9 @@ def test_fill_mask_in_batches_gives_each_texts_own_dense_predictions(name, head,
         assert [p["score"] for p in r["predictions"]] == pytest.approx(w[3], abs=1e-5)
     with pytest.raises(bertkit.BertkitError, match="text 2 of 2: no \\[MASK\\]"):
         fill_mask(model, ["a [MASK]", "none here"])
+    model.tokenizer = None
+    with pytest.raises(bertkit.BertkitError, match="the model has no tokenizer \\(its folder holds no tokenizer"):
+        fill_mask(model, ["a [MASK]"])
 
 
 def test_fill_mask_lists_only_tokens_the_tokenizer_has(tokenizer):

@@ -749,3 +749,7 @@ def test_inputs_embeds_refuses_ids_beside_it_and_the_wrong_width():
         model(ids, inputs_embeds=words)
     with pytest.raises(BertkitError, match=r"inputs_embeds must be \(batch, length, 192\).*got \(2, 7, 5\)"):
         model(None, inputs_embeds=torch.randn(2, 7, 5))
+    with pytest.raises(BertkitError, match="inputs_embeds are torch.float64 but the model's weights are torch.float32"):
+        model(None, inputs_embeds=words.double())
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast runs mixed dtypes: allowed
+        assert model(None, inputs_embeds=words.bfloat16()).last_hidden_state.shape == (2, 7, 192)

@@ -204,6 +204,25 @@ def test_predict_classify_from_arguments_and_files_agree(capsys, classifier, tmp
         [(r["label"], round(r["score"], 4)) for r in from_args]
 
 
+def test_standard_input_is_read_as_utf8_files_are(capsys, classifier, monkeypatch):
+    # Standard input's bytes get a file's treatment: a byte-order mark dropped, other encodings
+    # one line naming the line, whatever the locale.
+    import io
+    import types
+
+    def stdin(data: bytes):
+        monkeypatch.setattr("sys.stdin", types.SimpleNamespace(buffer=io.BytesIO(data)))
+
+    stdin("\ufeffa fine film\nthe second\n".encode("utf-8"))
+    code, out, _ = run(capsys, "predict", "classify", "--model", classifier, "--input", "-")
+    assert code == 0 and [r["text"] for r in json_lines(out)] == ["a fine film", "the second"]
+    stdin("fine\ncaf\u00e9\n".encode("latin-1"))
+    code, _, err = run(capsys, "predict", "classify", "--model", classifier, "--input", "-")
+    assert code == 2 and "standard input, line 2: not UTF-8 text (byte 8)" in one_error(err)
+    code, _, err = run(capsys, "evaluate", "--model", classifier, "--data", "-")  # predict reads it; evaluate does not
+    assert code == 2 and "not standard input ('-'); save it to a file" in one_error(err)
+
+
 def test_predict_classify_bad_input_is_one_line(capsys, classifier, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('plain text\n{"text": "ok"}\n{"text": \n', encoding="utf-8")

@@ -111,6 +111,9 @@ def stand_in_ids(input_ids, inputs_embeds, embeddings: nn.Module) -> torch.Tenso
     if not isinstance(inputs_embeds, torch.Tensor) or inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != width:
         got = tuple(inputs_embeds.shape) if isinstance(inputs_embeds, torch.Tensor) else type(inputs_embeds).__name__
         raise BertkitError(f"inputs_embeds must be (batch, length, {width}), the word embedding width; got {got}")
+    if inputs_embeds.dtype != embeddings.word.weight.dtype and not torch.is_autocast_enabled(inputs_embeds.device.type):
+        raise BertkitError(f"inputs_embeds are {inputs_embeds.dtype} but the model's weights are "
+                           f"{embeddings.word.weight.dtype}: convert one to the other")
     real = 1 if embeddings.word.padding_idx == 0 else 0
     return torch.full(inputs_embeds.shape[:2], real, dtype=torch.long, device=inputs_embeds.device)  # (B, T)
 

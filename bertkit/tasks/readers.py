@@ -744,6 +744,9 @@ def load_examples(task: str, source, split: str = "train", columns: Columns = Co
         if task != "token-classification":
             raise BertkitError(f"'oanc' is part-of-speech tagged text; it has no data for {task}")
         return oanc_examples(split)
+    if spec == "-":
+        raise BertkitError("training and evaluation data come from a file or a data set name, not standard "
+                           "input ('-'); save it to a file (predict reads --input -)")
     path = Path(spec).expanduser()
     if path.exists():
         checked_file(path)  # a folder is named as one, not as a file of unknown type
