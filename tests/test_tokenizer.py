@@ -214,6 +214,14 @@ def test_trained_tokenizers_round_trip_through_transformers(kind, lowercase, cor
         assert bertkit.load_tokenizer(out / "vocab.txt").encode(text) == ids
 
 
+def test_a_wordpiece_vocabulary_trained_twice_is_the_same(corpus_texts):
+    # The trainer orders its alphabet and tied pieces by hash, differently on every run; the ids
+    # must not follow (a run's tokenizer is cached, but a fresh cache or machine trains it again).
+    settings = TokenizerSettings(kind="wordpiece", vocab_size=800)
+    first, second = (train_tokenizer(corpus_texts[:300], settings).backend.get_vocab() for _ in range(2))
+    assert first == second
+
+
 def test_continuation_table_marks_word_pieces(minilm_dir, roberta_files):
     tok = bertkit.load_tokenizer(minilm_dir)
     table = tok.continues_word()

@@ -84,7 +84,7 @@ def train_tokenizer(texts: Iterable[str], settings: TokenizerSettings = Tokenize
         raise BertkitError("the corpus is empty: a tokenizer cannot be trained on no text")
     # the post-processor holds special-token ids, which training may have renumbered: rebuild
     if settings.kind == "wordpiece":
-        backend = wordpiece_pipeline(backend.get_vocab(with_added_tokens=True), config)
+        backend = wordpiece_pipeline(_fixed_order(backend.get_vocab(with_added_tokens=True), order), config)
     elif settings.kind == "bpe":
         backend = byte_level_bpe_pipeline(backend.get_vocab(with_added_tokens=False), _bpe_merges(backend), specials)
         # Byte-level BPE keeps a word's space in its token ("Ġgood"), so a masked word is one
@@ -97,6 +97,15 @@ def train_tokenizer(texts: Iterable[str], settings: TokenizerSettings = Tokenize
         pieces = _unigram_pieces(backend)
         backend = unigram_pipeline(pieces, unk, specials, lowercase=settings.lowercase)
     return Tokenizer(backend, specials, config)
+
+
+def _fixed_order(vocab: dict[str, int], specials: tuple[str, ...]) -> dict[str, int]:
+    """WordPiece ids in an order of their own: the trainer lists its alphabet and pieces of equal
+    count in hash-table order, which changes from run to run, so the same corpus gave other ids
+    each time. A WordPiece vocabulary tokenizes by its set alone (longest match first); the special
+    tokens keep their ids, the rest go by length and then by text, single characters first."""
+    rest = sorted((t for t in vocab if t not in specials), key=lambda t: (len(t.removeprefix("##")), t))
+    return {t: i for i, t in enumerate([*specials, *rest])}
 
 
 def _ordered(specials: dict[str, str], keys: str) -> tuple[str, ...]:
