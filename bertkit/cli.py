@@ -395,7 +395,8 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("info", help="load a checkpoint and describe it (JSON)",
                        description="Load a Hugging Face-format checkpoint as bertkit.from_pretrained does and "
                                    "print what it is as JSON: family, head, sizes, parameter count, whether it "
-                                   "has a tokenizer and a classifier's labels. A checkpoint that does not load says why, in one line.")
+                                   "has a tokenizer and a classifier's labels. A checkpoint that does not load "
+                                   "says why, in one line.")
     s.add_argument("model", help="checkpoint directory (Hugging Face format) or hub id")
     s.set_defaults(func=cmd_info)
 

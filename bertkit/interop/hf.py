@@ -218,8 +218,8 @@ def _heads_holding(spec: HFFamily, hf_names: list[str]) -> list[str]:
 
 
 class UnusedHeadWarning(UserWarning):
-    """The file holds a head's tensors but its config names no architecture, so the bare encoder
-    was loaded without them."""
+    """The file holds tensors of a head the loaded model does not have (most often: its config
+    names no architecture, so the bare encoder was loaded without them)."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,9 +16,9 @@ is a (T, 2k) score block, every query against every distance, gathered at delta(
 
 v2/v3 add log-bucketed distances (position_buckets), a projection shared between content and
 position (share_att_key), a LayerNorm on the position table, and an optional convolution
-beside the first layer. No version adds absolute positions at the input (position_biased_input=
-False; the paper brings them in only in the enhanced mask decoder, sec. 3.2, which configs can
-also switch on at the input). v3 is pre-trained as an ELECTRA-style discriminator
+beside the first layer. No released version adds absolute positions at the input
+(position_biased_input=False: the paper brings them in only in the enhanced mask decoder, sec.
+3.2), though a config may switch them on. v3 is pre-trained as an ELECTRA-style discriminator
 (head="pretraining": ELECTRA's replaced-token head) beside an MLM generator, with
 gradient-disentangled embedding sharing (objectives/gdes.py).
 
