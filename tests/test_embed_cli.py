@@ -86,7 +86,7 @@ def test_the_directorys_pooling_module_is_used(minilm_dir, tmp_path, capsys):
     assert cosine(cli, expected[:1]).item() > 0.9999
 
     pooling.write_text(json.dumps({**config, "pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": True}))
-    with pytest.raises(BertkitError, match="1_Pooling/config.json: pooling mode max_tokens is not one bertkit has"):
+    with pytest.raises(BertkitError, match="1_Pooling/config.json: pooling mode max is not one bertkit has"):
         embed(folder, [SHORT])
     assert embed(folder, [SHORT], pooling="mean").shape == (1, 384)
 
@@ -164,8 +164,10 @@ def test_dense_modules_after_pooling_run_as_in_sentence_transformers(minilm_dir,
     add_dense(folder, "3_Dense", 96, 48, 1, bias=False, use_residual=True,
               activation_function="torch.nn.modules.activation.GELU")
     expected = reference(folder, [SHORT, LONG])
-    got = embed(folder, [SHORT, LONG], normalize=False)  # 2_Normalize is in modules.json: unit vectors anyway
+    got = embed(folder, [SHORT, LONG])
     assert got.shape == (2, 48) and (got - expected).abs().max() < 1e-5
+    raw = embed(folder, [SHORT, LONG], normalize=False)  # the folder's Normalize module left out
+    assert (cosine(raw, expected) > 0.99999).all() and not torch.allclose(raw.norm(dim=-1), torch.ones(2))
     assert embed(folder, []).shape == (0, 48)
     hits = search(str(folder), [SHORT], [LONG, SHORT], top_k=1)
     assert hits[0][0]["index"] == 1
@@ -190,6 +192,38 @@ def test_sentence_transformers_modules_bertkit_cannot_run_are_one_error(change, 
     change(folder)
     with pytest.raises(BertkitError, match=re.escape(message)):
         embed(folder, [SHORT])
+
+
+@QUIET
+def test_sentence_transformers_6_files_prompts_and_normalization_are_followed(minilm_dir, tmp_path):
+    # sentence-transformers 6 writes pooling_mode (a string) and keeps the length as the
+    # tokenizer's model_max_length; a default prompt goes before every text; without a Normalize
+    # module the vectors stay raw. A Model loaded from the folder embeds as the folder does.
+    folder = copy_of(minilm_dir, tmp_path)
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"embedding_dimension": 384, "pooling_mode": "cls", "include_prompt": True}))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"do_lower_case": False}))
+    tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**tokenizer_config, "model_max_length": 16}))
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": {"query": "query: ", "document": ""}, "default_prompt_name": "query"}))
+    modules = json.loads((folder / "modules.json").read_text())
+    (folder / "modules.json").write_text(json.dumps([m for m in modules if not m["type"].endswith("Normalize")]))
+    texts = [SHORT, LONG, "The film was great."]
+    expected = reference(folder, texts)
+    assert not torch.allclose(expected.norm(dim=-1), torch.ones(3))
+    for source in (folder, bertkit.from_pretrained(folder)):
+        assert (embed(source, texts) - expected).abs().max() < 1e-4
+    bertkit.from_pretrained(folder).save_pretrained(tmp_path / "copy")  # the length is saved back
+    assert (reference(tmp_path / "copy", texts) - expected).abs().max() < 1e-5
+    pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({**pooling, "pooling_mode": "mean",
+                                                                 "include_prompt": False}))
+    with pytest.raises(BertkitError, match=r"leaves the prompt's tokens out \(include_prompt false\)"):
+        embed(folder, texts)
+    add_dense(folder, "2_Dense", 384, 8, 0)  # listed before the last module, here the Pooling
+    with pytest.raises(BertkitError, match="a Dense module before the Pooling runs on every token"):
+        embed(folder, texts, pooling="mean")
 
 
 def test_do_lower_case_lowercases_texts_before_a_cased_tokenizer(minilm_dir, tmp_path):

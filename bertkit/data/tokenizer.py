@@ -245,7 +245,7 @@ class Tokenizer:
                    directory / "special_tokens_map.json"]
         self.backend.save(str(written[0]))
         config = {**self.config, **self.special_tokens, "tokenizer_class": tokenizer_class,
-                  "model_max_length": model_max_length}
+                  "model_max_length": min(self.config.get("model_max_length", model_max_length), model_max_length)}
         # The class is declared only with settings from which transformers rebuilds this pipeline
         # (_rebuilds_alike); for ALBERT the do_lower_case/keep_accents that do so are searched for.
         # Otherwise the tokenizer is declared generic, and transformers reads tokenizer.json as is.
@@ -757,7 +757,10 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     for key, token in BERT_SPECIALS.items():
         if key not in special and backend.token_to_id(token) is not None:
             special[key] = token
-    return Tokenizer(backend, special, {k: v for k, v in config.items() if k in CONFIG_FLAGS})
+    kept = {k: v for k, v in config.items() if k in CONFIG_FLAGS}
+    if isinstance(config.get("model_max_length"), int) and config["model_max_length"] > 0:
+        kept["model_max_length"] = config["model_max_length"]  # sentence-transformers 6 keeps its length there
+    return Tokenizer(backend, special, kept)
 
 
 def check_vocab_fits(tokenizer: Tokenizer, model_vocab_size: int) -> None:

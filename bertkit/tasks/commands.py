@@ -241,8 +241,9 @@ def cmd_embed(args) -> None:
     texts = [r["text"] for r in read_inputs(args, ("text",), ("text",))]
     if args.batch_size < 1:
         raise BertkitError(f"--batch-size must be at least 1, got {args.batch_size}")
-    # the directory, not a loaded Model: its sentence-transformers settings (max_seq_length,
-    # pooling) or task.json's max_length are the defaults
+    # the directory: its sentence-transformers settings or task.json's max_length are the defaults
+    if args.query and args.top_k < 1:
+        raise BertkitError(f"--top-k must be at least 1, got {args.top_k}")
     options = {"batch_size": args.batch_size, "max_length": args.max_length, "pooling": args.pooling,
                "progress": shows_progress(len(texts)), "bf16": _bf16(args.precision, None),
                "tokenizer": args.tokenizer}
@@ -250,7 +251,7 @@ def cmd_embed(args) -> None:
         hits = search(args.model, args.query, texts, args.top_k, **options)
         _write_lines({"query": q, "results": h} for q, h in zip(args.query, hits))
         return
-    vectors = embed(args.model, texts, normalize=not args.no_normalize, **options)
+    vectors = embed(args.model, texts, normalize=False if args.no_normalize else None, **options)
     _write_lines({"text": t, "embedding": [round(x, 6) for x in v.tolist()]} for t, v in zip(texts, vectors))
 
 
@@ -381,9 +382,11 @@ def add_parsers(sub, predict_modes) -> None:
 
     for name, parent in (("embed", predict_modes), ("embed", sub)):
         m = parent.add_parser(name, help="sentence embeddings, or cosine search with --query (JSON lines)",
-                              description="Sentence embeddings (mean or CLS pooling, L2-normalized) as JSON "
-                              "lines {text, embedding}; with --query, the inputs are the corpus searched and "
-                              "each query gets its --top-k nearest texts by cosine similarity.")
+                              description="Sentence embeddings as JSON lines {text, embedding}: as a "
+                              "sentence-transformers folder's files say (length, prompt, pooling, Dense, "
+                              "Normalize), else mean pooling, L2-normalized; with --query, the inputs are the "
+                              "corpus searched and each query gets its --top-k nearest texts by cosine "
+                              "similarity.")
         _predict_flags(m, "model", precision=False)
         m.set_defaults(batch_size=32)
         m.add_argument("--precision", default="fp32", help="fp32 (default: the checkpoint's numbers), bf16 "
@@ -394,7 +397,8 @@ def add_parsers(sub, predict_modes) -> None:
             if action.dest == "max_length":
                 action.help = ("tokens per text (default: the model's sentence-transformers max_seq_length, "
                                "else as fine-tuned, else the model's maximum)")
-        m.add_argument("--no-normalize", dest="no_normalize", action="store_true", help="raw, unnormalized vectors")
+        m.add_argument("--no-normalize", dest="no_normalize", action="store_true",
+                       help="raw, unnormalized vectors (a folder's Normalize module left out too)")
         m.add_argument("--query", action="append", metavar="TEXT", help="search the inputs for TEXT (repeatable)")
         m.add_argument("--top-k", dest="top_k", type=int, default=5, help="results per query (5)")
         m.set_defaults(func=cmd_embed)

@@ -2,10 +2,10 @@
 sec. 3: MEAN pooling was their best strategy) or the first token's vector (CLS, as BERT's
 classifier reads it), then L2-normalized; and cosine search of a corpus for the nearest texts.
 
-Given a model directory rather than a loaded Model, the length and pooling default to what the
-directory says (`sentence_settings`), so that a sentence-transformers model embeds as
-sentence-transformers runs it: all-MiniLM-L6-v2 was trained and is run at 256 tokens although
-its position table has 512, and a text cut at 512 gives another vector.
+A model loaded from a sentence-transformers folder embeds as sentence-transformers runs it
+(`prepared`): its length, pooling, prompt, Dense layers and normalization come from the folder's
+files. all-MiniLM-L6-v2 was trained and is run at 256 tokens although its position table has
+512, and a text cut at 512 gives another vector.
 
 Shapes: B batch, T sequence length, H hidden size.
 """
@@ -13,6 +13,9 @@ Shapes: B batch, T sequence length, H hidden size.
 from __future__ import annotations
 
 import importlib
+import io
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -20,14 +23,17 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..errors import BertkitError
-from ..files import positive_int, read_json
+from ..errors import BertkitError, first_line
+from ..files import positive_int
 from .base import check_texts, length_batches, report_truncated, serving
 
 POOLING = ("mean", "cls")
 ST_CONFIG = "sentence_bert_config.json"  # sentence-transformers' settings of its Transformer module
 ST_MODULES = "modules.json"              # its pipeline: Transformer, Pooling, Normalize, ...
-ST_POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
+# The Pooling config's flags before sentence-transformers 6 (which writes pooling_mode instead)
+ST_POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
+                    "pooling_mode_max_tokens": "max", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+                    "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
 ST_RUN = ("Transformer", "Pooling", "Dense", "Normalize")  # the module types bertkit runs as they do
 
 
@@ -37,40 +43,84 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
     return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
 
 
-def saved_max_length(directory: Path) -> int | None:
-    """The length a model directory is meant to embed at: the max_length bertkit finetune saved
-    in task.json (the latest training; a model fine-tuned from a sentence-transformers folder keeps
-    that folder's files too), else sentence-transformers' max_seq_length; None if neither."""
+class STFiles:
+    """A model's sentence-transformers files (Model.companion_files: relative path -> bytes, kept
+    from the folder it was loaded from), read with errors that name the file. `where` names the
+    folder in messages, or says that they came with a loaded model."""
+
+    def __init__(self, files: dict[str, bytes], where: str):
+        self.files, self.where = files, where
+
+    def name(self, relative: str) -> str:
+        return f"{self.where}/{relative}"
+
+    def json(self, relative: str, expect: type = dict, default=None):
+        if relative not in self.files:
+            return default
+        try:
+            data = json.loads(self.files[relative].decode("utf-8-sig"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise BertkitError(f"{self.name(relative)}: not valid JSON ({first_line(e)})") from None
+        if not isinstance(data, expect):
+            raise BertkitError(f"{self.name(relative)}: expected a JSON {'object' if expect is dict else 'list'}")
+        return data
+
+    def modules(self) -> list[tuple[str, str]]:
+        """modules.json as (type's last name, folder) pairs, in order; [] without one."""
+        listed = self.json(ST_MODULES, list, [])
+        return [(str(m.get("type", "")).rpartition(".")[2], str(m.get("path", ""))) if isinstance(m, dict)
+                else (repr(m), "") for m in listed]
+
+
+def saved_max_length(files: STFiles, directory: Path | None, tokenizer) -> int | None:
+    """The length a model is meant to embed at: the max_length bertkit finetune saved in a
+    directory's task.json (the latest training; a model fine-tuned from a sentence-transformers
+    folder keeps that folder's files too), else sentence-transformers' max_seq_length, else (as
+    sentence-transformers 6 keeps it) the tokenizer's model_max_length where modules.json lists
+    the model's modules; None if none says."""
     from .finetune import _task_settings
 
-    length = _task_settings(directory).get("max_length")
-    path = directory / ST_CONFIG
-    if length is None and path.is_file():
-        length = positive_int(read_json(path), "max_seq_length", path)
+    length = _task_settings(directory).get("max_length") if directory is not None else None
+    if length is None:
+        length = positive_int(files.json(ST_CONFIG, default={}), "max_seq_length", files.name(ST_CONFIG))
+    if length is None and files.modules():
+        length = tokenizer.config.get("model_max_length")
     return length
 
 
-def saved_pooling(directory: Path) -> str | None:
-    """The pooling of a sentence-transformers directory: the Pooling module that modules.json
-    lists, read from its config.json; None without one. A mode bertkit does not have (max,
-    several concatenated, ...) is an error rather than a silently different vector."""
-    path = directory / ST_MODULES
-    if not path.is_file():
-        return None
-    modules = read_json(path, list)
-    pooling = [m for m in modules if isinstance(m, dict) and str(m.get("type", "")).endswith(".Pooling")]
-    if not pooling:
-        return None
-    config_path = directory / str(pooling[0].get("path", "")) / "config.json"
-    if not config_path.is_file():
-        raise BertkitError(f"{path} lists a Pooling module but {config_path} is missing")
-    config = read_json(config_path)
-    modes = sorted(k for k, v in config.items() if k.startswith("pooling_mode_") and v is True)
-    if len(modes) != 1 or modes[0] not in ST_POOLING_MODES:
-        named = " + ".join(m.removeprefix("pooling_mode_") for m in modes) or "none"
-        raise BertkitError(f"{config_path}: pooling mode {named} is not one bertkit has ({', '.join(POOLING)}); "
-                           "choose one with pooling= (--pooling)")
-    return ST_POOLING_MODES[modes[0]]
+def saved_pooling(files: STFiles) -> tuple[str | None, bool]:
+    """The pooling of a sentence-transformers model, from the config of the Pooling module that
+    modules.json lists (pooling_mode, or the pooling_mode_* flags before sentence-transformers 6),
+    and its include_prompt; (None, True) without one. A mode bertkit does not have (max, several
+    concatenated, ...) is an error rather than a silently different vector."""
+    folders = [folder for kind, folder in files.modules() if kind == "Pooling"]
+    if not folders:
+        return None, True
+    name = f"{folders[0]}/config.json"
+    config = files.json(name)
+    if config is None:
+        raise BertkitError(f"{files.name(ST_MODULES)} lists a Pooling module but {files.name(name)} is missing")
+    modes = config.get("pooling_mode")
+    if modes is None:
+        modes = [mode for key, mode in ST_POOLING_FLAGS.items() if config.get(key) is True] or ["mean"]
+    modes = [modes] if isinstance(modes, str) else list(modes)
+    if len(modes) != 1 or modes[0] not in POOLING:
+        raise BertkitError(f"{files.name(name)}: pooling mode {' + '.join(map(str, modes))} is not one bertkit "
+                           f"has ({', '.join(POOLING)}); choose one with pooling= (--pooling)")
+    return modes[0], config.get("include_prompt", True) is not False
+
+
+def saved_prompt(files: STFiles) -> str:
+    """The prompt sentence-transformers puts before every text: its default_prompt_name's."""
+    config = files.json("config_sentence_transformers.json", default={})
+    name = config.get("default_prompt_name")
+    if name is None:
+        return ""
+    prompt = (config.get("prompts") or {}).get(name)
+    if not isinstance(prompt, str):
+        raise BertkitError(f"{files.name('config_sentence_transformers.json')}: default_prompt_name {name!r} "
+                           "names no prompt in prompts")
+    return prompt
 
 
 class Dense(nn.Module):
@@ -91,7 +141,7 @@ class Normalize(nn.Module):
         return F.normalize(x, dim=-1)
 
 
-def _activation(name: object, where: Path) -> nn.Module:
+def _activation(name: object, where: str) -> nn.Module:
     """A torch.nn activation module named by its import path, as Dense's config.json gives it."""
     module, _, attribute = str(name).rpartition(".")
     found = None
@@ -105,108 +155,143 @@ def _activation(name: object, where: Path) -> nn.Module:
     return found()
 
 
-def _dense(folder: Path) -> Dense:
-    from ..interop.hf import read_weights
+def _dense_weights(files: STFiles, folder: str) -> tuple[dict[str, torch.Tensor], str]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load
 
-    path = folder / "config.json"
-    if not path.is_file():
-        raise BertkitError(f"{path} is missing (the Dense module's settings)")
-    config = read_json(path)
-    n_in, n_out = (positive_int(config, key, path) for key in ("in_features", "out_features"))
+    for weights in ("model.safetensors", "pytorch_model.bin"):
+        data = files.files.get(f"{folder}/{weights}")
+        if data is None:
+            continue
+        try:
+            state = load(data) if weights.endswith(".safetensors") else \
+                torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        except (SafetensorError, Exception) as e:
+            raise BertkitError(f"{files.name(f'{folder}/{weights}')}: not readable weights ({first_line(e)})") from None
+        return state, files.name(f"{folder}/{weights}")
+    raise BertkitError(f"{files.name(folder)}: no model.safetensors or pytorch_model.bin (the Dense module's weights)")
+
+
+def _dense(files: STFiles, folder: str) -> Dense:
+    name = files.name(f"{folder}/config.json")
+    config = files.json(f"{folder}/config.json")
+    if config is None:
+        raise BertkitError(f"{name} is missing (the Dense module's settings)")
+    n_in, n_out = (positive_int(config, key, name) for key in ("in_features", "out_features"))
     if n_in is None or n_out is None:
-        raise BertkitError(f"{path}: in_features and out_features are both needed")
+        raise BertkitError(f"{name}: in_features and out_features are both needed")
     linear = nn.Linear(n_in, n_out, bias=config.get("bias", True) is not False)
     residual = None
     if config.get("use_residual") is True:
         residual = nn.Identity() if n_in == n_out else nn.Linear(n_in, n_out, bias=False)
-    dense = Dense(linear, _activation(config.get("activation_function", "torch.nn.modules.activation.Tanh"), path),
+    dense = Dense(linear, _activation(config.get("activation_function", "torch.nn.modules.activation.Tanh"), name),
                   residual)
-    state, weights = read_weights(folder)
+    state, weights = _dense_weights(files, folder)
     expected = dense.state_dict()
     if set(state) != set(expected):
-        raise BertkitError(f"{weights}: holds {', '.join(sorted(state)) or 'nothing'}; the Dense module of {path} "
+        raise BertkitError(f"{weights}: holds {', '.join(sorted(state)) or 'nothing'}; the Dense module of {name} "
                            f"needs {', '.join(sorted(expected))}")
-    for key, tensor in state.items():
+    for key, tensor in sorted(state.items()):
         if tensor.shape != expected[key].shape:
             raise BertkitError(f"{weights}: {key} has shape {tuple(tensor.shape)}, expected {tuple(expected[key].shape)}")
     dense.load_state_dict({k: v.float() for k, v in state.items()})
     return dense.eval()
 
 
-def saved_modules(directory: Path) -> nn.Sequential:
+def saved_modules(files: STFiles) -> nn.Sequential:
     """What sentence-transformers runs after pooling, in modules.json's order: Dense layers
-    (read with their weights) and Normalize. Any other module would give a vector bertkit cannot
-    reproduce, so it is an error rather than a silently different embedding."""
-    path = directory / ST_MODULES
-    modules = read_json(path, list) if path.is_file() else []
-    after = []
-    for entry in modules:
-        kind = str(entry.get("type", "")).rpartition(".")[2] if isinstance(entry, dict) else repr(entry)
+    (read with their weights) and Normalize. Any other module, or a Dense before the Pooling
+    (it would run on every token), gives a vector bertkit cannot reproduce, so it is an error
+    rather than a silently different embedding."""
+    after, pooled = [], False
+    for kind, folder in files.modules():
         if kind not in ST_RUN:
-            raise BertkitError(f"{path}: module {kind!r} is not one bertkit runs ({', '.join(ST_RUN)})")
+            raise BertkitError(f"{files.name(ST_MODULES)}: module {kind!r} is not one bertkit runs ({', '.join(ST_RUN)})")
+        pooled = pooled or kind == "Pooling"
+        if kind == "Dense" and not pooled:
+            raise BertkitError(f"{files.name(ST_MODULES)}: a Dense module before the Pooling runs on every token; "
+                               "bertkit runs Dense layers on the pooled vector only")
         if kind == "Dense":
-            after.append(_dense(directory / str(entry.get("path", ""))))
+            after.append(_dense(files, folder))
         elif kind == "Normalize":
             after.append(Normalize())
     return nn.Sequential(*after)
 
 
-def saved_lowercase(directory: Path) -> bool:
-    """sentence-transformers lowercases texts before its tokenizer when do_lower_case is set."""
-    path = directory / ST_CONFIG
-    return path.is_file() and read_json(path).get("do_lower_case") is True
+@dataclass
+class SentenceSettings:
+    """How a model turns a text into one vector, as its sentence-transformers files (or the
+    caller) say: the text gets `prompt` before it (and is lowercased with `lowercase`), is cut to
+    `max_length` tokens, its token vectors pooled (`pooling`: "mean" or "cls") and passed through
+    `after` (Dense layers, Normalize). `listed`: sentence-transformers modules decide these (so
+    also whether the vector is normalized)."""
+    max_length: int
+    pooling: str
+    lowercase: bool = False
+    prompt: str = ""
+    after: nn.Sequential = field(default_factory=nn.Sequential)
+    listed: bool = False
 
 
 def prepared(source, tokenizer=None, max_length: int | None = None, pooling: str | None = None):
-    """(model, max_length, pooling, lowercase, after) checked for embedding: `source` a Model or a
-    directory (or hub id); a length or pooling not given comes from the directory
-    (saved_max_length, saved_pooling), else the model's maximum and mean pooling. A directory's
-    sentence-transformers files also give `lowercase` (its do_lower_case) and `after`, the
-    modules to run on the pooled vectors (saved_modules)."""
+    """(model, SentenceSettings) checked for embedding: `source` a Model or a directory (or hub
+    id). What is not given comes from the model's sentence-transformers files, which a Model
+    loaded from a folder carries (Model.companion_files), and from a directory's task.json (a
+    fine-tuned model's length); else the model's maximum length and mean pooling."""
     from ..interop.hf import resolve
     from ..model import Model
     from .finetune import load_model
 
     directory = None if isinstance(source, Model) else resolve(source)
     model = load_model(source if directory is None else directory, tokenizer)
+    files = STFiles(model.companion_files, str(directory) if directory is not None else "(the model's files)")
     most = model.backbone.embeddings.max_length
     if max_length is None:  # a saved length longer than the position table is cut to it
-        max_length = min(saved_max_length(directory) or most, most) if directory is not None else most
+        max_length = min(saved_max_length(files, directory, model.tokenizer) or most, most)
     if not 1 <= max_length <= most:
         raise BertkitError(f"max length must be between 1 and the model's maximum of {most} tokens, got {max_length}")
     if max_length <= model.tokenizer.frame.specials(pair=False):
         raise BertkitError(f"max length {max_length} leaves no room for text beside the special tokens")
-    if pooling is None:
-        pooling = (saved_pooling(directory) if directory is not None else None) or "mean"
+    saved, include_prompt = saved_pooling(files) if pooling is None else (None, True)
+    pooling = pooling or saved or "mean"
     if pooling not in POOLING:
         raise BertkitError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLING)}")
-    if directory is None:
-        return model, max_length, pooling, False, nn.Sequential()
-    device = next(model.parameters()).device
-    return model, max_length, pooling, saved_lowercase(directory), saved_modules(directory).to(device)
+    prompt = saved_prompt(files)
+    if prompt and not include_prompt and pooling == "mean":
+        raise BertkitError(f"{files.name(ST_MODULES)}: the Pooling module leaves the prompt's tokens out "
+                           "(include_prompt false), which bertkit does not; pass pooling= to embed anyway")
+    lowercase = files.json(ST_CONFIG, default={}).get("do_lower_case") is True
+    after = saved_modules(files).to(next(model.parameters()).device)
+    return model, SentenceSettings(max_length, pooling, lowercase, prompt, after, listed=bool(files.modules()))
 
 
 def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None = None,
-          normalize: bool = True, progress: bool = False, pooling: str | None = None, bf16: bool = False,
+          normalize: bool | None = None, progress: bool = False, pooling: str | None = None, bf16: bool = False,
           tokenizer=None) -> torch.Tensor:
     """(len(texts), H) float32 sentence embeddings. `model` is a Model that carries its tokenizer
-    (or gets `tokenizer`), or a model directory, whose own settings then give the defaults: its
-    sentence-transformers max_seq_length and Pooling module, or a fine-tuned model's max_length
-    (otherwise the model's maximum length and mean pooling). Texts longer than max_length are cut,
-    with one warning that counts them. `bf16` runs the model under autocast to bf16 (faster where
-    the hardware has bf16, to about two or three significant digits)."""
+    (or gets `tokenizer`), or a model directory. What is not given follows the model's
+    sentence-transformers files (its length, Pooling, prompt, Dense and Normalize modules) or a
+    fine-tuned directory's max_length; otherwise the model's maximum length and mean pooling.
+    `normalize`: None follows the files (a plain model's vectors are L2-normalized), True
+    normalizes, False gives the raw vectors (a Normalize module skipped). Texts longer than
+    max_length are cut, with one warning that counts them. `bf16` runs the model under autocast to
+    bf16 (faster where the hardware has bf16, to about two or three significant digits)."""
     if batch_size < 1:
         raise BertkitError(f"batch size must be at least 1, got {batch_size}")
     check_texts(texts)
-    model, max_length, pooling, lowercase, after = prepared(model, tokenizer, max_length, pooling)
-    return _embed(model, texts, batch_size, max_length, normalize, progress, pooling, bf16, lowercase, after)
+    model, settings = prepared(model, tokenizer, max_length, pooling)
+    return _embed(model, texts, settings, batch_size, normalize, progress, bf16)
 
 
 @torch.no_grad()
-def _embed(model, texts: list[str], batch_size: int, max_length: int, normalize: bool, progress: bool,
-           pooling: str, bf16: bool, lowercase: bool = False, after: nn.Module = nn.Sequential()) -> torch.Tensor:
+def _embed(model, texts: list[str], settings: SentenceSettings, batch_size: int, normalize: bool | None,
+           progress: bool, bf16: bool) -> torch.Tensor:
     model.eval()
-    if lowercase:
+    max_length, after = settings.max_length, settings.after
+    if normalize is False:  # raw: the folder's Normalize modules too are left out
+        after = nn.Sequential(*[m for m in after if not isinstance(m, Normalize)])
+    texts = [settings.prompt + t for t in texts]
+    if settings.lowercase:
         texts = [t.lower() for t in texts]
     device = next(model.parameters()).device  # the tokenizer gives CPU tensors
     specials = model.tokenizer.frame.specials(pair=False)
@@ -222,12 +307,12 @@ def _embed(model, texts: list[str], batch_size: int, max_length: int, normalize:
                 # the encoder alone: a head's work (an MLM head's vocabulary projection of every
                 # token) would be thrown away, and a multiple-choice head wants (B, C, T) inputs
                 hidden = model.backbone(ids, mask, types).last_hidden_state.float()
-            chunks.append(after(mean_pool(hidden, mask) if pooling == "mean" else hidden[:, 0]).cpu())
+            chunks.append(after(mean_pool(hidden, mask) if settings.pooling == "mean" else hidden[:, 0]).cpu())
     width = after(torch.zeros(1, model.config.hidden_size, device=device)).shape[-1]
     vectors = torch.cat(chunks) if chunks else torch.zeros(0, width)
     result = torch.empty_like(vectors)
     result[torch.tensor([i for batch_of in batches for i in batch_of], dtype=torch.long)] = vectors
-    return F.normalize(result, dim=-1) if normalize else result
+    return F.normalize(result, dim=-1) if normalize or (normalize is None and not settings.listed) else result
 
 
 def search(model, queries: list[str], corpus: list[str], top_k: int = 5, batch_size: int = 32,
@@ -244,10 +329,9 @@ def search(model, queries: list[str], corpus: list[str], top_k: int = 5, batch_s
         raise BertkitError("the corpus to search is empty")
     if batch_size < 1:
         raise BertkitError(f"batch size must be at least 1, got {batch_size}")
-    model, max_length, pooling, lowercase, after = prepared(model, tokenizer, max_length, pooling)  # loaded once
+    model, settings = prepared(model, tokenizer, max_length, pooling)  # loaded once
     options = {"progress": False, "bf16": False, **embedding, "normalize": True}  # cosine = dot of unit vectors
-    q, c = (_embed(model, texts, batch_size, max_length, pooling=pooling, lowercase=lowercase, after=after, **options)
-            for texts in (queries, corpus))
+    q, c = (_embed(model, texts, settings, batch_size, **options) for texts in (queries, corpus))
     best = (q @ c.T).topk(min(top_k, len(corpus)), dim=1)
     return [[{"index": i, "text": corpus[i], "score": round(v, 6)} for v, i in zip(vs, ix)]
             for vs, ix in zip(best.values.tolist(), best.indices.tolist())]
