@@ -56,7 +56,9 @@ class Model(nn.Module):
         shape = getattr(input_ids, "shape", None) if input_ids is not None else getattr(inputs_embeds, "shape", (None,))[:-1]
         if masked_positions is not None:
             if self.head is None or not self.head.predicts_tokens:
-                raise BertkitError(f"masked_positions needs a masked-LM head; this model's head is {self.head_kind!r}")
+                held = (f"its {self.head_kind!r} head is a {type(self.head).__name__}, which predicts no tokens"
+                        if self.head is not None else "it has no head")
+                raise BertkitError(f"masked_positions needs a masked-LM head; {held}")
             if masked_positions.shape != shape:
                 raise BertkitError(f"masked_positions has shape {tuple(masked_positions.shape)} but the input "
                                    f"has {tuple(shape)}")

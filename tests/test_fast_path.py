@@ -196,6 +196,10 @@ def test_sparse_positions_need_a_vocabulary_head():
     ids = torch.randint(1, 100, (1, 5))
     with pytest.raises(bertkit.BertkitError, match="masked-LM head"):
         model(ids, masked_positions=torch.ones(1, 5, dtype=torch.bool))
+    # ELECTRA's "pretraining" head is the discriminator, unlike BERT's: the message says which it is
+    electra = bertkit.build(PRESETS["electra-small"].config.replace(num_layers=1), head="pretraining")
+    with pytest.raises(bertkit.BertkitError, match="its 'pretraining' head is a ReplacedTokenHead, which predicts no"):
+        electra(ids, masked_positions=torch.ones(1, 5, dtype=torch.bool))
 
 
 def test_sparse_mlm_with_the_pretraining_head_and_emd():
