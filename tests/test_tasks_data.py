@@ -534,6 +534,28 @@ def test_token_labels_sit_on_the_first_subword_as_tokenizers_word_ids_say(tokeni
     assert len(encoding.ids) > len(sentence.words) + 2  # some words really are split
 
 
+def test_each_word_is_labelled_on_the_piece_transformers_word_ids_give_it(tmp_path):
+    # SentencePiece splits a word it does not know into a bare "▁" and pieces; transformers'
+    # word_ids (run_ner's recipe) give the word's label to the "▁", whose offsets cover only the
+    # space before the word. Ids and labelled positions must both be transformers'.
+    import transformers
+
+    import bertkit
+    from bertkit.data import TokenizerSettings, train_tokenizer
+
+    texts = [r.text for r in builtin("imdb").train[:400]]
+    train_tokenizer(texts, TokenizerSettings.for_family("deberta-v3", vocab_size=900)).save(
+        tmp_path, "DebertaV2Tokenizer", 128)
+    ours, reference = bertkit.load_tokenizer(tmp_path), transformers.AutoTokenizer.from_pretrained(tmp_path)
+    sentences = [r.text.split()[:30] for r in builtin("imdb").train[400:440]]
+    features, _ = encode_sentences([TaggedSentence(tuple(s)) for s in sentences], ours, 128)
+    for words, feature in zip(sentences, features):
+        encoded = reference(words, is_split_into_words=True, truncation=True, max_length=128)
+        assert feature["input_ids"].tolist() == encoded["input_ids"]
+        word_ids = encoded.word_ids()
+        assert feature["first"].tolist() == [word_ids.index(w) for w in range(len(words))], words
+
+
 def test_tagging_truncation_is_counted_and_cut_words_have_no_position(tokenizer):
     long = TaggedSentence(tuple(f"word{i}" for i in range(40)))
     with pytest.warns(DataWarning, match="1 of 2 sentences were longer than 16 tokens"):

@@ -69,10 +69,12 @@ def encode_sentences(sentences: list[TaggedSentence], tokenizer, max_length: int
     texts = [" ".join(s.words) for s in sentences]
     features, cut = [], 0
     for s, text, (ids, offsets) in zip(sentences, texts, tokenizer.encode_offsets(texts)):
-        owner = np.full(len(text), -1, dtype=np.int64)  # character -> word index (-1: a space)
+        owner = np.full(len(text), -1, dtype=np.int64)  # character -> word index (spaces: the word after them)
         position = 0
         for w, word in enumerate(s.words):
             owner[position:position + len(word)] = w
+            if position:  # the space before a word is the word's: SentencePiece may give it a "▁" piece
+                owner[position - 1] = w
             position += len(word) + 1
         if len(ids) > budget:
             ids, offsets = ids[:budget], offsets[:budget]
