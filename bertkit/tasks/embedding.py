@@ -156,7 +156,6 @@ def _activation(name: object, where: str) -> nn.Module:
 
 
 def _dense_weights(files: STFiles, folder: str) -> tuple[dict[str, torch.Tensor], str]:
-    from safetensors import SafetensorError
     from safetensors.torch import load
 
     for weights in ("model.safetensors", "pytorch_model.bin"):
@@ -166,7 +165,7 @@ def _dense_weights(files: STFiles, folder: str) -> tuple[dict[str, torch.Tensor]
         try:
             state = load(data) if weights.endswith(".safetensors") else \
                 torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-        except (SafetensorError, Exception) as e:
+        except Exception as e:  # safetensors' and torch's own errors, and pickle refusals
             raise BertkitError(f"{files.name(f'{folder}/{weights}')}: not readable weights ({first_line(e)})") from None
         return state, files.name(f"{folder}/{weights}")
     raise BertkitError(f"{files.name(folder)}: no model.safetensors or pytorch_model.bin (the Dense module's weights)")
