@@ -534,19 +534,22 @@ def test_token_labels_sit_on_the_first_subword_as_tokenizers_word_ids_say(tokeni
     assert len(encoding.ids) > len(sentence.words) + 2  # some words really are split
 
 
-def test_each_word_is_labelled_on_the_piece_transformers_word_ids_give_it(tmp_path):
-    # SentencePiece splits a word it does not know into a bare "▁" and pieces; transformers'
-    # word_ids (run_ner's recipe) give the word's label to the "▁", whose offsets cover only the
-    # space before the word. Ids and labelled positions must both be transformers'.
+@pytest.mark.parametrize("family, cls", [("deberta-v3", "DebertaV2Tokenizer"), ("roberta", "RobertaTokenizer")])
+def test_each_word_is_labelled_on_the_piece_transformers_word_ids_give_it(family, cls, tmp_path):
+    # transformers' recipe for pre-split words (run_ner: is_split_into_words, add_prefix_space for
+    # byte-level BPE, the label on each word's first piece by word_ids): SentencePiece splits a word
+    # it does not know into a bare "▁" and pieces, and the "▁" (its offsets cover only the space)
+    # takes the label; byte-level BPE gives the first word its "Ġ" too. Ids and labelled positions
+    # must both be transformers'.
     import transformers
 
     import bertkit
     from bertkit.data import TokenizerSettings, train_tokenizer
 
     texts = [r.text for r in builtin("imdb").train[:400]]
-    train_tokenizer(texts, TokenizerSettings.for_family("deberta-v3", vocab_size=900)).save(
-        tmp_path, "DebertaV2Tokenizer", 128)
-    ours, reference = bertkit.load_tokenizer(tmp_path), transformers.AutoTokenizer.from_pretrained(tmp_path)
+    train_tokenizer(texts, TokenizerSettings.for_family(family, vocab_size=900)).save(tmp_path, cls, 128)
+    ours = bertkit.load_tokenizer(tmp_path)
+    reference = transformers.AutoTokenizer.from_pretrained(tmp_path, add_prefix_space=True)
     sentences = [r.text.split()[:30] for r in builtin("imdb").train[400:440]]
     features, _ = encode_sentences([TaggedSentence(tuple(s)) for s in sentences], ours, 128)
     for words, feature in zip(sentences, features):

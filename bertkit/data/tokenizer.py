@@ -208,6 +208,12 @@ class Tokenizer:
             self._frame = _frame_of(self.backend)
         return self._frame
 
+    @property
+    def spaces_words(self) -> bool:
+        """Whether a word's tokens hold the space before it (byte-level BPE: "Ġword" after a space,
+        "word" at the start of a text)."""
+        return isinstance(self.backend.model, models.BPE)
+
     def continues_word(self) -> np.ndarray:
         """(V,) bool: True where a token continues the word of the token before it, so whole-word
         masking can find words from ids alone (a cached corpus keeps no text). WordPiece marks

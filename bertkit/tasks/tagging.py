@@ -66,11 +66,14 @@ def encode_sentences(sentences: list[TaggedSentence], tokenizer, max_length: int
     frame = tokenizer.frame
     budget = max_length - frame.specials(False)
     before = next(i for i, (part, _) in enumerate(frame.single) if part == "A")  # specials ahead of the text
-    texts = [" ".join(s.words) for s in sentences]
+    # Byte-level BPE keeps a word's space in its token ("Ġword"): every word, the first too, is
+    # encoded after a space, as transformers encodes pre-split words (add_prefix_space=True).
+    lead = " " if tokenizer.spaces_words else ""
+    texts = [lead + " ".join(s.words) for s in sentences]
     features, cut = [], 0
     for s, text, (ids, offsets) in zip(sentences, texts, tokenizer.encode_offsets(texts)):
         owner = np.full(len(text), -1, dtype=np.int64)  # character -> word index (spaces: the word after them)
-        position = 0
+        position = len(lead)
         for w, word in enumerate(s.words):
             owner[position:position + len(word)] = w
             if position:  # the space before a word is the word's: SentencePiece may give it a "▁" piece
@@ -81,7 +84,8 @@ def encode_sentences(sentences: list[TaggedSentence], tokenizer, max_length: int
             cut += 1
         first = np.full(len(s.words), -1, dtype=np.int64)
         for t, (start, end) in enumerate(offsets):
-            w = owner[end - 1] if end > start else -1
+            # a lone "Ġ" has its offsets trimmed to nothing: it is the word at its place's
+            w = owner[end - 1] if end > start else owner[start] if start < len(owner) else -1
             if w >= 0 and first[w] < 0:
                 first[w] = before + t
         input_ids, types = frame.apply(np.asarray(ids, dtype=np.int64))
