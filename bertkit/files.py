@@ -83,12 +83,18 @@ def decode_text(data: bytes, source: str) -> str:
 
 def read_json(path: Path, expect: type = dict):
     """A JSON file whose top level is an object (or a list, with expect=list)."""
+    return parse_json(read_text(path), str(path), expect)
+
+
+def parse_json(text: str, source: str, expect: type = dict):
+    """JSON text (of the file `source` names) whose top level is an `expect` (dict, list, or
+    object for anything); a parse error names the line and column."""
     try:
-        data = json.loads(read_text(path))
+        data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise BertkitError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+        raise BertkitError(f"{source}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
     if not isinstance(data, expect):
-        raise BertkitError(f"{path}: expected a JSON {'object' if expect is dict else 'list'} at the top level")
+        raise BertkitError(f"{source}: expected a JSON {'object' if expect is dict else 'list'} at the top level")
     return data
 
 

@@ -23,7 +23,7 @@ from torch import nn
 
 from ..config import EncoderConfig
 from ..errors import BertkitError, first_line
-from ..files import read_json
+from ..files import decode_text, parse_json, read_json
 from ..model import Model
 from ..models import get_family
 from .hf_names import FAMILIES, HEAD_SUFFIX, HFFamily
@@ -517,20 +517,23 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
         dtype = file_dtype(hf, state, config_path)
     elif dtype is not None and not isinstance(dtype, torch.dtype):
         raise BertkitError(f"dtype must be a torch dtype or \"auto\", got {dtype!r}")
-    with parameters_on_meta():
-        try:
-            model = Model(config, head)
-        except BertkitError as e:  # an option only a head reads (ELECTRA's summary_type)
-            raise BertkitError(f"{config_path}: {e}") from None
+
+    def matched(config: EncoderConfig) -> tuple[Model, dict[str, torch.Tensor], list[str]]:
+        """A model of `config` built on the meta device, and the file's tensors matched to it."""
+        with parameters_on_meta():
+            try:
+                model = Model(config, head)
+            except BertkitError as e:  # an option only a head reads (ELECTRA's summary_type)
+                raise BertkitError(f"{config_path}: {e}") from None
+        return model, *match_state(model, state, weights_path, head_from_file)
+
     try:
-        loaded, missing = match_state(model, state, weights_path, head_from_file)
+        model, loaded, missing = matched(config)
     except TiedCopyDiffers as e:  # transformers then leaves the two untied, each as stored; so do we
         warnings.warn(f"{e}; it is loaded untied (tie_word_embeddings=False), as transformers does",
                       stacklevel=2)
         config = config.replace(tie_word_embeddings=False)
-        with parameters_on_meta():
-            model = Model(config, head)
-        loaded, missing = match_state(model, state, weights_path, head_from_file)
+        model, loaded, missing = matched(config)
     if missing:
         model = Model(config, head)
         fill(model, loaded, missing, weights_path)
@@ -561,11 +564,8 @@ def companion_files(directory: Path) -> dict[str, bytes]:
     modules.json lists after the Transformer (1_Pooling, 2_Dense, 2_Normalize ...), as relative
     path -> bytes. Nothing of them is a parameter here; they are kept to be written back."""
     files = {name: (directory / name).read_bytes() for name in ST_FILES if (directory / name).is_file()}
-    modules = directory / "modules.json"
-    try:
-        listed = json.loads(files["modules.json"]) if "modules.json" in files else []
-    except json.JSONDecodeError:
-        raise BertkitError(f"{modules}: not valid JSON") from None
+    listed = (parse_json(decode_text(files["modules.json"], str(directory / "modules.json")),
+                         str(directory / "modules.json"), object) if "modules.json" in files else [])
     for entry in listed if isinstance(listed, list) else []:
         folder = str(entry.get("path", "")) if isinstance(entry, dict) else ""
         inside = folder and not Path(folder).is_absolute() and ".." not in Path(folder).parts  # saved back under it

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import io
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..errors import BertkitError, first_line
-from ..files import positive_int
+from ..files import decode_text, parse_json, positive_int
 from .base import check_texts, length_batches, report_truncated, serving
 
 POOLING = ("mean", "cls")
@@ -57,13 +56,7 @@ class STFiles:
     def json(self, relative: str, expect: type = dict, default=None):
         if relative not in self.files:
             return default
-        try:
-            data = json.loads(self.files[relative].decode("utf-8-sig"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise BertkitError(f"{self.name(relative)}: not valid JSON ({first_line(e)})") from None
-        if not isinstance(data, expect):
-            raise BertkitError(f"{self.name(relative)}: expected a JSON {'object' if expect is dict else 'list'}")
-        return data
+        return parse_json(decode_text(self.files[relative], self.name(relative)), self.name(relative), expect)
 
     def modules(self) -> list[tuple[str, str]]:
         """modules.json as (type's last name, folder) pairs, in order; [] without one."""
