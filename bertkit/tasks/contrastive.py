@@ -1,0 +1,220 @@
+"""Fine-tuning sentence embeddings on pairs of texts (the `embedding` task), with the two losses
+sentence-transformers recommends, chosen by the data:
+
+- Pairs without a score (a question and its answer, a title and its article, two paraphrases):
+  in-batch negatives (Henderson et al., 2017, "Efficient Natural Language Response Suggestion";
+  sentence-transformers' MultipleNegativesRankingLoss). Each text should be nearer its own pair
+  than every other pair in the batch: cross-entropy over the (B, B) cosines times 20, the right
+  answer on the diagonal. A bigger batch gives more negatives.
+- Pairs with a similarity score (`label`, a number, as in STS-B): CoSENT (Su, 2022). For every two
+  pairs whose scores differ, the higher-scored pair should have the higher cosine:
+  log(1 + sum exp(20 * (cos_kl - cos_ij))) over pairs (i, j) scored above (k, l). Only the order
+  of the scores matters, so 0-5 and 0-1 scales train alike.
+
+The sentence vector is the one `embed` computes (the model's pooling and Dense modules; the
+folder's prompt). Dense modules of a sentence-transformers folder are kept as they are (frozen);
+the encoder is trained. The saved folder carries sentence-transformers files (a plain model gets
+Transformer -> Pooling -> Normalize), so `embed` and sentence-transformers read it alike.
+
+Dev scores, chosen by the dev data: scored pairs give spearman (the main score, as
+sentence-transformers' EmbeddingSimilarityEvaluator) and pearson of cosine against score; pairs
+without a score give retrieval among the dev set's distinct second texts: `accuracy` (a text's
+own pair ranks first) and `mrr` (mean reciprocal rank of it, 0 beyond rank 10).
+
+Shapes: B pairs in a batch, T sequence length, H hidden size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..errors import BertkitError
+from ..objectives.base import Objective, Step
+from .base import Task, keep_part, model_max_length, report_truncated
+from .embedding import POOLING, STFiles, _embed, mean_pool, prepared, saved_max_length, sentence_files
+from .metrics import regression_scores
+from .readers import TextExample
+
+SCALE = 20.0  # cosines times this are the logits (sentence-transformers' default for both losses)
+MRR_AT = 10
+
+
+def encode_pairs(examples: list[TextExample], tokenizer, settings, max_length: int) -> tuple[list[dict], int]:
+    """One feature per pair: `pair`, the two texts' (input_ids, token_type_ids) each framed as a
+    single sequence (the prompt before each, cut to max_length from the end), `length`, the
+    longer, and `label`, the score when there is one. Returns the features and how many texts
+    were cut."""
+    frame, budget = tokenizer.frame, max_length - tokenizer.frame.specials(pair=False)
+    texts = [settings.prompt + t for e in examples for t in (e.text, e.text_pair)]
+    if settings.lowercase:
+        texts = [t.lower() for t in texts]
+    ids = tokenizer.encode_plain(texts)
+    features, cut = [], sum(len(i) > budget for i in ids)
+    for n, example in enumerate(examples):
+        pair = [frame.apply(np.asarray(keep_part(i, budget))) for i in ids[2 * n:2 * n + 2]]
+        feature = {"pair": pair, "length": max(len(p[0]) for p in pair)}
+        if example.label is not None:
+            feature["label"] = float(example.label)
+        features.append(feature)
+    return features, cut
+
+
+def collate_pairs(features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
+    """(B, 2, T) input_ids / attention_mask / token_type_ids, right-padded (the pair in dim 1, so
+    a batch split over processes keeps pairs whole) and, with scores, the (B,) float `label`."""
+    B, T = len(features), max(f["length"] for f in features)
+    batch = {"input_ids": torch.full((B, 2, T), pad_id, dtype=torch.long),
+             "attention_mask": torch.zeros(B, 2, T, dtype=torch.long),
+             "token_type_ids": torch.zeros(B, 2, T, dtype=torch.long)}
+    for i, f in enumerate(features):
+        for j, (ids, types) in enumerate(f["pair"]):
+            batch["input_ids"][i, j, :len(ids)] = torch.from_numpy(ids)
+            batch["attention_mask"][i, j, :len(ids)] = 1
+            batch["token_type_ids"][i, j, :len(ids)] = torch.from_numpy(types)
+    if "label" in features[0]:
+        batch["label"] = torch.tensor([f["label"] for f in features], dtype=torch.float32)  # (B,)
+    return batch
+
+
+def ranking_loss(a: torch.Tensor, b: torch.Tensor, scale: float = SCALE) -> tuple[torch.Tensor, torch.Tensor]:
+    """In-batch negatives: (B, H) texts and their (B, H) pairs -> the cross-entropy of each row
+    of scaled cosines against its diagonal, and how often the diagonal wins."""
+    logits = F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T * scale  # (B, B)
+    target = torch.arange(len(a), device=a.device)
+    return F.cross_entropy(logits, target), (logits.argmax(-1) == target).float().mean()
+
+
+def cosent_loss(a: torch.Tensor, b: torch.Tensor, scores: torch.Tensor, scale: float = SCALE) -> torch.Tensor:
+    """CoSENT: (B, H) texts, their (B, H) pairs and the (B,) gold scores -> log(1 + sum over
+    i scored above j of exp(scale * (cos_j - cos_i)))."""
+    cos = F.cosine_similarity(a, b, dim=-1) * scale  # (B,)
+    gap = cos[None, :] - cos[:, None]  # [i, j] = cos_j - cos_i
+    above = scores[:, None] > scores[None, :]  # [i, j]: pair i is scored above pair j
+    return torch.logsumexp(torch.cat([gap.new_zeros(1), gap[above]]), dim=0)
+
+
+class PairObjective(Objective):
+    """Sentence vectors of both texts of each pair in one pass of the encoder (2B sequences),
+    then CoSENT where the batch has scores, in-batch negatives where it has none."""
+
+    def __init__(self, model, settings):
+        super().__init__()
+        if model.head is not None:
+            raise BertkitError(f"embedding trains an encoder without a head, not one with a {model.head_kind!r} head")
+        self.model, self.pooling = model, settings.pooling
+        self.after = settings.after.requires_grad_(False)  # a folder's Dense modules stay as they are
+
+    def models(self):
+        return {"": self.model}
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> Step:
+        B, _, T = batch["input_ids"].shape
+        ids, mask, types = (batch[k].view(2 * B, T) for k in ("input_ids", "attention_mask", "token_type_ids"))
+        hidden = self.model.backbone(ids, mask, types).last_hidden_state.float()  # (2B, T, H)
+        pooled = mean_pool(hidden, mask) if self.pooling == "mean" else hidden[:, 0]
+        vectors = self.after(pooled).float().view(B, 2, -1)
+        a, b = vectors[:, 0], vectors[:, 1]
+        if "label" in batch:
+            loss = cosent_loss(a, b, batch["label"])
+            return Step(loss, {"loss": loss.detach()})
+        loss, accuracy = ranking_loss(a, b)
+        return Step(loss, {"loss": loss.detach(), "accuracy": accuracy.detach()})
+
+
+class SentenceEmbedding(Task):
+    """The `embedding` task. Which scores it gives depends on the dev data, so `check_gold` sets
+    `metrics` and `metric`: spearman and pearson for scored pairs, accuracy and mrr for pairs
+    without scores."""
+
+    name = "embedding"
+    head = None
+    metric = "spearman"
+    metrics = ("spearman", "pearson", "accuracy", "mrr")
+    length = 128
+    collate = staticmethod(collate_pairs)
+
+    def __init__(self, pooling: str | None = None):
+        if pooling is not None and pooling not in POOLING:
+            raise BertkitError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLING)}")
+        self.pooling = pooling
+        self.sentence = None  # the model's SentenceSettings, once prepare() has seen it
+
+    def prepare(self, model, max_length: int | None) -> int:
+        """The length: `max_length`, else the model's sentence-transformers length, else 128; and
+        the model's sentence-transformers files made or updated for that length and pooling, so
+        training, dev predictions and the saved folder all embed alike."""
+        if max_length is None:
+            saved = saved_max_length(STFiles(model.companion_files, "(the model's files)"), None, model.tokenizer)
+            max_length = min(saved or self.length, model.backbone.embeddings.max_length)
+        max_length = model_max_length(model, max_length)
+        model.companion_files = sentence_files(model, max_length, self.pooling)
+        _, self.sentence = prepared(model)
+        return max_length
+
+    def labels_of(self, examples) -> tuple[str, ...]:
+        """No label names: the model has no outputs beyond its vectors."""
+        return ()
+
+    def _pairs(self, examples, source: str) -> bool:
+        """Whether the pairs have scores; an example without a second text, or scores on some
+        pairs only, is an error."""
+        for n, e in enumerate(examples, 1):
+            if not isinstance(e, TextExample) or not e.text_pair:
+                raise BertkitError(f"{source}: example {n} is not a pair of texts (embedding needs text and text_pair)")
+        scored = {e.label is not None for e in examples}
+        if len(scored) > 1:
+            raise BertkitError(f"{source}: some pairs have a score and some do not; give every pair one or none")
+        if any(e.label is not None and not isinstance(e.label, (int, float)) for e in examples):
+            raise BertkitError(f"{source}: similarity scores must be numbers")
+        return scored == {True}
+
+    def features(self, examples, tokenizer, labels, max_length, source):
+        self._pairs(examples, source)
+        features, cut = encode_pairs(examples, tokenizer, self.sentence, max_length)
+        report_truncated(cut, 2 * len(examples), max_length)
+        return features
+
+    def objective(self, model):
+        return PairObjective(model, self.sentence)
+
+    def check_gold(self, examples, labels, source):
+        scored = self._pairs(examples, source)
+        self.metrics = ("spearman", "pearson") if scored else ("accuracy", "mrr")
+        self.metric = self.metrics[0] if scored else "mrr"
+
+    def predict(self, model, examples, batch_size=64, max_length=None, bf16=False, progress=False):
+        """{"score": the cosine of the pair's two vectors, "vectors": the two unit vectors} per
+        pair (the vectors are what retrieval scores are computed from)."""
+        model, settings = prepared(model, max_length=max_length)
+        texts = sorted({t for e in examples for t in (e.text, e.text_pair)})
+        vectors = _embed(model, texts, settings, batch_size, True, progress, bf16).numpy()
+        row = {t: i for i, t in enumerate(texts)}
+        results = []
+        for e in examples:
+            a, b = vectors[row[e.text]], vectors[row[e.text_pair]]
+            results.append({"score": float(a @ b), "vectors": (a, b)})
+        return results
+
+    def score(self, examples, predictions, labels):
+        if self._pairs(examples, "evaluation data"):
+            scores = regression_scores([e.label for e in examples], [p["score"] for p in predictions])
+            return {"spearman": scores["spearman"], "pearson": scores["pearson"]}
+        return retrieval_scores([p["vectors"][0] for p in predictions],
+                                [p["vectors"][1] for p in predictions], [e.text_pair for e in examples])
+
+
+def retrieval_scores(queries: list[np.ndarray], targets: list[np.ndarray], target_texts: list[str]) -> dict[str, float]:
+    """Each query searches the distinct target texts by cosine (the vectors are unit length):
+    accuracy = how often its own ranks first, mrr = the mean of 1 / its rank (0 beyond rank 10).
+    Candidates that tie with the right one rank after it."""
+    distinct = {t: i for i, t in enumerate(dict.fromkeys(target_texts))}
+    corpus = np.zeros((len(distinct), len(targets[0])), dtype=np.float32)
+    for vector, text in zip(targets, target_texts):
+        corpus[distinct[text]] = vector
+    sims = np.stack(queries) @ corpus.T  # (N, M)
+    right = np.array([distinct[t] for t in target_texts])
+    rank = (sims > sims[np.arange(len(right)), right][:, None]).sum(1) + 1  # 1 = first
+    reciprocal = np.where(rank <= MRR_AT, 1.0 / rank, 0.0)
+    return {"accuracy": float(np.mean(rank == 1)), "mrr": float(reciprocal.mean())}

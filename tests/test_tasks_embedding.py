@@ -1,0 +1,231 @@
+"""The `embedding` fine-tuning task: its two losses and their gradients against
+sentence-transformers', training that measurably improves, folders sentence-transformers loads
+and embeds alike, dev scores against scipy and sentence-transformers' search, and bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import warnings
+
+import pytest
+import torch
+
+from bertkit.cli import main
+from bertkit.errors import BertkitError
+from bertkit.tasks import FinetuneSettings, TextExample, embed, evaluate, finetune, load_examples
+from bertkit.tasks.contrastive import PairObjective, SentenceEmbedding, collate_pairs, encode_pairs
+from bertkit.tasks.finetune import load_model
+from tasks_support import FAST_BF16, minilm_lower_layers
+
+pytestmark = pytest.mark.filterwarnings("ignore::bertkit.data.DataWarning")
+
+
+def halves(split: str, n: int) -> list[TextExample]:
+    """Rotten Tomatoes sentences cut in two: the first half's pair is its own second half."""
+    out = []
+    for record in load_examples("classification", "rotten-tomatoes", split):
+        words = record.text.split()
+        if len(words) >= 10:
+            out.append(TextExample(" ".join(words[:len(words) // 2]), " ".join(words[len(words) // 2:])))
+        if len(out) == n:
+            return out
+    return out
+
+
+def scored(split: str, n: int) -> list[TextExample]:
+    """Pairs of Rotten Tomatoes sentences (a seeded sample: the split is grouped by label) scored
+    1 when they share a sentiment, else 0, and 0.5 for a sentence and its own second half, so
+    three levels."""
+    records = random.Random(0).sample(load_examples("classification", "rotten-tomatoes", split), 2 * n)
+    out = []
+    for i, (a, b) in enumerate(zip(records[::2], records[1::2])):
+        if i % 5 == 0:
+            words = a.text.split()
+            out.append(TextExample(a.text, " ".join(words[len(words) // 2:]) or a.text, 0.5))
+        else:
+            out.append(TextExample(a.text, b.text, 1.0 if a.label == b.label else 0.0))
+    return out
+
+
+def write_csv(path, rows, header=("text", "text_pair", "label")):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+def sentence_transformer(path):
+    from sentence_transformers import SentenceTransformer
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return SentenceTransformer(str(path), device="cpu")
+
+
+@pytest.mark.parametrize("with_scores", [False, True])
+def test_losses_and_gradients_match_sentence_transformers(minilm_dir, with_scores):
+    from sentence_transformers.sentence_transformer import losses
+
+    examples = scored("dev", 8) if with_scores else halves("dev", 8)
+    st = sentence_transformer(minilm_dir).eval()  # dropout off on both sides
+    model = load_model(minilm_dir).eval()
+    task = SentenceEmbedding()
+    max_length = task.prepare(model, None)
+    assert max_length == st.max_seq_length == 256
+    features, _ = encode_pairs(examples, model.tokenizer, task.sentence, max_length)
+    ours = PairObjective(model, task.sentence)(collate_pairs(features, model.tokenizer.pad_token_id)).loss
+    loss = losses.CoSENTLoss(st) if with_scores else losses.MultipleNegativesRankingLoss(st)
+    columns = [st.tokenize([e.text for e in examples]), st.tokenize([e.text_pair for e in examples])]
+    reference = loss(columns, torch.tensor([float(e.label or 0) for e in examples]))
+    assert ours.item() == pytest.approx(reference.item(), abs=1e-5)
+    ours.backward()
+    reference.backward()
+    grad = model.backbone.embeddings.word.weight.grad
+    ref_grad = st[0].auto_model.embeddings.word_embeddings.weight.grad
+    assert ref_grad.abs().max() > 0
+    assert (grad - ref_grad).abs().max() <= 1e-5 * ref_grad.abs().max() + 1e-7
+
+
+@pytest.fixture(scope="module")
+def trained(minilm_dir, tmp_path_factory):
+    """Two MiniLM blocks (no sentence-transformers files) trained for three epochs with in-batch
+    negatives to find each half sentence's other half, scored on the pairs it was shown: whether
+    the loss teaches what it should, in seconds (a 30-step run barely moves held-out retrieval;
+    the README has the full model's held-out numbers)."""
+    out = tmp_path_factory.mktemp("embedding")
+    pairs = halves("train", 160)
+    torch.manual_seed(0)
+    untrained = evaluate(minilm_lower_layers(minilm_dir, None), "embedding", pairs, progress=False)
+    metrics = finetune("embedding", minilm_lower_layers(minilm_dir, None), pairs, pairs, out,
+                       FinetuneSettings(epochs=3, lr=2e-4, batch_size=16, max_length=48, progress=False,
+                                        bf16=FAST_BF16))
+    return out, pairs, untrained, metrics
+
+
+def test_in_batch_negatives_teach_retrieval(trained):
+    out, dev, untrained, metrics = trained
+    assert metrics["mrr"] > untrained["mrr"] + 0.2, (untrained, metrics)
+    assert metrics["accuracy"] > untrained["accuracy"] + 0.2
+    assert json.loads((out / "task.json").read_text())["metric"] == "mrr"
+    again = evaluate(out, None, dev, progress=False)  # task and length from task.json
+    assert again["mrr"] == pytest.approx(metrics["mrr"], abs=1e-6)
+
+
+def test_the_saved_folder_embeds_alike_in_sentence_transformers(trained):
+    out, dev, _, _ = trained
+    modules = [m["type"].rpartition(".")[2] for m in json.loads((out / "modules.json").read_text())]
+    assert modules == ["Transformer", "Pooling", "Normalize"]
+    st = sentence_transformer(out)
+    assert st.max_seq_length == 48
+    texts = [e.text for e in dev[:20]] + ["a sentence well over forty-eight tokens long " * 12]
+    ours = embed(out, texts)
+    reference = torch.from_numpy(st.encode(texts))
+    assert (ours - reference).abs().max() < 1e-5
+
+
+def test_scored_pairs_train_with_cls_pooling_into_a_folder_sentence_transformers_reads(minilm_dir, tmp_path):
+    pairs = scored("train", 64)
+    model = minilm_lower_layers(minilm_dir, None, layers=1)
+    untrained = evaluate(model, "embedding", pairs, pooling="cls", progress=False)
+    metrics = finetune("embedding", model, pairs, pairs, tmp_path,
+                       FinetuneSettings(epochs=5, lr=2e-4, batch_size=16, max_length=40, progress=False,
+                                        pooling="cls", bf16=FAST_BF16))
+    assert "mrr" not in metrics and metrics["spearman"] > untrained["spearman"] + 0.15, (untrained, metrics)
+    pooling = json.loads((tmp_path / "1_Pooling" / "config.json").read_text())
+    assert pooling["pooling_mode_cls_token"] and not pooling["pooling_mode_mean_tokens"]
+    texts = [e.text for e in pairs[:10]]
+    reference = torch.from_numpy(sentence_transformer(tmp_path).encode(texts))
+    assert (embed(tmp_path, texts) - reference).abs().max() < 1e-5
+
+
+def test_dev_scores_match_scipy_and_sentence_transformers_search(minilm_dir, tmp_path):
+    from scipy.stats import pearsonr, spearmanr
+    from sentence_transformers.util import cos_sim, semantic_search
+
+    st = sentence_transformer(minilm_dir)
+    pairs = scored("test", 80)
+    ours = evaluate(minilm_dir, "embedding", pairs, progress=False)
+    cosines = cos_sim(st.encode([e.text for e in pairs], convert_to_tensor=True),
+                      st.encode([e.text_pair for e in pairs], convert_to_tensor=True)).diagonal().numpy()
+    gold = [e.label for e in pairs]
+    assert ours["spearman"] == pytest.approx(spearmanr(gold, cosines)[0], abs=1e-4)
+    assert ours["pearson"] == pytest.approx(pearsonr(gold, cosines)[0], abs=1e-4)
+
+    examples = halves("test", 120)
+    examples.append(TextExample("an extra first half", examples[0].text_pair))  # a second text twice: one candidate
+    ours = evaluate(minilm_dir, "embedding", examples, progress=False)
+    corpus = list(dict.fromkeys(e.text_pair for e in examples))
+    hits = semantic_search(st.encode([e.text for e in examples], convert_to_tensor=True),
+                           st.encode(corpus, convert_to_tensor=True), top_k=10)
+    ranks = [next((r for r, h in enumerate(found, 1) if corpus[h["corpus_id"]] == e.text_pair), None)
+             for e, found in zip(examples, hits)]
+    assert ours["accuracy"] == pytest.approx(sum(r == 1 for r in ranks) / len(ranks))
+    assert ours["mrr"] == pytest.approx(sum(1 / r for r in ranks if r) / len(ranks), abs=1e-6)
+    assert 0 < ours["mrr"] < 1
+
+
+def test_pair_files_with_and_without_scores(tmp_path):
+    plain = load_examples("embedding", write_csv(tmp_path / "p.csv", [("a b", "c d"), ("e", "f")],
+                                                 ("text", "text_pair")))
+    assert plain == [TextExample("a b", "c d"), TextExample("e", "f")]
+    rows = [{"text": "a", "text_pair": "b", "label": 4.5}, {"text": "c", "text_pair": "d", "label": "1"}]
+    (tmp_path / "s.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert [e.label for e in load_examples("embedding", tmp_path / "s.jsonl")] == [4.5, 1.0]
+
+
+@pytest.mark.parametrize("rows, header, message", [
+    ([("a", "b")], ("text", "label"), "no column 'text_pair'"),
+    ([("a", "b", "1"), ("c", "", "0")], ("text", "text_pair", "label"), "line 3: column 'text_pair' is empty"),
+    ([("a", "b", "x")], ("text", "text_pair", "label"), "line 2: label 'x' in column 'label' is not a number"),
+])
+def test_bad_pair_files_are_one_error_naming_the_line(tmp_path, rows, header, message):
+    with pytest.raises(BertkitError, match=message):
+        load_examples("embedding", write_csv(tmp_path / "d.csv", rows, header))
+
+
+def test_scores_on_some_json_rows_only_are_refused(tmp_path):
+    (tmp_path / "d.jsonl").write_text('{"text": "a", "text_pair": "b"}\n{"text": "c", "text_pair": "d", "label": 1}\n')
+    with pytest.raises(BertkitError, match="line 2: has a 'label' but the first row has none"):
+        load_examples("embedding", tmp_path / "d.jsonl")
+
+
+def test_unusable_settings_and_data_are_refused_before_training(minilm_dir, tmp_path):
+    pairs = halves("dev", 4)
+    with pytest.raises(BertkitError, match="batch_size >= 2"):
+        finetune("embedding", minilm_dir, pairs, pairs, tmp_path / "a", FinetuneSettings(batch_size=1))
+    with pytest.raises(BertkitError, match="truncation 'tail' is for classification"):
+        finetune("embedding", minilm_dir, pairs, pairs, tmp_path / "a", FinetuneSettings(truncation="tail"))
+    with pytest.raises(BertkitError, match="pooling is a setting of the embedding task, not of classification"):
+        finetune("classification", minilm_dir, pairs, pairs, tmp_path / "a", FinetuneSettings(pooling="cls"))
+    with pytest.raises(BertkitError, match="pools by mean, not cls"):
+        finetune("embedding", minilm_dir, pairs, pairs, tmp_path / "b", FinetuneSettings(pooling="cls"))
+    with pytest.raises(BertkitError, match="example 2 is not a pair"):
+        finetune("embedding", minilm_dir, pairs, [pairs[0], TextExample("alone")], tmp_path / "c")
+    with pytest.raises(BertkitError, match="some pairs have a score and some do not"):
+        finetune("embedding", minilm_dir, pairs, [pairs[0], TextExample("x", "y", 1.0)], tmp_path / "d")
+    with pytest.raises(BertkitError, match="'imdb' is a sentiment data set; it has no text pairs for embedding"):
+        finetune("embedding", minilm_dir, "imdb", "imdb", tmp_path / "e")
+    with pytest.raises(BertkitError, match="early stopping cannot follow 'spearman' for embedding"):
+        finetune("embedding", minilm_dir, pairs, pairs, tmp_path / "f", FinetuneSettings(metric="spearman"))
+    mlm = minilm_lower_layers(minilm_dir, "mlm", layers=1)
+    with pytest.raises(BertkitError, match="embedding needs an encoder without a head"):
+        finetune("embedding", mlm, pairs, pairs, tmp_path / "g")
+    assert not any((tmp_path / d).exists() and any((tmp_path / d).iterdir()) for d in "abcdefg")
+
+
+def test_finetune_command_trains_embeddings(minilm_dir, tmp_path, capsys):
+    train = write_csv(tmp_path / "train.csv", [(e.text, e.text_pair) for e in halves("train", 40)],
+                      ("text", "text_pair"))
+    dev = write_csv(tmp_path / "dev.csv", [(e.text, e.text_pair, e.label) for e in scored("dev", 30)])
+    model = minilm_lower_layers(minilm_dir, None, layers=1)
+    model.save_pretrained(tmp_path / "base")
+    code = main(["finetune", "--task", "embedding", "--model", str(tmp_path / "base"), "--train", str(train),
+                 "--eval", str(dev), "--out", str(tmp_path / "out"), "--steps", "2", "--batch-size", "8",
+                 "--max-length", "32", "--pooling", "cls", "--precision", "fp32", "--no-progress"])
+    assert code in (0, None)
+    metrics = json.loads(capsys.readouterr().out)
+    assert set(metrics) >= {"spearman", "pearson"}  # the dev pairs are scored, the training pairs not
+    assert json.loads((tmp_path / "out" / "sentence_bert_config.json").read_text())["max_seq_length"] == 32
