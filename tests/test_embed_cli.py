@@ -93,14 +93,21 @@ def test_the_directorys_pooling_module_is_used(minilm_dir, tmp_path, capsys):
 
 @QUIET
 def test_a_fine_tuned_directory_embeds_at_its_task_length(minilm_dir, tmp_path):
-    folder = tmp_path / "tuned"
-    bertkit.from_pretrained(minilm_dir).save_pretrained(folder)  # no sentence-transformers files
-    (folder / "task.json").write_text(json.dumps({"max_length": 32}))
     model = bertkit.from_pretrained(minilm_dir)
+    plain = bertkit.from_pretrained(minilm_dir)
+    plain.companion_files = {}
+    plain.save_pretrained(tmp_path / "tuned")  # no sentence-transformers files: task.json's length
+    model.save_pretrained(tmp_path / "tuned-st")  # its sentence-transformers length (256) wins
+    for folder in ("tuned", "tuned-st"):
+        (tmp_path / folder / "task.json").write_text(json.dumps({"max_length": 32}))
     with pytest.warns(UserWarning, match="longer than 32 tokens"):
-        got = embed(folder, [LONG])
+        got = embed(tmp_path / "tuned", [LONG])
     assert torch.allclose(got, embed(model, [LONG], max_length=32), atol=1e-6)
     assert not torch.allclose(got, embed(model, [LONG], max_length=64), atol=1e-3)
+    from sentence_transformers import SentenceTransformer
+
+    reference = torch.from_numpy(SentenceTransformer(str(tmp_path / "tuned-st"), device="cpu").encode([LONG]))
+    assert torch.allclose(embed(tmp_path / "tuned-st", [LONG]), reference, atol=1e-5)
 
 
 @pytest.mark.parametrize("length", [-5, 0, 513])

@@ -67,18 +67,19 @@ class STFiles:
 
 
 def saved_max_length(files: STFiles, directory: Path | None, tokenizer) -> int | None:
-    """The length a model is meant to embed at: the max_length bertkit finetune saved in a
-    directory's task.json (the latest training; a model fine-tuned from a sentence-transformers
-    folder keeps that folder's files too), else sentence-transformers' max_seq_length, else (as
-    sentence-transformers 6 keeps it) the tokenizer's model_max_length where modules.json lists
-    the model's modules; None if none says."""
+    """The length a model is meant to embed at, as sentence-transformers reads it: its
+    max_seq_length, else (as sentence-transformers 6 keeps it) the tokenizer's model_max_length
+    where modules.json lists the model's modules; else the max_length bertkit finetune saved in a
+    directory's task.json; None if none says. (A folder fine-tuned for embeddings has the same
+    length in both; one fine-tuned for another task keeps its sentence-transformers length for
+    embedding, as sentence-transformers does.)"""
     from .finetune import _task_settings
 
-    length = _task_settings(directory).get("max_length") if directory is not None else None
-    if length is None:
-        length = positive_int(files.json(ST_CONFIG, default={}), "max_seq_length", files.name(ST_CONFIG))
+    length = positive_int(files.json(ST_CONFIG, default={}), "max_seq_length", files.name(ST_CONFIG))
     if length is None and files.modules():
         length = tokenizer.config.get("model_max_length")
+    if length is None and directory is not None:
+        length = _task_settings(directory).get("max_length")
     return length
 
 
@@ -256,8 +257,9 @@ class SentenceSettings:
 def prepared(source, tokenizer=None, max_length: int | None = None, pooling: str | None = None):
     """(model, SentenceSettings) checked for embedding: `source` a Model or a directory (or hub
     id). What is not given comes from the model's sentence-transformers files, which a Model
-    loaded from a folder carries (Model.companion_files), and from a directory's task.json (a
-    fine-tuned model's length); else the model's maximum length and mean pooling."""
+    loaded from a folder carries (Model.companion_files), then from a directory's task.json (a
+    fine-tuned model's length, where those files give none); else the model's maximum length
+    and mean pooling."""
     from ..interop.hf import resolve
     from ..model import Model
     from .finetune import load_model
