@@ -114,8 +114,8 @@ CLASSES = {prefix + suffix: HEAD_OF_SUFFIX[suffix]
 
 def hf_config(family, variant, cls_name):
     kwargs = dict(FAMILIES[family][2][variant])
-    # transformers sizes the QA layer (and ALBERT's SOP layer) by num_labels: those need 2.
-    kwargs["num_labels"] = 2 if CLASSES[cls_name] in ("qa", "pretraining") else 3
+    # transformers sizes the QA layer by num_labels: it needs 2 (ALBERT's SOP layer follows it too)
+    kwargs["num_labels"] = 2 if CLASSES[cls_name] == "qa" else 3
     return transformers.AutoConfig.for_model(family, **kwargs)
 
 

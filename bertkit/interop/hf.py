@@ -113,8 +113,9 @@ def config_to_hf(config: EncoderConfig, head: str | None) -> dict:
     for name, value in spec.fixed.items():
         if getattr(config, name) != value:
             raise BertkitError(f"{refuse}: transformers fixes {name} = {value}, this model has {getattr(config, name)}")
-    # transformers sizes its QA and ALBERT's SOP layers by num_labels: those heads must say 2.
-    labels = ("LABEL_0", "LABEL_1") if head in ("qa", "pretraining") else config.labels
+    # transformers sizes its QA layer by num_labels: a QA head must say 2 (ALBERT's SOP layer is
+    # sized by num_labels too, as bertkit's is)
+    labels = ("LABEL_0", "LABEL_1") if head == "qa" else config.labels
     values = {theirs: getattr(config, ours) for theirs, ours in spec.config_keys.items()}
     values = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}  # JSON has lists
     values = {k: v for k, v in values.items() if v is not None}  # None: transformers' own default

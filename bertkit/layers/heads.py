@@ -100,17 +100,18 @@ class _Decoder(torch.autograd.Function):
 
 
 class PairHead(Head):
-    """Two-way sentence-pair classifier on the pooled output: NSP (BERT) or SOP (ALBERT)."""
+    """Sentence-pair classifier on the pooled output: NSP (BERT, two-way) or SOP (ALBERT, whose
+    layer transformers sizes by num_labels: two as released and as pre-training uses it)."""
 
     uses_pooler = True
 
-    def __init__(self, config: EncoderConfig, dropout: float = 0.0):
+    def __init__(self, config: EncoderConfig, dropout: float = 0.0, outputs: int = 2):
         super().__init__()
         self.dropout = Dropout(dropout)
-        self.classifier = nn.Linear(config.hidden_size, 2)
+        self.classifier = nn.Linear(config.hidden_size, outputs)
 
     def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
-        return {"pair_logits": self.classifier(self.dropout(out.pooler_output))}  # (B, 2)
+        return {"pair_logits": self.classifier(self.dropout(out.pooler_output))}  # (B, outputs)
 
 
 class PreTrainingHead(Head):

@@ -64,7 +64,7 @@ def build_backbone(config: AlbertConfig, with_pooler: bool) -> EncoderModel:
 def build_head(kind, config, backbone):
     word = backbone.embeddings.word
     if kind == "pretraining":
-        sop = PairHead(config, dropout=classifier_dropout(config))
+        sop = PairHead(config, dropout=classifier_dropout(config), outputs=config.num_labels)
         return PreTrainingHead(MLMHead(config, word), sop)
     return standard_head(kind, config, word)
 
