@@ -265,3 +265,31 @@ def test_a_loaded_sentence_transformers_folder_saves_back_whole(minilm_dir, tmp_
     expected = reference(folder, [LONG, SHORT])
     for got in (embed(copy, [LONG, SHORT]), reference(copy, [LONG, SHORT])):
         assert got.shape == (2, 32) and (got - expected).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("name", ["dot", "euclidean", "manhattan"])
+def test_search_ranks_by_the_folders_similarity_function_as_sentence_transformers(minilm_dir, tmp_path, name):
+    from sentence_transformers import SentenceTransformer
+
+    folder = copy_of(minilm_dir, tmp_path)  # without its Normalize module, so the functions disagree
+    modules = json.loads((folder / "modules.json").read_text())
+    (folder / "modules.json").write_text(json.dumps([m for m in modules if not m["type"].endswith("Normalize")]))
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({"similarity_fn_name": name}))
+    corpus = ["A space opera with great effects.", "A dull courtroom drama.", "Cats sleep all day.",
+              "The rocket left the planet at dawn.", "An orchestra played Mozart."]
+    queries = ["a film about space travel", "a story about pets"]
+    st = SentenceTransformer(str(folder), device="cpu")
+    scores = st.similarity(st.encode(queries, convert_to_tensor=True), st.encode(corpus, convert_to_tensor=True))
+    expected = scores.topk(3, dim=1)
+    hits = search(folder, queries, corpus, top_k=3)
+    assert [[h["index"] for h in row] for row in hits] == expected.indices.tolist()
+    assert torch.allclose(torch.tensor([[h["score"] for h in row] for row in hits]), expected.values,
+                          rtol=1e-4, atol=1e-4)
+
+
+def test_an_unknown_similarity_function_is_one_error_line(minilm_dir, tmp_path, capsys):
+    folder = copy_of(minilm_dir, tmp_path)
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({"similarity_fn_name": "jaccard"}))
+    assert main(["embed", "--model", str(folder), "--query", "space", SHORT, "Another text."]) == 2
+    assert one_error(capsys).endswith("config_sentence_transformers.json: similarity_fn_name 'jaccard' is not "
+                                      "one of cosine, dot, euclidean, manhattan")

@@ -395,7 +395,8 @@ def add_parsers(sub, predict_modes) -> None:
                               "sentence-transformers folder's files say (length, prompt, pooling, Dense, "
                               "Normalize), else mean pooling, L2-normalized; with --query, the inputs are the "
                               "corpus searched and each query gets its --top-k nearest texts by cosine "
-                              "similarity.")
+                              "similarity (or the folder's similarity_fn_name: dot, euclidean, manhattan, "
+                              "scored as sentence-transformers scores them).")
         _predict_flags(m, "model", precision=False)
         m.set_defaults(batch_size=32)
         m.add_argument("--precision", default="fp32", help="fp32 (default: the checkpoint's numbers), bf16 "

@@ -1,6 +1,7 @@
 """Sentence embeddings: mean of the token vectors over real tokens (Reimers & Gurevych, 2019,
 sec. 3: MEAN pooling was their best strategy) or the first token's vector (CLS, as BERT's
-classifier reads it), then L2-normalized; and cosine search of a corpus for the nearest texts.
+classifier reads it), then L2-normalized; and search of a corpus for the nearest texts (by cosine,
+or by the similarity function a sentence-transformers folder names).
 
 A model loaded from a sentence-transformers folder embeds as sentence-transformers runs it
 (`prepared`): its length, pooling, prompt, Dense layers and normalization come from the folder's
@@ -35,6 +36,8 @@ ST_POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens":
                     "pooling_mode_max_tokens": "max", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
                     "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
 ST_RUN = ("Transformer", "Pooling", "Dense", "Normalize")  # the module types bertkit runs as they do
+ST_SETTINGS = "config_sentence_transformers.json"  # its prompts and similarity function
+SIMILARITY = ("cosine", "dot", "euclidean", "manhattan")  # sentence-transformers' similarity_fn_name values
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -107,15 +110,34 @@ def saved_pooling(files: STFiles) -> tuple[str | None, bool]:
 
 def saved_prompt(files: STFiles) -> str:
     """The prompt sentence-transformers puts before every text: its default_prompt_name's."""
-    config = files.json("config_sentence_transformers.json", default={})
+    config = files.json(ST_SETTINGS, default={})
     name = config.get("default_prompt_name")
     if name is None:
         return ""
     prompt = (config.get("prompts") or {}).get(name)
     if not isinstance(prompt, str):
-        raise BertkitError(f"{files.name('config_sentence_transformers.json')}: default_prompt_name {name!r} "
-                           "names no prompt in prompts")
+        raise BertkitError(f"{files.name(ST_SETTINGS)}: default_prompt_name {name!r} names no prompt in prompts")
     return prompt
+
+
+def saved_similarity(files: STFiles) -> str:
+    """How sentence-transformers compares this model's vectors (its similarity_fn_name; cosine
+    when it names none)."""
+    name = files.json(ST_SETTINGS, default={}).get("similarity_fn_name") or "cosine"
+    if name not in SIMILARITY:
+        raise BertkitError(f"{files.name(ST_SETTINGS)}: similarity_fn_name {name!r} is not one of "
+                           f"{', '.join(SIMILARITY)}")
+    return name
+
+
+def similarity(queries: torch.Tensor, corpus: torch.Tensor, name: str) -> torch.Tensor:
+    """(Q, H), (N, H) -> (Q, N) scores, higher is nearer, as sentence-transformers' similarity
+    functions give them: cosine, dot product, or minus the euclidean / manhattan distance."""
+    if name == "cosine":
+        return F.normalize(queries, dim=-1) @ F.normalize(corpus, dim=-1).T
+    if name == "dot":
+        return queries @ corpus.T
+    return -torch.cdist(queries, corpus, p=2.0 if name == "euclidean" else 1.0)
 
 
 def sentence_files(model, max_length: int, pooling: str | None = None) -> dict[str, bytes]:
@@ -245,13 +267,14 @@ class SentenceSettings:
     caller) say: the text gets `prompt` before it (and is lowercased with `lowercase`), is cut to
     `max_length` tokens, its token vectors pooled (`pooling`: "mean" or "cls") and passed through
     `after` (Dense layers, Normalize). `listed`: sentence-transformers modules decide these (so
-    also whether the vector is normalized)."""
+    also whether the vector is normalized). `similarity`: how search compares vectors."""
     max_length: int
     pooling: str
     lowercase: bool = False
     prompt: str = ""
     after: nn.Sequential = field(default_factory=nn.Sequential)
     listed: bool = False
+    similarity: str = "cosine"
 
 
 def prepared(source, tokenizer=None, max_length: int | None = None, pooling: str | None = None):
@@ -284,7 +307,8 @@ def prepared(source, tokenizer=None, max_length: int | None = None, pooling: str
                            "(include_prompt false), which bertkit does not; pass pooling= to embed anyway")
     lowercase = files.json(ST_CONFIG, default={}).get("do_lower_case") is True
     after = saved_modules(files).to(next(model.parameters()).device)
-    return model, SentenceSettings(max_length, pooling, lowercase, prompt, after, listed=bool(files.modules()))
+    return model, SentenceSettings(max_length, pooling, lowercase, prompt, after, listed=bool(files.modules()),
+                                   similarity=saved_similarity(files))
 
 
 def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None = None,
@@ -340,9 +364,11 @@ def _embed(model, texts: list[str], settings: SentenceSettings, batch_size: int,
 def search(model, queries: list[str], corpus: list[str], top_k: int = 5, batch_size: int = 32,
            max_length: int | None = None, pooling: str | None = None, tokenizer=None,
            **embedding) -> list[list[dict]]:
-    """For each query, the `top_k` corpus texts by cosine similarity of their embeddings, best
-    first: [{"index", "text", "score"}]. `model`, `max_length`, `pooling` and `tokenizer` are as
-    for embed(); `embedding` goes to it too (progress, bf16)."""
+    """For each query, the `top_k` corpus texts nearest by the model's similarity function (a
+    sentence-transformers folder's similarity_fn_name: cosine by default, dot, or minus the
+    euclidean or manhattan distance, as its model.similarity scores), best first:
+    [{"index", "text", "score"}]. `model`, `max_length`, `pooling` and `tokenizer` are as for
+    embed(); `embedding` goes to it too (progress, bf16)."""
     if top_k < 1:
         raise BertkitError(f"top_k must be at least 1, got {top_k}")
     check_texts(queries, "queries")
@@ -352,8 +378,8 @@ def search(model, queries: list[str], corpus: list[str], top_k: int = 5, batch_s
     if batch_size < 1:
         raise BertkitError(f"batch size must be at least 1, got {batch_size}")
     model, settings = prepared(model, tokenizer, max_length, pooling)  # loaded once
-    options = {"progress": False, "bf16": False, **embedding, "normalize": True}  # cosine = dot of unit vectors
+    options = {"progress": False, "bf16": False, **embedding, "normalize": None}  # the vectors the model gives
     q, c = (_embed(model, texts, settings, batch_size, **options) for texts in (queries, corpus))
-    best = (q @ c.T).topk(min(top_k, len(corpus)), dim=1)
+    best = similarity(q, c, settings.similarity).topk(min(top_k, len(corpus)), dim=1)
     return [[{"index": i, "text": corpus[i], "score": round(v, 6)} for v, i in zip(vs, ix)]
             for vs, ix in zip(best.values.tolist(), best.indices.tolist())]
