@@ -14,7 +14,7 @@ import torch
 
 from bertkit.cli import main
 from bertkit.errors import BertkitError
-from bertkit.tasks import FinetuneSettings, TextExample, embed, evaluate, finetune, load_examples
+from bertkit.tasks import Columns, FinetuneSettings, TextExample, embed, evaluate, finetune, load_examples
 from bertkit.tasks.contrastive import PairObjective, SentenceEmbedding, collate_pairs, encode_pairs
 from bertkit.tasks.finetune import load_model
 from tasks_support import FAST_BF16, minilm_lower_layers
@@ -49,6 +49,12 @@ def scored(split: str, n: int) -> list[TextExample]:
     return out
 
 
+def with_negatives(examples: list[TextExample]) -> list[TextExample]:
+    """Each pair gets a hard negative: the next pair's second half."""
+    return [TextExample(e.text, e.text_pair, negative=examples[(i + 1) % len(examples)].text_pair)
+            for i, e in enumerate(examples)]
+
+
 def write_csv(path, rows, header=("text", "text_pair", "label")):
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -65,11 +71,12 @@ def sentence_transformer(path):
         return SentenceTransformer(str(path), device="cpu")
 
 
-@pytest.mark.parametrize("with_scores", [False, True])
-def test_losses_and_gradients_match_sentence_transformers(minilm_dir, with_scores):
+@pytest.mark.parametrize("kind", ["pairs", "negatives", "scores"])
+def test_losses_and_gradients_match_sentence_transformers(minilm_dir, kind):
     from sentence_transformers.sentence_transformer import losses
 
-    examples = scored("dev", 8) if with_scores else halves("dev", 8)
+    examples = {"pairs": halves("dev", 8), "negatives": with_negatives(halves("dev", 8)),
+                "scores": scored("dev", 8)}[kind]
     st = sentence_transformer(minilm_dir).eval()  # dropout off on both sides
     model = load_model(minilm_dir).eval()
     task = SentenceEmbedding()
@@ -77,8 +84,9 @@ def test_losses_and_gradients_match_sentence_transformers(minilm_dir, with_score
     assert max_length == st.max_seq_length == 256
     features, _ = encode_pairs(examples, model.tokenizer, task.sentence, max_length)
     ours = PairObjective(model, task.sentence)(collate_pairs(features, model.tokenizer.pad_token_id)).loss
-    loss = losses.CoSENTLoss(st) if with_scores else losses.MultipleNegativesRankingLoss(st)
-    columns = [st.tokenize([e.text for e in examples]), st.tokenize([e.text_pair for e in examples])]
+    loss = losses.CoSENTLoss(st) if kind == "scores" else losses.MultipleNegativesRankingLoss(st)
+    columns = [st.tokenize([getattr(e, field) for e in examples]) for field in ("text", "text_pair", "negative")
+               if getattr(examples[0], field) is not None]
     reference = loss(columns, torch.tensor([float(e.label or 0) for e in examples]))
     assert ours.item() == pytest.approx(reference.item(), abs=1e-5)
     ours.backward()
@@ -156,15 +164,19 @@ def test_dev_scores_match_scipy_and_sentence_transformers_search(minilm_dir, tmp
 
     examples = halves("test", 120)
     examples.append(TextExample("an extra first half", examples[0].text_pair))  # a second text twice: one candidate
-    ours = evaluate(minilm_dir, "embedding", examples, progress=False)
-    corpus = list(dict.fromkeys(e.text_pair for e in examples))
-    hits = semantic_search(st.encode([e.text for e in examples], convert_to_tensor=True),
-                           st.encode(corpus, convert_to_tensor=True), top_k=10)
-    ranks = [next((r for r, h in enumerate(found, 1) if corpus[h["corpus_id"]] == e.text_pair), None)
-             for e, found in zip(examples, hits)]
-    assert ours["accuracy"] == pytest.approx(sum(r == 1 for r in ranks) / len(ranks))
-    assert ours["mrr"] == pytest.approx(sum(1 / r for r in ranks if r) / len(ranks), abs=1e-6)
-    assert 0 < ours["mrr"] < 1
+    words = [e.text_pair.split() for e in examples]  # hard negatives: each second half's words reversed
+    negatives = [TextExample(e.text, e.text_pair, negative=" ".join(w[::-1])) for e, w in zip(examples, words)]
+    for data in (examples, negatives):  # the negatives join the candidates
+        ours = evaluate(minilm_dir, "embedding", data, progress=False)
+        corpus = list(dict.fromkeys([e.text_pair for e in data] + [e.negative for e in data if e.negative]))
+        hits = semantic_search(st.encode([e.text for e in data], convert_to_tensor=True),
+                               st.encode(corpus, convert_to_tensor=True), top_k=10)
+        ranks = [next((r for r, h in enumerate(found, 1) if corpus[h["corpus_id"]] == e.text_pair), None)
+                 for e, found in zip(data, hits)]
+        assert ours["accuracy"] == pytest.approx(sum(r == 1 for r in ranks) / len(ranks))
+        assert ours["mrr"] == pytest.approx(sum(1 / r for r in ranks if r) / len(ranks), abs=1e-6)
+        assert 0 < ours["mrr"] < 1
+    assert len(corpus) > len(examples) + 100
 
 
 def test_pair_files_with_and_without_scores(tmp_path):
@@ -174,12 +186,16 @@ def test_pair_files_with_and_without_scores(tmp_path):
     rows = [{"text": "a", "text_pair": "b", "label": 4.5}, {"text": "c", "text_pair": "d", "label": "1"}]
     (tmp_path / "s.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     assert [e.label for e in load_examples("embedding", tmp_path / "s.jsonl")] == [4.5, 1.0]
+    triplets = load_examples("embedding", write_csv(tmp_path / "t.csv", [("a", "b", "c")], ("anchor", "pos", "neg")),
+                             columns=Columns(text="anchor", text_pair="pos", negative="neg"))
+    assert triplets == [TextExample("a", "b", negative="c")]
 
 
 @pytest.mark.parametrize("rows, header, message", [
     ([("a", "b")], ("text", "label"), "no column 'text_pair'"),
     ([("a", "b", "1"), ("c", "", "0")], ("text", "text_pair", "label"), "line 3: column 'text_pair' is empty"),
     ([("a", "b", "x")], ("text", "text_pair", "label"), "line 2: label 'x' in column 'label' is not a number"),
+    ([("a", "b", "c"), ("d", "e", " ")], ("text", "text_pair", "negative"), "line 3: column 'negative' is empty"),
 ])
 def test_bad_pair_files_are_one_error_naming_the_line(tmp_path, rows, header, message):
     with pytest.raises(BertkitError, match=message):
@@ -190,6 +206,9 @@ def test_scores_on_some_json_rows_only_are_refused(tmp_path):
     (tmp_path / "d.jsonl").write_text('{"text": "a", "text_pair": "b"}\n{"text": "c", "text_pair": "d", "label": 1}\n')
     with pytest.raises(BertkitError, match="line 2: has a 'label' but the first row has none"):
         load_examples("embedding", tmp_path / "d.jsonl")
+    (tmp_path / "n.jsonl").write_text('{"text": "a", "text_pair": "b"}\n{"text": "c", "text_pair": "d", "negative": "e"}\n')
+    with pytest.raises(BertkitError, match="line 2: has a 'negative' but the first row has none"):
+        load_examples("embedding", tmp_path / "n.jsonl")
 
 
 def test_unusable_settings_and_data_are_refused_before_training(minilm_dir, tmp_path):
@@ -206,6 +225,10 @@ def test_unusable_settings_and_data_are_refused_before_training(minilm_dir, tmp_
         finetune("embedding", minilm_dir, pairs, [pairs[0], TextExample("alone")], tmp_path / "c")
     with pytest.raises(BertkitError, match="some pairs have a score and some do not"):
         finetune("embedding", minilm_dir, pairs, [pairs[0], TextExample("x", "y", 1.0)], tmp_path / "d")
+    with pytest.raises(BertkitError, match="some pairs have a negative and some do not"):
+        finetune("embedding", minilm_dir, [pairs[0], *with_negatives(pairs[1:])], pairs, tmp_path / "d")
+    with pytest.raises(BertkitError, match="a negative is for pairs without a score"):
+        finetune("embedding", minilm_dir, [TextExample("x", "y", 1.0, "z")] * 2, pairs, tmp_path / "d")
     with pytest.raises(BertkitError, match="'imdb' is a sentiment data set; it has no text pairs for embedding"):
         finetune("embedding", minilm_dir, "imdb", "imdb", tmp_path / "e")
     with pytest.raises(BertkitError, match="early stopping cannot follow 'spearman' for embedding"):

@@ -35,7 +35,8 @@ files, SQuAD v1.1 / v2.0 JSON, or a Hugging Face data set name (needs internet).
 text, the choices as a JSON list (choices) or numbered columns (choice0, choice1, ... or SWAG's
 ending0 ... with sent1 / sent2), and label, the right choice's index. Embedding: text and
 text_pair, and label a similarity score (CoSENT loss; dev scores spearman, pearson) or no label at
-all (each text's pair against the batch's other pairs; dev scores accuracy and mrr of finding it).
+all (each text's pair against the batch's other pairs, and a hard negative if there is a negative
+column; dev scores accuracy and mrr of finding it).
 
 OUT receives the best model on the dev set (Hugging Face format, with its label names and
 tokenizer; for embedding, with sentence-transformers' files), metrics.json (that model's dev
@@ -108,7 +109,7 @@ def _write_lines(results) -> None:
 def _columns(args):
     from .readers import Columns
 
-    return Columns(args.text_column, args.pair_column, args.label_column, args.choices_column)
+    return Columns(args.text_column, args.pair_column, args.label_column, args.choices_column, args.negative_column)
 
 
 # ---- finetune / evaluate ------------------------------------------------------------------------
@@ -267,6 +268,8 @@ def _data_flags(p) -> None:
     g.add_argument("--pair-column", dest="pair_column", metavar="NAME",
                    help="the second text of a pair (default text_pair, when present)")
     g.add_argument("--label-column", dest="label_column", metavar="NAME", help="the label (default label)")
+    g.add_argument("--negative-column", dest="negative_column", metavar="NAME",
+                   help="embedding: a hard negative for each pair (default negative, when present)")
     g.add_argument("--choices-column", dest="choices_column", metavar="NAME", help="multiple choice: a list "
                    "column, or the prefix of numbered ones (default choices, else choice0 ... or ending0 ...)")
 

@@ -5,7 +5,9 @@ sentence-transformers recommends, chosen by the data:
   in-batch negatives (Henderson et al., 2017, "Efficient Natural Language Response Suggestion";
   sentence-transformers' MultipleNegativesRankingLoss). Each text should be nearer its own pair
   than every other pair in the batch: cross-entropy over the (B, B) cosines times 20, the right
-  answer on the diagonal. A bigger batch gives more negatives.
+  answer on the diagonal. A bigger batch gives more negatives. A `negative` column adds one hard
+  negative per pair (a text near it that is not its pair, as NLI contradictions are): every
+  text is then scored against all B pairs and all B negatives, (B, 2B).
 - Pairs with a similarity score (`label`, a number, as in STS-B): CoSENT (Su, 2022). For every two
   pairs whose scores differ, the higher-scored pair should have the higher cosine:
   log(1 + sum exp(20 * (cos_kl - cos_ij))) over pairs (i, j) scored above (k, l). Only the order
@@ -18,10 +20,12 @@ Transformer -> Pooling -> Normalize), so `embed` and sentence-transformers read 
 
 Dev scores, chosen by the dev data: scored pairs give spearman (the main score, as
 sentence-transformers' EmbeddingSimilarityEvaluator) and pearson of cosine against score; pairs
-without a score give retrieval among the dev set's distinct second texts: `accuracy` (a text's
-own pair ranks first) and `mrr` (mean reciprocal rank of it, 0 beyond rank 10).
+without a score give retrieval among the dev set's distinct second texts (and negatives):
+`accuracy` (a text's own pair ranks first) and `mrr` (mean reciprocal rank of it, 0 beyond
+rank 10).
 
-Shapes: B pairs in a batch, T sequence length, H hidden size.
+Shapes: B pairs in a batch, K texts per example (2, or 3 with a negative), T sequence length,
+H hidden size.
 """
 
 from __future__ import annotations
@@ -41,20 +45,27 @@ SCALE = 20.0  # cosines times this are the logits (sentence-transformers' defaul
 MRR_AT = 10
 
 
+def example_texts(example: TextExample) -> tuple[str, ...]:
+    """The texts of one example, in order: the text, its pair, and its negative if it has one."""
+    return (example.text, example.text_pair) + ((example.negative,) if example.negative else ())
+
+
 def encode_pairs(examples: list[TextExample], tokenizer, settings, max_length: int) -> tuple[list[dict], int]:
-    """One feature per pair: `pair`, the two texts' (input_ids, token_type_ids) each framed as a
-    single sequence (the prompt before each, cut to max_length from the end), `length`, the
-    longer, and `label`, the score when there is one. Returns the features and how many texts
-    were cut."""
+    """One feature per example: `texts`, its K texts' (input_ids, token_type_ids) (the text, its
+    pair, its negative), each framed as a single sequence (the prompt before each, cut to
+    max_length from the end), `length`, the longest, and `label`, the score when there is one.
+    Returns the features and how many texts were cut."""
     frame, budget = tokenizer.frame, max_length - tokenizer.frame.specials(pair=False)
-    texts = [settings.prompt + t for e in examples for t in (e.text, e.text_pair)]
+    texts = [settings.prompt + t for e in examples for t in example_texts(e)]
     if settings.lowercase:
         texts = [t.lower() for t in texts]
-    ids = tokenizer.encode_plain(texts)
-    features, cut = [], sum(len(i) > budget for i in ids)
-    for n, example in enumerate(examples):
-        pair = [frame.apply(np.asarray(keep_part(i, budget))) for i in ids[2 * n:2 * n + 2]]
-        feature = {"pair": pair, "length": max(len(p[0]) for p in pair)}
+    ids = iter(tokenizer.encode_plain(texts))
+    features, cut = [], 0
+    for example in examples:
+        parts = [next(ids) for _ in example_texts(example)]
+        cut += sum(len(i) > budget for i in parts)
+        framed = [frame.apply(np.asarray(keep_part(i, budget))) for i in parts]
+        feature = {"texts": framed, "length": max(len(ids_) for ids_, _ in framed)}
         if example.label is not None:
             feature["label"] = float(example.label)
         features.append(feature)
@@ -62,14 +73,15 @@ def encode_pairs(examples: list[TextExample], tokenizer, settings, max_length: i
 
 
 def collate_pairs(features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
-    """(B, 2, T) input_ids / attention_mask / token_type_ids, right-padded (the pair in dim 1, so
-    a batch split over processes keeps pairs whole) and, with scores, the (B,) float `label`."""
-    B, T = len(features), max(f["length"] for f in features)
-    batch = {"input_ids": torch.full((B, 2, T), pad_id, dtype=torch.long),
-             "attention_mask": torch.zeros(B, 2, T, dtype=torch.long),
-             "token_type_ids": torch.zeros(B, 2, T, dtype=torch.long)}
+    """(B, K, T) input_ids / attention_mask / token_type_ids, right-padded (an example's texts in
+    dim 1, so a batch split over processes keeps them together) and, with scores, the (B,) float
+    `label`."""
+    B, K, T = len(features), len(features[0]["texts"]), max(f["length"] for f in features)
+    batch = {"input_ids": torch.full((B, K, T), pad_id, dtype=torch.long),
+             "attention_mask": torch.zeros(B, K, T, dtype=torch.long),
+             "token_type_ids": torch.zeros(B, K, T, dtype=torch.long)}
     for i, f in enumerate(features):
-        for j, (ids, types) in enumerate(f["pair"]):
+        for j, (ids, types) in enumerate(f["texts"]):
             batch["input_ids"][i, j, :len(ids)] = torch.from_numpy(ids)
             batch["attention_mask"][i, j, :len(ids)] = 1
             batch["token_type_ids"][i, j, :len(ids)] = torch.from_numpy(types)
@@ -79,9 +91,10 @@ def collate_pairs(features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
 
 
 def ranking_loss(a: torch.Tensor, b: torch.Tensor, scale: float = SCALE) -> tuple[torch.Tensor, torch.Tensor]:
-    """In-batch negatives: (B, H) texts and their (B, H) pairs -> the cross-entropy of each row
-    of scaled cosines against its diagonal, and how often the diagonal wins."""
-    logits = F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T * scale  # (B, B)
+    """In-batch negatives: (B, H) texts and (N, H) candidates whose first B rows are their pairs
+    (then any hard negatives) -> the cross-entropy of each row of scaled cosines against the
+    text's own pair, and how often that pair wins."""
+    logits = F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T * scale  # (B, N)
     target = torch.arange(len(a), device=a.device)
     return F.cross_entropy(logits, target), (logits.argmax(-1) == target).float().mean()
 
@@ -96,8 +109,8 @@ def cosent_loss(a: torch.Tensor, b: torch.Tensor, scores: torch.Tensor, scale: f
 
 
 class PairObjective(Objective):
-    """Sentence vectors of both texts of each pair in one pass of the encoder (2B sequences),
-    then CoSENT where the batch has scores, in-batch negatives where it has none."""
+    """Sentence vectors of every text of each example in one pass of the encoder (B * K
+    sequences), then CoSENT where the batch has scores, in-batch negatives where it has none."""
 
     def __init__(self, model, settings):
         super().__init__()
@@ -110,16 +123,16 @@ class PairObjective(Objective):
         return {"": self.model}
 
     def forward(self, batch: dict[str, torch.Tensor]) -> Step:
-        B, _, T = batch["input_ids"].shape
-        ids, mask, types = (batch[k].view(2 * B, T) for k in ("input_ids", "attention_mask", "token_type_ids"))
-        hidden = self.model.backbone(ids, mask, types).last_hidden_state.float()  # (2B, T, H)
+        B, K, T = batch["input_ids"].shape
+        ids, mask, types = (batch[k].view(B * K, T) for k in ("input_ids", "attention_mask", "token_type_ids"))
+        hidden = self.model.backbone(ids, mask, types).last_hidden_state.float()  # (B * K, T, H)
         pooled = mean_pool(hidden, mask) if self.pooling == "mean" else hidden[:, 0]
-        vectors = self.after(pooled).float().view(B, 2, -1)
-        a, b = vectors[:, 0], vectors[:, 1]
+        vectors = self.after(pooled).float().view(B, K, -1)  # (B, K, H')
         if "label" in batch:
-            loss = cosent_loss(a, b, batch["label"])
+            loss = cosent_loss(vectors[:, 0], vectors[:, 1], batch["label"])
             return Step(loss, {"loss": loss.detach()})
-        loss, accuracy = ranking_loss(a, b)
+        candidates = vectors[:, 1:].transpose(0, 1).reshape(B * (K - 1), -1)  # the B pairs, then the B negatives
+        loss, accuracy = ranking_loss(vectors[:, 0], candidates)
         return Step(loss, {"loss": loss.detach(), "accuracy": accuracy.detach()})
 
 
@@ -158,14 +171,19 @@ class SentenceEmbedding(Task):
         return ()
 
     def _pairs(self, examples, source: str) -> bool:
-        """Whether the pairs have scores; an example without a second text, or scores on some
-        pairs only, is an error."""
+        """Whether the pairs have scores; an example without a second text, scores or negatives
+        on some pairs only, or a negative beside a score, is an error."""
         for n, e in enumerate(examples, 1):
             if not isinstance(e, TextExample) or not e.text_pair:
                 raise BertkitError(f"{source}: example {n} is not a pair of texts (embedding needs text and text_pair)")
         scored = {e.label is not None for e in examples}
         if len(scored) > 1:
             raise BertkitError(f"{source}: some pairs have a score and some do not; give every pair one or none")
+        if len({e.negative is not None for e in examples}) > 1:
+            raise BertkitError(f"{source}: some pairs have a negative and some do not; give every pair one or none")
+        if scored == {True} and examples[0].negative is not None:
+            raise BertkitError(f"{source}: a negative is for pairs without a score (a scored pair says how "
+                               "similar it is itself)")
         if any(e.label is not None and not isinstance(e.label, (int, float)) for e in examples):
             raise BertkitError(f"{source}: similarity scores must be numbers")
         return scored == {True}
@@ -188,33 +206,34 @@ class SentenceEmbedding(Task):
         """{"score": the cosine of the pair's two vectors, "vectors": the two unit vectors} per
         pair (the vectors are what retrieval scores are computed from)."""
         model, settings = prepared(model, max_length=max_length)
-        texts = sorted({t for e in examples for t in (e.text, e.text_pair)})
+        texts = sorted({t for e in examples for t in example_texts(e)})
         vectors = _embed(model, texts, settings, batch_size, True, progress, bf16).numpy()
         row = {t: i for i, t in enumerate(texts)}
         results = []
         for e in examples:
-            a, b = vectors[row[e.text]], vectors[row[e.text_pair]]
-            results.append({"score": float(a @ b), "vectors": (a, b)})
+            own = [vectors[row[t]] for t in example_texts(e)]
+            results.append({"score": float(own[0] @ own[1]), "vectors": own})
         return results
 
     def score(self, examples, predictions, labels):
         if self._pairs(examples, "evaluation data"):
             scores = regression_scores([e.label for e in examples], [p["score"] for p in predictions])
             return {"spearman": scores["spearman"], "pearson": scores["pearson"]}
-        return retrieval_scores([p["vectors"][0] for p in predictions],
-                                [p["vectors"][1] for p in predictions], [e.text_pair for e in examples])
+        candidates = {}  # text -> unit vector: every second text, then every negative
+        for k in (1, 2):
+            candidates.update({example_texts(e)[k]: p["vectors"][k]
+                               for e, p in zip(examples, predictions) if k < len(p["vectors"])})
+        return retrieval_scores([p["vectors"][0] for p in predictions], candidates, [e.text_pair for e in examples])
 
 
-def retrieval_scores(queries: list[np.ndarray], targets: list[np.ndarray], target_texts: list[str]) -> dict[str, float]:
-    """Each query searches the distinct target texts by cosine (the vectors are unit length):
-    accuracy = how often its own ranks first, mrr = the mean of 1 / its rank (0 beyond rank 10).
-    Candidates that tie with the right one rank after it."""
-    distinct = {t: i for i, t in enumerate(dict.fromkeys(target_texts))}
-    corpus = np.zeros((len(distinct), len(targets[0])), dtype=np.float32)
-    for vector, text in zip(targets, target_texts):
-        corpus[distinct[text]] = vector
+def retrieval_scores(queries: list[np.ndarray], candidates: dict[str, np.ndarray], right_texts: list[str]) -> dict[str, float]:
+    """Each query searches the candidates (text -> unit vector) by cosine: accuracy = how often
+    its right text ranks first, mrr = the mean of 1 / its rank (0 beyond rank 10). Candidates
+    that tie with the right one rank after it."""
+    position = {t: i for i, t in enumerate(candidates)}
+    corpus = np.stack(list(candidates.values()))  # (M, H)
     sims = np.stack(queries) @ corpus.T  # (N, M)
-    right = np.array([distinct[t] for t in target_texts])
+    right = np.array([position[t] for t in right_texts])
     rank = (sims > sims[np.arange(len(right)), right][:, None]).sum(1) + 1  # 1 = first
     reciprocal = np.where(rank <= MRR_AT, 1.0 / rank, 0.0)
     return {"accuracy": float(np.mean(rank == 1)), "mrr": float(reciprocal.mean())}

