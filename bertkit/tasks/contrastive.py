@@ -191,7 +191,7 @@ class SentenceEmbedding(Task):
     def features(self, examples, tokenizer, labels, max_length, source):
         self._pairs(examples, source)
         features, cut = encode_pairs(examples, tokenizer, self.sentence, max_length)
-        report_truncated(cut, 2 * len(examples), max_length)
+        report_truncated(cut, sum(len(example_texts(e)) for e in examples), max_length)
         return features
 
     def objective(self, model):
