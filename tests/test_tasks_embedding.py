@@ -9,6 +9,7 @@ import json
 import random
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -196,6 +197,7 @@ def test_pair_files_with_and_without_scores(tmp_path):
     ([("a", "b", "1"), ("c", "", "0")], ("text", "text_pair", "label"), "line 3: column 'text_pair' is empty"),
     ([("a", "b", "x")], ("text", "text_pair", "label"), "line 2: label 'x' in column 'label' is not a number"),
     ([("a", "b", "c"), ("d", "e", " ")], ("text", "text_pair", "negative"), "line 3: column 'negative' is empty"),
+    ([("a", "b"), ("", "e")], ("text", "text_pair"), "line 3: column 'text' is empty"),
 ])
 def test_bad_pair_files_are_one_error_naming_the_line(tmp_path, rows, header, message):
     with pytest.raises(BertkitError, match=message):
@@ -252,3 +254,17 @@ def test_finetune_command_trains_embeddings(minilm_dir, tmp_path, capsys):
     metrics = json.loads(capsys.readouterr().out)
     assert set(metrics) >= {"spearman", "pearson"}  # the dev pairs are scored, the training pairs not
     assert json.loads((tmp_path / "out" / "sentence_bert_config.json").read_text())["max_seq_length"] == 32
+
+
+def test_a_collapsed_model_scores_worst_not_best_in_retrieval():
+    from bertkit.tasks.contrastive import retrieval_scores
+
+    same = np.ones(4, dtype=np.float32) / 2  # every text the same unit vector: ties everywhere
+    scores = retrieval_scores([same] * 3, {"a": same, "b": same, "c": same}, ["a", "b", "c"])
+    assert scores == {"accuracy": 0.0, "mrr": pytest.approx(1 / 3)}  # each right text ranks third of three
+
+
+def test_one_training_pair_is_refused(minilm_dir, tmp_path):
+    pairs = halves("dev", 3)
+    with pytest.raises(BertkitError, match="embedding needs at least two training pairs, got 1"):
+        finetune("embedding", minilm_dir, pairs[:1], pairs, tmp_path)

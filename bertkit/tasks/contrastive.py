@@ -190,6 +190,8 @@ class SentenceEmbedding(Task):
 
     def features(self, examples, tokenizer, labels, max_length, source):
         self._pairs(examples, source)
+        if len(examples) < 2:  # both losses compare a pair with others: one alone has no gradient
+            raise BertkitError(f"{source}: embedding needs at least two training pairs, got {len(examples)}")
         features, cut = encode_pairs(examples, tokenizer, self.sentence, max_length)
         report_truncated(cut, sum(len(example_texts(e)) for e in examples), max_length)
         return features
@@ -229,11 +231,13 @@ class SentenceEmbedding(Task):
 def retrieval_scores(queries: list[np.ndarray], candidates: dict[str, np.ndarray], right_texts: list[str]) -> dict[str, float]:
     """Each query searches the candidates (text -> unit vector) by cosine: accuracy = how often
     its right text ranks first, mrr = the mean of 1 / its rank (0 beyond rank 10). Candidates
-    that tie with the right one rank after it."""
+    that tie with the right one rank before it, so a collapsed model that gives every text the
+    same vector scores worst, not best (sentence-transformers' evaluator breaks ties by corpus
+    order instead)."""
     position = {t: i for i, t in enumerate(candidates)}
     corpus = np.stack(list(candidates.values()))  # (M, H)
     sims = np.stack(queries) @ corpus.T  # (N, M)
     right = np.array([position[t] for t in right_texts])
-    rank = (sims > sims[np.arange(len(right)), right][:, None]).sum(1) + 1  # 1 = first
+    rank = (sims >= sims[np.arange(len(right)), right][:, None]).sum(1)  # 1 = first; the right one counts itself
     reciprocal = np.where(rank <= MRR_AT, 1.0 / rank, 0.0)
     return {"accuracy": float(np.mean(rank == 1)), "mrr": float(reciprocal.mean())}

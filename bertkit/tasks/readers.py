@@ -240,6 +240,8 @@ def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool | 
                 raise BertkitError(f"{where}: column {text_col!r} is not a string")
             text = ""
         if not text.strip():
+            if pairs:  # as an empty second text is: half a pair is not a shorter example
+                raise BertkitError(f"{where}: column {text_col!r} is empty (every example is a pair of texts)")
             empty += 1
             continue
         pair = row.get(pair_col)
