@@ -127,6 +127,23 @@ def test_vocab_txt_casing_follows_tokenizer_config(minilm_dir, tmp_path):
         assert cased.encode(text) == reference.encode(text), repr(text)
 
 
+def test_vocab_txt_lines_are_read_as_transformers_reads_them(minilm_dir, tmp_path):
+    """A line's index is its id, trailing whitespace (a space, a tab, a Windows line end) is not
+    part of the token, and a repeated token takes its last line, as `tokenizers` reads vocab.txt
+    for transformers 5."""
+    lines = (minilm_dir / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    at = {token: i for i, token in enumerate(lines)}
+    lines[at["hello"]] += " "
+    lines[at["world"]] += "\t"
+    lines[at["film"] + 1] = "film"  # a repeat: replaces the token after it
+    (tmp_path / "vocab.txt").write_bytes(("\r\n".join(lines) + "\r\n").encode())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BertTokenizer"}))
+    ours, reference = bertkit.load_tokenizer(tmp_path), transformers.AutoTokenizer.from_pretrained(tmp_path)
+    for text in ["hello world, a film", *HARD]:
+        assert ours.encode(text) == reference.encode(text), repr(text)
+    assert ours.encode("hello film")[1:-1] == [at["hello"], at["film"] + 1]
+
+
 @given(st.text(max_size=80), st.text(max_size=40))
 @settings(max_examples=60, deadline=None)
 def test_random_text_equals_transformers_and_frames_like_encode(minilm_tokenizers, a, b):

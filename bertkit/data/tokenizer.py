@@ -359,12 +359,9 @@ def _text_lines(path: Path) -> list[str]:
 
 
 def _wordpiece_from_vocab(vocab_file: Path, config: dict) -> _Backend:
-    vocab: dict[str, int] = {}
-    for line in _text_lines(vocab_file):
-        token = line.rstrip("\n")
-        if token in vocab:
-            continue  # a repeated line keeps its first id, as transformers does
-        vocab[token] = len(vocab)
+    # As `tokenizers` reads vocab.txt for transformers 5 (WordPiece.read_file): a token's id is its
+    # line's index, trailing whitespace is not part of it, and a repeated token takes its last line.
+    vocab = {line.rstrip(): index for index, line in enumerate(_text_lines(vocab_file))}
     try:
         return wordpiece_pipeline(vocab, config)
     except BertkitError as e:
