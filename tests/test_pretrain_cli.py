@@ -405,3 +405,18 @@ def test_distill_from_a_checkpoint_teacher_with_chosen_layers(corpus, tmp_path, 
                     "--steps", "2") == 2
     assert "the tokenizer has 30522 tokens but the model's vocabulary has 1000" in error_line(capsys)
     assert not (tmp_path / "bad" / "job.json").exists()
+
+
+def test_a_tokenizer_that_adds_no_special_tokens_is_one_error_line(corpus, tmp_path, capsys):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    words = sorted({w for w in corpus.read_text(encoding="utf-8").lower().split()})[:500]
+    backend = Tokenizer(models.WordPiece({t: i for i, t in enumerate(specials + words)}, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()  # and no post-processor: nothing frames a text
+    backend.save(str(tmp_path / "tokenizer.json"))
+    out = tmp_path / "run"
+    assert pretrain("--tokenizer", str(tmp_path / "tokenizer.json"), "--corpus", str(corpus), "--out", str(out),
+                    "--override", "vocab_size=505", "--steps", "1", *FAST) == 2
+    assert "frames a text with no special tokens" in error_line(capsys)
+    assert not (out / "model.safetensors").exists()

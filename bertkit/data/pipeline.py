@@ -79,7 +79,12 @@ class PretrainingData:
     def __init__(self, corpus: TokenizedCorpus, tokenizer: Tokenizer, settings: PipelineSettings):
         self.corpus, self.tokenizer, self.settings = corpus, tokenizer, settings
         frame = tokenizer.frame
-        separator = next(p for p, _ in reversed(frame.single) if not isinstance(p, str))
+        separator = next((p for p, _ in reversed(frame.single) if not isinstance(p, str)), None)
+        if separator is None:  # e.g. a tokenizer.json saved without a post-processor
+            raise BertkitError("the tokenizer frames a text with no special tokens (its tokenizer.json has no "
+                               "post-processor adding [CLS] ... [SEP]); pre-training examples need them: give a "
+                               "folder whose tokenizer_config.json names the class (e.g. BertTokenizer) or a "
+                               "tokenizer.json with a post-processor")
         self.examples = build_examples(corpus, frame, separator, settings.example_settings)
         self.collator = MaskingCollator.for_tokenizer(tokenizer, settings.masking_settings, settings.seed,
                                                       generator_outputs=settings.objective == "rtd")
