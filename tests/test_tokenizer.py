@@ -144,6 +144,20 @@ def test_vocab_txt_lines_are_read_as_transformers_reads_them(minilm_dir, tmp_pat
     assert ours.encode("hello film")[1:-1] == [at["hello"], at["film"] + 1]
 
 
+def test_extra_special_tokens_stay_special_after_a_save(minilm_dir, tmp_path):
+    """Special tokens beyond the named ones are written back where transformers lists them, so
+    its special-token mask (what its MLM collator leaves unmasked) is the same after a save."""
+    source = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    source.add_special_tokens({"additional_special_tokens": ["<ent>", "<sp2>"]})
+    source.save_pretrained(tmp_path / "src")
+    bertkit.load_tokenizer(tmp_path / "src").save(tmp_path / "out", "BertTokenizer", 128)
+    saved = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    assert saved.all_special_tokens == source.all_special_tokens
+    ids = source.encode("a <ent> b <sp2>")
+    assert saved.get_special_tokens_mask(ids, already_has_special_tokens=True) == \
+        source.get_special_tokens_mask(ids, already_has_special_tokens=True)
+
+
 @given(st.text(max_size=80), st.text(max_size=40))
 @settings(max_examples=60, deadline=None)
 def test_random_text_equals_transformers_and_frames_like_encode(minilm_tokenizers, a, b):

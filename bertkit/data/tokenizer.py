@@ -252,6 +252,13 @@ class Tokenizer:
         self.backend.save(str(written[0]))
         config = {**self.config, **self.special_tokens, "tokenizer_class": tokenizer_class,
                   "model_max_length": min(self.config.get("model_max_length", model_max_length), model_max_length)}
+        # special tokens beyond the named ones (an entity marker ...): transformers lists them as
+        # extra_special_tokens, which its special-token masks (and so its MLM collator) read
+        named = set(self.special_tokens.values())
+        extra = [t.content for _, t in sorted(self.backend.get_added_tokens_decoder().items())
+                 if t.special and t.content not in named]
+        if extra:
+            config["extra_special_tokens"] = extra
         # The class is declared only with settings from which transformers rebuilds this pipeline
         # (_rebuilds_alike); for ALBERT the do_lower_case/keep_accents that do so are searched for.
         # Otherwise the tokenizer is declared generic, and transformers reads tokenizer.json as is.
@@ -260,7 +267,8 @@ class Tokenizer:
         config = next((c for c in choices if _rebuilds_alike(self.backend, tokenizer_class, c, self.special_tokens)),
                       {**config, "tokenizer_class": GENERIC_TOKENIZER_CLASS})
         written[1].write_text(json.dumps(config, indent=2) + "\n")
-        written[2].write_text(json.dumps(self.special_tokens, indent=2) + "\n")
+        written[2].write_text(json.dumps({**self.special_tokens, **({"additional_special_tokens": extra} if extra else {})},
+                                         indent=2) + "\n")
         if isinstance(self.backend.model, models.WordPiece):
             vocab = self.backend.get_vocab(with_added_tokens=False)
             ordered = sorted(vocab, key=vocab.__getitem__)
