@@ -144,6 +144,22 @@ def test_vocab_txt_lines_are_read_as_transformers_reads_them(minilm_dir, tmp_pat
     assert ours.encode("hello film")[1:-1] == [at["hello"], at["film"] + 1]
 
 
+def test_a_bare_tokenizer_json_pads_with_its_own_pad_token(tmp_path):
+    """No tokenizer_config.json names the pad token: the vocabulary's <pad> pads, not id 0 (<s>)."""
+    from tokenizers import ByteLevelBPETokenizer
+    from tokenizers.processors import RobertaProcessing
+
+    trained = ByteLevelBPETokenizer(add_prefix_space=True)
+    trained.train_from_iterator(["the movie was great and the film was long"] * 50, vocab_size=300,
+                                special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    trained.post_processor = RobertaProcessing(("</s>", 2), ("<s>", 0))
+    trained.save(str(tmp_path / "tokenizer.json"))
+    ours = bertkit.load_tokenizer(tmp_path / "tokenizer.json")
+    assert ours.pad_token_id == trained.token_to_id("<pad>") != trained.token_to_id("<s>")
+    batch = ours(["the movie", "the movie was great"])
+    assert batch["input_ids"][0, -1].item() == trained.token_to_id("<pad>")
+
+
 def test_extra_special_tokens_stay_special_after_a_save(minilm_dir, tmp_path):
     """Special tokens beyond the named ones are written back where transformers lists them, so
     its special-token mask (what its MLM collator leaves unmasked) is the same after a save."""

@@ -45,6 +45,7 @@ ALBERT_SPECIALS = {"bos_token": "[CLS]", "eos_token": "[SEP]", "unk_token": "<un
 GENERIC_TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # transformers loads its tokenizer.json verbatim
 SPM_CLASSES = {"AlbertTokenizer": "albert", "DebertaV2Tokenizer": "deberta-v3"}  # tokenizer_class -> pipeline
 SPECIAL_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token", "bos_token", "eos_token")
+PAD_SPELLINGS = ("[PAD]", "<pad>")  # the pad token of BERT-style and of RoBERTa / SentencePiece vocabularies
 # the order in which transformers registers named special tokens (SPECIAL_TOKENS_ATTRIBUTES)
 NAMING_ORDER = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 # tokenizer_config.json's pipeline flags, kept so that `Tokenizer.save` writes them back
@@ -124,8 +125,13 @@ class Tokenizer:
 
     @property
     def pad_token_id(self) -> int:
+        """The named pad token's id; without one (a bare tokenizer.json), a token spelled as the
+        families spell padding, else 0. RoBERTa's <pad> is 1, and padding with its 0 (<s>) would
+        write a real token id into pad positions."""
         pad = self._special_id("pad_token")
-        return 0 if pad is None else pad
+        if pad is None:
+            pad = next((i for i in map(self.backend.token_to_id, PAD_SPELLINGS) if i is not None), 0)
+        return pad
 
     @property
     def mask_token(self) -> str | None:
