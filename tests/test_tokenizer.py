@@ -229,6 +229,19 @@ def test_deberta_v3_spm_model_equals_transformers(tmp_path, corpus_texts):
     assert ours.mask_token_id == reference.mask_token_id and ours.vocab_size == len(reference)
 
 
+def test_tokenizer_settings_say_what_training_does():
+    """Byte-level BPE cannot lowercase: asked to, it is refused, and its settings say cased; every
+    family that `bertkit models` lists has a recipe."""
+    from bertkit.data.trainers import FAMILY_KIND
+    from bertkit.errors import BertkitError
+
+    with pytest.raises(BertkitError, match="byte-level BPE reads bytes as they are and cannot lowercase"):
+        TokenizerSettings.for_family("roberta", lowercase=True)
+    assert TokenizerSettings.for_family("roberta").lowercase is False
+    assert TokenizerSettings.for_family("bert").lowercase is True
+    assert {p.config.family for p in map(bertkit.config.get_preset, bertkit.list_models())} <= set(FAMILY_KIND)
+
+
 @pytest.mark.parametrize("kind,lowercase", [("wordpiece", True), ("wordpiece", False), ("bpe", False),
                                             ("unigram", True), ("unigram", False)])
 def test_trained_tokenizers_round_trip_through_transformers(kind, lowercase, corpus_texts, tmp_path):

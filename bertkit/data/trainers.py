@@ -26,19 +26,24 @@ from .tokenizer import (BERT_SPECIALS, DEBERTA_V3_SPECIALS, ROBERTA_SPECIALS, To
 
 KINDS = ("wordpiece", "bpe", "unigram")
 FAMILY_KIND = {"bert": "wordpiece", "distilbert": "wordpiece", "electra": "wordpiece", "roberta": "bpe", "modernbert": "bpe",
-               "albert": "unigram", "deberta-v3": "unigram", "deberta": "bpe"}
+               "albert": "unigram", "deberta-v3": "unigram", "deberta-v2": "unigram", "deberta": "bpe"}
 
 
 @dataclass(frozen=True)
 class TokenizerSettings:
     kind: str = "wordpiece"
     vocab_size: int = 8192
-    lowercase: bool = True         # WordPiece and Unigram; byte-level BPE is always cased
+    lowercase: bool | None = None  # None: WordPiece and Unigram lowercase; byte-level BPE is always cased
     min_frequency: int = 2         # pairs (BPE, WordPiece) seen fewer times are not merged
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise BertkitError(f"unknown tokenizer kind {self.kind!r}; choose one of {', '.join(KINDS)}")
+        if self.kind == "bpe" and self.lowercase:
+            raise BertkitError("byte-level BPE reads bytes as they are and cannot lowercase; lowercase the corpus "
+                               "itself, or leave lowercase unset")
+        if self.lowercase is None:
+            object.__setattr__(self, "lowercase", self.kind != "bpe")
         if self.vocab_size < 300:
             raise BertkitError(f"vocab_size {self.vocab_size} is too small (at least 300: the byte alphabet "
                                "and the special tokens must fit)")
