@@ -144,6 +144,15 @@ def test_vocab_txt_lines_are_read_as_transformers_reads_them(minilm_dir, tmp_pat
     assert ours.encode("hello film")[1:-1] == [at["hello"], at["film"] + 1]
 
 
+def test_saving_onto_a_file_is_one_error(minilm_dir, tmp_path):
+    from bertkit.errors import BertkitError
+
+    (tmp_path / "taken").write_text("keep me")
+    with pytest.raises(BertkitError, match="taken: is a file, not a directory to save a tokenizer in"):
+        bertkit.load_tokenizer(minilm_dir).save(tmp_path / "taken", "BertTokenizer", 128)
+    assert (tmp_path / "taken").read_text() == "keep me"
+
+
 def test_a_bare_tokenizer_json_pads_with_its_own_pad_token(tmp_path):
     """No tokenizer_config.json names the pad token: the vocabulary's <pad> pads, not id 0 (<s>)."""
     from tokenizers import ByteLevelBPETokenizer

@@ -252,6 +252,8 @@ class Tokenizer:
         """Write tokenizer.json, tokenizer_config.json and special_tokens_map.json (plus vocab.txt
         for WordPiece), the files `transformers.AutoTokenizer` reads. Returns the paths written."""
         directory = Path(directory)
+        if directory.exists() and not directory.is_dir():
+            raise BertkitError(f"{directory}: is a file, not a directory to save a tokenizer in")
         directory.mkdir(parents=True, exist_ok=True)
         written = [directory / "tokenizer.json", directory / "tokenizer_config.json",
                    directory / "special_tokens_map.json"]
