@@ -486,7 +486,8 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
     g.add_argument("--compile", action="store_true", default=S, help="torch.compile the blocks")
     g.add_argument("--seed", type=int, default=S, help="weights, masks, dropout (0)")
     g.add_argument("--skip-nonfinite", dest="skip_nonfinite", action="store_true", default=S,
-                   help="skip a step whose loss is NaN/Inf instead of stopping")
+                   help="skip a step whose loss is NaN/Inf instead of stopping (counted in metrics.json; "
+                   "20 in a row stop the run)")
     g.add_argument("--set", action="append", metavar="KEY=VALUE", default=S,
                    help="any other training setting, typed (e.g. betas=0.9,0.999 or eps=1e-8); repeatable")
     g = s.add_argument_group("output")

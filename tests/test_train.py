@@ -197,7 +197,7 @@ def test_resumed_run_equals_an_uninterrupted_one_bit_for_bit(reviews, tokenizer,
     assert len(list((tmp_path / "full" / "checkpoints").glob("step-*"))) == 2  # keep=2
 
 
-def test_nonfinite_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(reviews, tokenizer, tmp_path):
+def test_nonfinite_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(reviews, tokenizer, tmp_path, capsys):
     batch_at, _ = batches_from(reviews, tokenizer)
     model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, **TINY)
     objective = MaskedLM(model)
@@ -223,6 +223,14 @@ def test_nonfinite_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(review
     skipping.fit()
     assert skipping.step == 8
     assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert "step 5 skipped: its loss is not finite" in capsys.readouterr().err  # said once, at the first
+    log = [json.loads(line) for line in (tmp_path / "skip" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if r.get("skipped")] == [5, 6, 7, 8]  # steps count from 1
+    strict = json.loads((tmp_path / "skip" / "metrics.json").read_text(), parse_constant=pytest.fail)
+    assert strict["skipped_steps"] == 4 and strict["step"] == 8
+    lost = Trainer(objective, poisoned, settings(steps=40, skip_nonfinite=True), tmp_path / "lost")
+    with pytest.raises(bertkit.BertkitError, match="20 steps in a row had a non-finite loss \\(up to step 24\\)"):
+        lost.fit()
 
 
 @pytest.mark.filterwarnings("error")  # e.g. tqdm's warning when a bar overshoots its total

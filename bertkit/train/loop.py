@@ -24,6 +24,7 @@ import contextlib
 import json
 import math
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,6 +38,8 @@ from ..files import writing
 from . import checkpoint
 from ..schedules import check_training
 from .optim import lr_factor, param_groups
+
+SKIPS_IN_A_ROW = 20  # --skip-nonfinite: this many skipped steps in a row means the weights are lost; stop
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,7 @@ class Trainer:
         # process and must decide the same everywhere.
         self.on_eval = on_eval
         self.stopped = False
+        self.skipped = 0  # steps skipped for a non-finite loss (skip_nonfinite), over the whole run
 
     # ---- bookkeeping ----------------------------------------------------------------------
     def progress_fraction(self) -> float:
@@ -135,10 +139,10 @@ class Trainer:
         if not self.is_main:
             return
         with open(self.log_path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(json.dumps(json_safe(record)) + "\n")
 
     def _state(self) -> dict:
-        return {"step": self.step, "elapsed": self.elapsed, "tokens": self.tokens,
+        return {"step": self.step, "elapsed": self.elapsed, "tokens": self.tokens, "skipped": self.skipped,
                 "optimizer": self.optimizer.state_dict(), "settings": asdict(self.settings)}
 
     def save_checkpoint(self) -> Path | None:
@@ -167,6 +171,7 @@ class Trainer:
         state = checkpoint.load(path, self.objective.models())
         self.optimizer.load_state_dict(state["optimizer"])
         self.step, self.elapsed, self.tokens = state["step"], state["elapsed"], state["tokens"]
+        self.skipped = state.get("skipped", 0)
         checkpoint.set_rng_state(state["rng"])
         if self.is_main and self.log_path.exists():  # drop log lines written after this checkpoint
             kept = [line for line in self.log_path.read_text().splitlines()
@@ -285,6 +290,7 @@ class Trainer:
                    bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s of training [{elapsed}<{remaining}{postfix}]"
                    if timed else None)
         last_eval: dict[str, float] = {}
+        in_a_row = 0  # skipped steps since the last one that trained
         while not self.done():
             lr = self._set_lr()
             start = time.perf_counter()
@@ -296,7 +302,19 @@ class Trainer:
                 seconds = float(clock)
             self.elapsed += seconds
             self.step += 1
-            if metrics is not None:
+            in_a_row = in_a_row + 1 if metrics is None else 0
+            if metrics is None:  # skip_nonfinite: said, logged and counted, never silent
+                self.skipped += 1
+                self._log({"step": self.step, "split": "train", "lr": lr, "tokens": self.tokens,
+                           "elapsed": round(self.elapsed, 3), "skipped": True})
+                if in_a_row == 1 and self.is_main:
+                    bar.write(f"bertkit: warning: step {self.step} skipped: its loss is not finite", file=sys.stderr)
+                if in_a_row == SKIPS_IN_A_ROW:
+                    previous = checkpoint.latest(self.out)
+                    kept = f"the last checkpoint, {previous}, is intact" if previous else "no checkpoint was written"
+                    raise BertkitError(f"{SKIPS_IN_A_ROW} steps in a row had a non-finite loss (up to step {self.step}); "
+                                       f"the weights no longer train, so the run stops ({kept}; lower the learning rate)")
+            else:
                 record = {"step": self.step, "split": "train", "lr": lr, "tokens": self.tokens,
                           "elapsed": round(self.elapsed, 3), **metrics}
                 self._log(record)
@@ -314,12 +332,19 @@ class Trainer:
             with self._saving("the final model"):
                 checkpoint.save_final(self.objective.models(), self.out)
             summary = {"step": self.step, "tokens": self.tokens, "train_seconds": round(self.elapsed, 1),
-                       "processes": self.world, **final}
-            (self.out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
+                       "processes": self.world, **({"skipped_steps": self.skipped} if s.skip_nonfinite else {}),
+                       **final}
+            (self.out / "metrics.json").write_text(json.dumps(json_safe(summary), indent=2) + "\n")
             plot_curves(self.log_path, self.out / "loss_curve.png")
         if self.world > 1:
             dist.barrier()
         return final
+
+
+def json_safe(record: dict) -> dict:
+    """`record` with NaN and infinite numbers as null: JSON has no NaN (Python writes a bare NaN that
+    strict parsers refuse)."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()}
 
 
 def _logged_step(line: str) -> float:
