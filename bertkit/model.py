@@ -195,9 +195,13 @@ def build(name: str | EncoderConfig, head: str | None = None, num_labels: int | 
     return Model(config, head)
 
 
-def student_from_teacher(teacher: Model, layers=None, head: str | None = "mlm") -> Model:
+STUDENT_SETTINGS = ("hidden_dropout", "attention_dropout")  # a student's own; its shape is the teacher's
+
+
+def student_from_teacher(teacher: Model, layers=None, head: str | None = "mlm", **dropout) -> Model:
     """A DistilBERT student initialized from a BERT teacher (Sanh et al., 2019, sec. 3): same
-    widths, len(layers) blocks copied from the teacher's `layers` (default 0, 2, 4, 7, 9, 11)."""
+    widths, len(layers) blocks copied from the teacher's `layers` (default 0, 2, 4, 7, 9, 11);
+    `dropout` (STUDENT_SETTINGS) replaces the teacher's dropout rates."""
     from .models.distilbert import DEFAULT_TEACHER_LAYERS, DistilBertConfig, copy_from_teacher
 
     if teacher.config.family != "bert":
@@ -209,7 +213,11 @@ def student_from_teacher(teacher: Model, layers=None, head: str | None = "mlm") 
         intermediate_size=t.intermediate_size, hidden_act=t.hidden_act, max_positions=t.max_positions,
         layer_norm_eps=t.layer_norm_eps, pad_token_id=t.pad_token_id, hidden_dropout=t.hidden_dropout,
         attention_dropout=t.attention_dropout, initializer_range=t.initializer_range)
-    student = Model(config, head, tokenizer=teacher.tokenizer)
+    unknown = sorted(set(dropout) - set(STUDENT_SETTINGS))
+    if unknown:
+        raise BertkitError(f"a student takes its shape from its teacher; only {', '.join(STUDENT_SETTINGS)} "
+                           f"are its own, not {', '.join(unknown)}")
+    student = Model(config.replace(**dropout), head, tokenizer=teacher.tokenizer)
     copy_from_teacher(student, teacher, layers)
     return student
 

@@ -272,9 +272,13 @@ def pretrain(job: PretrainJob) -> Path:
     tokenizer = _tokenizer(job, preset, train_corpus, checkpoints)
     architecture = dict(job.architecture)
     if job.objective == "distill" and _teacher_is_checkpoint(job):
-        if architecture:
+        from .model import STUDENT_SETTINGS
+
+        shape = [k for k in architecture if k not in STUDENT_SETTINGS]  # dropout is the student's own
+        if shape:
             raise BertkitError("distilling from a checkpoint: the student's shape comes from the teacher, "
-                               f"so model overrides ({', '.join(architecture)}) cannot apply")
+                               f"so model overrides ({', '.join(shape)}) cannot apply; "
+                               f"{' and '.join(STUDENT_SETTINGS)} can")
     else:
         architecture.setdefault("vocab_size", tokenizer.vocab_size)  # a model trained from scratch
         architecture.setdefault("pad_token_id", tokenizer.pad_token_id)  # the embeddings' padding row

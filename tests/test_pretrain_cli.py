@@ -397,6 +397,10 @@ def test_distill_from_a_checkpoint_teacher_with_chosen_layers(corpus, tmp_path, 
     assert "give increasing block indices in 0..3" in error_line(capsys)
     assert pretrain(*args, "--out", str(tmp_path / "bad"), "--override", "num_layers=2") == 2
     assert "student's shape comes from the teacher" in error_line(capsys)
+    quiet = ["--override", "hidden_dropout=0", "--override", "attention_dropout=0"]  # the README's advice
+    assert pretrain(*args, "--out", str(tmp_path / "quiet"), *quiet, "--steps", "2") == 0
+    config = bertkit.from_pretrained(tmp_path / "quiet").config
+    assert config.hidden_dropout == config.attention_dropout == 0 < teacher.config.hidden_dropout
     small = bertkit.build("bert-base", head="mlm", num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64,
                           vocab_size=1000)  # a --tokenizer larger than the teacher's vocabulary: refused up front
     small.save_pretrained(tmp_path / "small")

@@ -25,7 +25,7 @@ def build_objective(name: str, preset: str, teacher: str | None = None,
                     teacher_layers: tuple[int, ...] | None = None, **overrides) -> Objective:
     """`overrides` change the model config (e.g. vocab_size to fit a tokenizer); distill's
     student copies the teacher's blocks `teacher_layers` (default: see below)."""
-    from ..model import build, build_electra_pair, student_from_teacher
+    from ..model import STUDENT_SETTINGS, build, build_electra_pair, student_from_teacher
     from ..interop.hf import from_pretrained
 
     if name not in NAMES:
@@ -78,4 +78,5 @@ def build_objective(name: str, preset: str, teacher: str | None = None,
         if any(not 0 <= i < depth for i in teacher_layers) or list(teacher_layers) != sorted(set(teacher_layers)):
             raise BertkitError(f"teacher layers {','.join(map(str, teacher_layers))}: give increasing block "
                                f"indices in 0..{depth - 1} (the teacher has {depth} blocks)")
-    return Distillation(student_from_teacher(teacher_model, layers=layers), teacher_model)
+    own = {k: v for k, v in overrides.items() if k in STUDENT_SETTINGS}  # a checkpoint teacher's shape is fixed
+    return Distillation(student_from_teacher(teacher_model, layers=layers, **own), teacher_model)
