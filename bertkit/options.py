@@ -23,7 +23,9 @@ from typing import Any
 from .errors import BertkitError
 from .files import read_text
 
-_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
+# every number has its unit, or the whole is one number of seconds: "1h30" (90 minutes? 1 h 30 s?) is refused
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
+_PLAIN_SECONDS = re.compile(r"\d+(?:\.\d+)?")
 
 
 def seconds(text: str | float | int) -> float:
@@ -31,7 +33,8 @@ def seconds(text: str | float | int) -> float:
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         value = float(text)
     else:
-        match = _DURATION.fullmatch(str(text).strip().lower())
+        text = str(text).strip().lower()
+        match = _DURATION.fullmatch(text + "s" if _PLAIN_SECONDS.fullmatch(text) else text)
         if not str(text).strip() or match is None or not any(match.groups()):
             raise BertkitError(f"{text!r} is not a duration (use e.g. 600, 90s, 10m, 1h30m)")
         h, m, s = (float(g) if g else 0.0 for g in match.groups())

@@ -165,6 +165,9 @@ def test_settings_come_from_defaults_then_config_file_then_flags(tmp_path):
     (["--model", "bert-huge"], "unknown model 'bert-huge'"),
     (["--objective", "mlm+xyz"], "unknown objective"),
     (["--model", "roberta-base", "--objective", "mlm+nsp"], "does not fit roberta-base"),
+    (["--model", "roberta-base", "--objective", "mlm+nsp"], "use its MLM head (head='mlm'; pretrain --objective mlm)"),
+    (["--model", "modernbert-base", "--objective", "mlm+sop"], "ModernBERT has no sentence-pair (NSP or SOP) head"),
+    (["--time-budget", "1h30"], "'1h30' is not a duration"),  # 90 minutes, or 1 h 30 s? not guessed
     (["--model", "bert-base", "--objective", "rtd"], "rtd"),
     (["--override", "num_layerz=2"], "unknown key 'num_layerz'"),
     (["--override", "num_layers=two"], "num_layers = 'two' is not a valid int"),

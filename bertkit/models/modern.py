@@ -289,7 +289,8 @@ def build_head(kind, config: ModernConfig, backbone):
     if kind == "qa":
         return ModernHead(config, 2, None, ("start_logits", "end_logits"))
     if kind == "pretraining":
-        raise BertkitError("ModernBERT has no next-sentence head; use head='mlm'")
+        raise BertkitError("ModernBERT has no sentence-pair (NSP or SOP) head; use its MLM head "
+                           "(head='mlm'; pretrain --objective mlm)")
     raise ValueError(f"unknown head kind {kind!r}")
 
 

@@ -50,7 +50,8 @@ def build_head(kind, config, backbone):
         p = classifier_dropout(config)
         return FirstTokenHead(config, act="tanh", input_dropout=p, hidden_dropout=p)
     if kind == "pretraining":
-        raise BertkitError("RoBERTa has no next-sentence head; use head='mlm'")
+        raise BertkitError("RoBERTa has no sentence-pair (NSP or SOP) head; use its MLM head "
+                           "(head='mlm'; pretrain --objective mlm)")
     return standard_head(kind, config, word)
 
 

@@ -228,7 +228,8 @@ class SentenceEmbedding(Task):
         return retrieval_scores([p["vectors"][0] for p in predictions], candidates, [e.text_pair for e in examples])
 
 
-def retrieval_scores(queries: list[np.ndarray], candidates: dict[str, np.ndarray], right_texts: list[str]) -> dict[str, float]:
+def retrieval_scores(queries: list[np.ndarray], candidates: dict[str, np.ndarray],
+                     right_texts: list[str]) -> dict[str, float]:
     """Each query searches the candidates (text -> unit vector) by cosine: accuracy = how often
     its right text ranks first, mrr = the mean of 1 / its rank (0 beyond rank 10). Candidates
     that tie with the right one rank before it, so a collapsed model that gives every text the

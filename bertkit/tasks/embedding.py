@@ -157,7 +157,8 @@ def sentence_files(model, max_length: int, pooling: str | None = None) -> dict[s
     else:
         pooling = pooling or "mean"
         modules = [(0, "", "Transformer"), (1, "1_Pooling", "Pooling"), (2, "2_Normalize", "Normalize")]
-        files[ST_MODULES] = json.dumps([{"idx": i, "name": str(i), "path": path, "type": f"sentence_transformers.models.{kind}"}
+        files[ST_MODULES] = json.dumps([{"idx": i, "name": str(i), "path": path,
+                                         "type": f"sentence_transformers.models.{kind}"}
                                         for i, path, kind in modules], indent=2).encode()
         flags = {key: mode == pooling for key, mode in ST_POOLING_FLAGS.items()}
         files["1_Pooling/config.json"] = json.dumps({"word_embedding_dimension": model.config.hidden_size, **flags,

@@ -61,7 +61,8 @@ class FinetuneSettings:
     weight_decay: float = 0.01
     warmup: float = 0.1                  # fraction of training
     schedule: str = "linear"
-    max_length: int | None = None        # None: 128 (384 for QA; embedding: a sentence-transformers folder's), at most the model's maximum
+    max_length: int | None = None        # None: 128 (QA 384; embedding: a sentence-transformers folder's),
+                                         # at most the model's maximum
     truncation: str = "head"             # classification/regression, texts over max_length: head, tail, head+tail
     eval_every: int | None = None        # optimizer steps between dev evaluations; None: once an epoch
     patience: int | None = 3             # evaluations without a better dev score before stopping
@@ -116,7 +117,8 @@ def make_task(name: str, settings: FinetuneSettings = FinetuneSettings(), null_a
         return MultipleChoice(settings.truncation)
     if name == "embedding":
         if settings.batch_size < 2:
-            raise BertkitError("embedding needs batch_size >= 2: a pair is trained against the other pairs of its batch")
+            raise BertkitError("embedding needs batch_size >= 2: a pair is trained against the other pairs "
+                               "of its batch")
         if settings.truncation != "head":  # embed() and sentence-transformers keep a text's start
             raise BertkitError(f"embedding keeps the start of a long text, as embedding it later does; "
                                f"truncation {settings.truncation!r} is for classification")
