@@ -248,6 +248,8 @@ def test_tokenizer_settings_say_what_training_does():
         TokenizerSettings.for_family("roberta", lowercase=True)
     assert TokenizerSettings.for_family("roberta").lowercase is False
     assert TokenizerSettings.for_family("bert").lowercase is True
+    assert TokenizerSettings.for_family("deberta-v3").lowercase is False  # its released spm.model is cased
+    assert TokenizerSettings.for_family("albert").lowercase is True
     assert {p.config.family for p in map(bertkit.config.get_preset, bertkit.list_models())} <= set(FAMILY_KIND)
 
 

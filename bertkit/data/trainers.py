@@ -25,6 +25,7 @@ from .tokenizer import (BERT_SPECIALS, DEBERTA_V3_SPECIALS, ROBERTA_SPECIALS, To
                         byte_level_bpe_pipeline, unigram_pipeline, wordpiece_pipeline)
 
 KINDS = ("wordpiece", "bpe", "unigram")
+CASED_FAMILIES = ("deberta-v3", "deberta-v2")  # besides byte-level BPE, which is always cased
 FAMILY_KIND = {"bert": "wordpiece", "distilbert": "wordpiece", "electra": "wordpiece", "roberta": "bpe", "modernbert": "bpe",
                "albert": "unigram", "deberta-v3": "unigram", "deberta-v2": "unigram", "deberta": "bpe"}
 
@@ -50,8 +51,12 @@ class TokenizerSettings:
 
     @classmethod
     def for_family(cls, family: str, **overrides) -> "TokenizerSettings":
+        """The family's kind, cased as its released tokenizer is unless `overrides` say (BERT,
+        DistilBERT, ELECTRA and ALBERT lowercase, as their best-known checkpoints do; DeBERTa-v3's
+        SentencePiece vocabulary is cased)."""
         if family not in FAMILY_KIND:
             raise BertkitError(f"no tokenizer recipe for {family!r}; choose one of {', '.join(FAMILY_KIND)}")
+        overrides.setdefault("lowercase", family not in CASED_FAMILIES and FAMILY_KIND[family] != "bpe")
         return cls(kind=FAMILY_KIND[family], **overrides)
 
 
