@@ -275,8 +275,8 @@ class Tokenizer:
         config = next((c for c in choices if _rebuilds_alike(self.backend, tokenizer_class, c, self.special_tokens)),
                       {**config, "tokenizer_class": GENERIC_TOKENIZER_CLASS})
         written[1].write_text(json.dumps(config, indent=2) + "\n")
-        written[2].write_text(json.dumps({**self.special_tokens, **({"additional_special_tokens": extra} if extra else {})},
-                                         indent=2) + "\n")
+        specials_map = {**self.special_tokens, **({"additional_special_tokens": extra} if extra else {})}
+        written[2].write_text(json.dumps(specials_map, indent=2) + "\n")
         if isinstance(self.backend.model, models.WordPiece):
             vocab = self.backend.get_vocab(with_added_tokens=False)
             ordered = sorted(vocab, key=vocab.__getitem__)

@@ -163,6 +163,11 @@ class Trainer:
 
         return writing(what, self.out, kept)
 
+    def _kept(self) -> str:
+        """What a run stopped for a non-finite loss leaves: its last checkpoint, or none."""
+        previous = checkpoint.latest(self.out)
+        return f"the last checkpoint, {previous}, is intact" if previous else "no checkpoint was written"
+
     def resume(self, path: Path | None = None) -> bool:
         """Continue from `path` or the newest checkpoint under OUT/checkpoints; False if none."""
         path = path or checkpoint.latest(self.out)
@@ -256,10 +261,8 @@ class Trainer:
                     if s.skip_nonfinite:
                         self.optimizer.zero_grad(set_to_none=True)
                         return None
-                    previous = checkpoint.latest(self.out)
-                    kept = f"the last checkpoint, {previous}, is intact" if previous else "no checkpoint was written"
-                    raise BertkitError(f"loss is {result.loss.item()} at step {self.step}; stopping ({kept}; lower "
-                                       "the learning rate, or skip such steps: pretrain --skip-nonfinite)")
+                    raise BertkitError(f"loss is {result.loss.item()} at step {self.step}; stopping ({self._kept()}; "
+                                       "lower the learning rate, or skip such steps: pretrain --skip-nonfinite)")
                 (result.loss / s.accumulation).backward()
             for k, v in result.metrics.items():
                 totals[k] = totals.get(k, 0.0) + float(v) / s.accumulation
@@ -310,10 +313,9 @@ class Trainer:
                 if in_a_row == 1 and self.is_main:
                     bar.write(f"bertkit: warning: step {self.step} skipped: its loss is not finite", file=sys.stderr)
                 if in_a_row == SKIPS_IN_A_ROW:
-                    previous = checkpoint.latest(self.out)
-                    kept = f"the last checkpoint, {previous}, is intact" if previous else "no checkpoint was written"
-                    raise BertkitError(f"{SKIPS_IN_A_ROW} steps in a row had a non-finite loss (up to step {self.step}); "
-                                       f"the weights no longer train, so the run stops ({kept}; lower the learning rate)")
+                    raise BertkitError(f"{SKIPS_IN_A_ROW} steps in a row had a non-finite loss (up to step "
+                                       f"{self.step}); the weights no longer train, so the run stops ({self._kept()}; lower the "
+                                       "learning rate)")
             else:
                 record = {"step": self.step, "split": "train", "lr": lr, "tokens": self.tokens,
                           "elapsed": round(self.elapsed, 3), **metrics}
