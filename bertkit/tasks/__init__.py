@@ -1,6 +1,6 @@
 """Tasks built on an encoder: fine-tuning (sequence classification and regression, token
-classification, extractive QA, multiple choice), their data readers and metrics, and sentence
-embeddings.
+classification, extractive QA, multiple choice, sentence embeddings on text pairs), their data
+readers and metrics, and sentence embeddings and search.
 
     from bertkit.tasks import finetune, evaluate, classify, tag, answer, choose, FinetuneSettings
 """
