@@ -88,7 +88,10 @@ def test_bad_tokenizer_files_are_named(tmp_path):
         bertkit.load_tokenizer(tmp_path)
     broken = tmp_path / "tokenizer.json"
     broken.write_text("{not json")
-    with pytest.raises(bertkit.BertkitError, match="tokenizer.json"):
+    with pytest.raises(bertkit.BertkitError, match="tokenizer.json: not a readable tokenizer.json"):
+        bertkit.load_tokenizer(broken)
+    broken.write_text('{"hello": 1}')  # JSON, but no tokenizer: said so, not as a syntax error
+    with pytest.raises(bertkit.BertkitError, match='JSON without a tokenizer "model" \\(keys: hello\\)'):
         bertkit.load_tokenizer(broken)
     (tmp_path / "vocab.json").write_text(json.dumps({"<s>": 0, "</s>": 1}))
     with pytest.raises(bertkit.BertkitError, match="merges.txt"):

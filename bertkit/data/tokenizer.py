@@ -31,7 +31,7 @@ from tokenizers import Tokenizer as _Backend
 from tokenizers import models, normalizers, pre_tokenizers, processors, decoders
 
 from ..errors import BertkitError, first_line
-from ..files import read_json, read_text
+from ..files import read_json, read_text, shown
 
 BERT_SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
                  "mask_token": "[MASK]"}
@@ -678,6 +678,13 @@ def _read_tokenizer_json(path: Path) -> _Backend:
     try:
         return _Backend.from_file(str(path))
     except Exception as e:  # tokenizers raises a bare Exception with serde's message
+        try:  # valid JSON of another shape reads better as that than as serde's position
+            spec = json.loads(read_text(path))
+        except (ValueError, BertkitError):
+            spec = None
+        if isinstance(spec, dict) and "model" not in spec:
+            raise BertkitError(f"{path}: JSON without a tokenizer \"model\" (keys: {shown(', '.join(spec))}); "
+                               "not a tokenizers tokenizer.json") from None
         raise BertkitError(f"{path}: not a readable tokenizer.json ({first_line(e)})") from None
 
 
