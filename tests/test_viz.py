@@ -581,6 +581,28 @@ def test_attributions_add_up_to_the_class_logit_minus_the_baselines(name, tokeni
     assert other.target == model.config.labels[0]
 
 
+@pytest.mark.parametrize("name", ["deberta-v3-base", "modernbert-base"])
+def test_a_zero_padding_row_gets_the_mask_tokens_vector_as_baseline(name, tokenizer, tmp_path):
+    """DeBERTa-v3 and ModernBERT normalize the word vector alone, and their padding row is zero
+    (padding_idx): from a zero baseline every path point gives the input's output, and the shares
+    missed F(x) - F(baseline) by far. The mask token's vector stands in, and completeness holds."""
+    from bertkit.viz.attribution import integrated_gradients, write_attribution
+
+    model = tiny(name, tokenizer.vocab_size, num_labels=1)  # a regression head: no probability
+    model = bertkit.Model(model.config, head="classification", tokenizer=tokenizer)
+    randomize(model, seed=4)
+    with torch.no_grad():
+        model.backbone.embeddings.word.weight[tokenizer.pad_token_id] = 0.0
+    encoded = encode(model, SENTENCE, PAIR)
+    result = integrated_gradients(model.eval(), encoded, steps=64)
+    difference = result.output - result.baseline_output
+    assert abs(difference) > 1e-3 and result.gap <= 0.02 * abs(difference), (result.gap, difference)
+    assert result.baseline.startswith("the mask token's word vector")
+    write_attribution(result, tmp_path)
+    saved = json.loads((tmp_path / "attribution.json").read_text(), parse_constant=pytest.fail)  # strict JSON
+    assert saved["probability"] is None and saved["baseline"] == result.baseline
+
+
 def test_attribution_command_draws_and_writes_the_scores(bert, tokenizer, tmp_path, capsys):
     model = bertkit.Model(bert.config.replace(num_labels=2, label_names=("negative", "positive")),
                           head="classification", tokenizer=tokenizer)

@@ -3,7 +3,12 @@
 
 The output F(x) for one class is explained against a baseline x' that carries no words: the
 same sequence with every word vector replaced by the padding token's, the special tokens kept
-(positions and token types still come from the model). A token's attribution is the sum over
+(positions and token types still come from the model). Where the padding row is all zeros (an
+embedding built with padding_idx, as DeBERTa-v3's and ModernBERT's are), the mask token's stands
+in (another word that says nothing, which MLM pre-training trained): those families add nothing
+to the word vector before their embedding LayerNorm, which gives every point a * x of a path
+from zero the same output, so the whole change would fall between a = 0 and the first step and
+no token would get its share. A token's attribution is the sum over
 its embedding dimensions of (x - x') times the gradient of F averaged along the straight path
 from x' to x (eq. 3), here a midpoint Riemann sum over `steps` points. The attributions add up
 to F(x) - F(x') (completeness, sec. 3) up to that sum's error, which is reported: a gap that is
@@ -37,6 +42,7 @@ class Attribution:
     baseline_output: float  # F(x')
     steps: int
     description: str
+    baseline: str = "the padding token's word vector"  # what stands for "no word"
 
     @property
     def gap(self) -> float:
@@ -45,7 +51,8 @@ class Attribution:
 
     def to_json(self) -> dict:
         return {"tokens": self.tokens, "scores": [round(float(s), 6) for s in self.scores], "target": self.target,
-                "probability": self.probability, "output": self.output, "baseline_output": self.baseline_output,
+                "probability": None if np.isnan(self.probability) else self.probability,  # JSON has no NaN
+                "output": self.output, "baseline_output": self.baseline_output, "baseline": self.baseline,
                 "steps": self.steps, "gap": self.gap}
 
 
@@ -86,7 +93,16 @@ def _path_integral(model, encoded: Encoded, target: str | None, steps: int, batc
         x = word(ids)                                                    # (1, T, E)
         specials = set(model.tokenizer.special_ids)
         special = torch.tensor([i in specials for i in ids[0].tolist()], device=device)  # (T,)
-        baseline = torch.where(special[None, :, None], x, word.weight[model.tokenizer.pad_token_id])
+        empty = word.weight[model.tokenizer.pad_token_id]                 # (E,)
+        what = Attribution.baseline
+        if not empty.any():  # a zero padding row: see the module's docstring
+            stand_in = model.tokenizer.mask_token_id
+            if stand_in is None:
+                raise BertkitError("the padding token's word vector is zero, a baseline from which integrated "
+                                   "gradients cannot share out this model's output, and there is no mask token "
+                                   "to stand in for it")
+            empty, what = word.weight[stand_in], "the mask token's word vector (the padding row is zero)"
+        baseline = torch.where(special[None, :, None], x, empty)
         logits = model(None, None, types, inputs_embeds=x).logits[0].float()        # (C,)
         base_logits = model(None, None, types, inputs_embeds=baseline).logits[0].float()
     k = _target_index(model, target, logits)
@@ -103,7 +119,8 @@ def _path_integral(model, encoded: Encoded, target: str | None, steps: int, batc
     return Attribution(
         tokens=encoded.tokens, scores=scores.cpu().numpy(), target=model.config.labels[k],
         probability=float("nan") if regression else float(logits.softmax(-1)[k]),
-        output=float(logits[k]), baseline_output=float(base_logits[k]), steps=steps, description=description)
+        output=float(logits[k]), baseline_output=float(base_logits[k]), steps=steps, description=description,
+        baseline=what)
 
 
 def plot_attribution(a: Attribution, path: Path) -> Path:
@@ -122,8 +139,8 @@ def plot_attribution(a: Attribution, path: Path) -> Path:
     ax.set_ylabel("attribution")
     chance = "" if np.isnan(a.probability) else f" (p = {a.probability:.2f})"
     ax.set_title(f"{a.description}: why {a.target!r}{chance}\nintegrated gradients, {a.steps} steps; "
-                 f"sum {a.scores.sum():+.3f} = F(x) - F(baseline) {a.output - a.baseline_output:+.3f} "
-                 f"(gap {a.gap:.1e})", fontsize=9)
+                 f"sum {a.scores.sum():+.3f} = F(x) - F(baseline) {a.output - a.baseline_output:+.3f}\n"
+                 f"(gap {a.gap:.1e}; baseline: {a.baseline})", fontsize=9)
     return save(fig, path)
 
 

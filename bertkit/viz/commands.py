@@ -137,7 +137,8 @@ def cmd_attribution(args) -> None:
     chance = "" if np.isnan(result.probability) else f" (p = {result.probability:.3f})"
     print(f"{result.target!r}{chance}: " + ", ".join(f"{result.tokens[i]} {result.scores[i]:+.3f}" for i in order))
     print(f"attributions sum to {result.scores.sum():+.4f}; F(x) - F(baseline) = "
-          f"{result.output - result.baseline_output:+.4f} (gap {result.gap:.1e}: raise --steps if it is large)")
+          f"{result.output - result.baseline_output:+.4f} (gap {result.gap:.1e}: raise --steps if it is large; "
+          f"baseline: {result.baseline})")
 
 
 def cmd_distillation_temperature(args) -> None:
@@ -249,7 +250,8 @@ def add_parsers(sub) -> None:
         "attribution", help="which tokens made a classifier's decision (integrated gradients)",
         description="Explain one prediction of a sequence classifier (a fine-tuned classification or regression "
                     "model): integrated gradients (Sundararajan et al., 2017) of the predicted class, or --target, "
-                    "against a baseline whose word vectors are all the padding token's (special tokens kept). "
+                    "against a baseline whose word vectors are all the padding token's (special tokens kept; the "
+                    "mask token's where the padding row is zero, as in DeBERTa-v3 and ModernBERT). "
                     "The attributions add up to the class's logit minus the baseline's; the gap is printed. "
                     "Writes attribution.png (a bar per token) and attribution.json into --out.")
     s.add_argument("--model", required=True, help="a fine-tuned classifier directory (bertkit finetune's --out)")
