@@ -327,6 +327,20 @@ def test_cli_attention_from_a_checkpoint_and_a_preset(bert, tmp_path, capsys):
     assert not (tmp_path / "preset" / "attention_layer_0.png").exists()
 
 
+@pytest.mark.parametrize("lengths", [(80, 60), (60, 80), (70, 70), (45, 40)])
+def test_a_long_pair_is_cut_as_transformers_cuts_it(bert, minilm_dir, lengths):
+    """Longest first, with the tokenizers arithmetic that truncation="longest_first" uses: once
+    the parts are equal, transformers takes the odd token from the second."""
+    import transformers
+
+    reference = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    text, pair = (" ".join(["movie"] * lengths[0]), " ".join(["plot"] * lengths[1]))
+    with pytest.warns(UserWarning, match="the max length asked is 64"):
+        ours = encode(bert, text, pair, max_length=64)
+    expected = reference(text, pair, truncation="longest_first", max_length=64)["input_ids"]
+    assert ours.ids[0].tolist() == expected
+
+
 def test_cli_deberta_components(tokenizer, tmp_path, capsys):
     model = tiny("deberta-v3-xsmall", tokenizer.vocab_size)
     model.tokenizer = tokenizer

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from ..errors import BertkitError
+from ..tasks.base import truncate_pair
 
 
 def packaged_tokenizer_dir() -> Path | None:
@@ -115,14 +116,12 @@ def encode(model, text: str, text_pair: str | None = None, max_length: int | Non
     if not a or pair and not b:
         raise BertkitError("the text has no tokens")
     full = len(a) + len(b)
-    while len(a) + len(b) > budget:  # longest first, as the tokenizer truncates
-        if len(b) > len(a):
-            b = b[:-1]
-        else:
-            a = a[:-1]
+    a, b, _ = truncate_pair(a, b if pair else None, budget)  # longest first, as transformers truncates
+    b = b or []
     cut = full - len(a) - len(b)
     if cut:
-        warnings.warn(f"the input has {full + frame.specials(pair)} tokens but the model takes at most {limit}: "
+        limited = f"the model takes at most {limit}" if max_length is None else f"the max length asked is {limit}"
+        warnings.warn(f"the input has {full + frame.specials(pair)} tokens but {limited}: "
                       f"{cut} token(s) cut from the end (longest part first)", stacklevel=2)
     ids, types, segments, seen_b = [], [], [], False
     for piece, type_id in (frame.pair if pair else frame.single):
