@@ -428,6 +428,8 @@ def test_bench_picture_refuses_bad_records_in_one_line(content, message, tmp_pat
     (["visualize", "distillation-temperature", "--logits", "1,x"], "comma-separated float"),
     (["visualize", "distillation-temperature", "--temperatures", "-1"], "positive"),
     (["visualize", "distillation-temperature", "--model", "mini-bert"], "needs --text"),
+    (["visualize", "distillation-temperature", "--model", "mini-bert", "--text", "a [MASK]", "--top-k", "1"],
+     "--top-k must be at least 2"),
     (["compare", "--presets", "mini-bert,bert-huge"], "unknown model 'bert-huge'"),
     (["compare", "--repeats", "0"], "at least 1"),
     (["compare", "--presets", ",,"], "--presets: no values in ',,'"),

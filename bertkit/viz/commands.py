@@ -153,6 +153,9 @@ def cmd_distillation_temperature(args) -> None:
             raise BertkitError("--model needs --text with a [MASK] to read the logits at")
         from .inputs import load_model
 
+        if args.top_k < 2:
+            raise BertkitError(f"--top-k must be at least 2 (a distribution of one candidate has no temperature "
+                               f"to show), got {args.top_k}")
         with _warnings_as_lines():
             model, _ = load_model(args.model, args.tokenizer, head="mlm")
             logits, labels, context = mlm_logits(model, args.text, args.top_k)

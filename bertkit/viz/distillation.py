@@ -88,7 +88,7 @@ def plot_temperatures(path: Path, logits=EXAMPLE_LOGITS, labels=EXAMPLE_LABELS, 
         ax.bar(range(C), p, color=colours)
         ax.set_xticks(range(C), [F.short(s) for s in labels], rotation=60, ha="right", fontsize=font)
         ax.set_ylim(0, 1.0)
-        entropy = float(-(p * np.log(p + 1e-30)).sum())
+        entropy = float(-(p * np.log(p + 1e-30)).sum()) + 0.0  # + 0.0: a one-hot's -0.0 reads as 0.00
         marker = "  (DistilBERT)" if tau == DISTILBERT_TAU else "  (teacher)" if tau == 1.0 else ""
         ax.set_title(f"\u03c4 = {tau:g}{marker}\nentropy {entropy:.2f} nats", fontsize=9)
         ax.grid(axis="y", alpha=0.3)
