@@ -9,6 +9,8 @@ score of query i for key j is the sum of three terms (sec. 3.1, eq. 2):
 
 divided by sqrt(D * (1 + number of position terms)) (eq. 4). Kr and Qr are projections of one
 table of relative-position embeddings shared by all layers (2k rows for distances -k..k-1).
+p2c's distance is indexed as the released code and transformers index it, which differs from
+eq. 4 as printed (microsoft/DeBERTa#47); released checkpoints were trained that way.
 
 Computing Kr[delta(i, j)] for every pair would materialize (T, T, D) per head. Instead each term
 is a (T, 2k) score block, every query against every distance, gathered at delta(i, j) (sec. 3.1,
