@@ -727,6 +727,10 @@ def hub_examples(task: str, name: str, split: str, columns: Columns = Columns())
     label = pick(columns.label, ("label", "labels", "score"), "label", needed=task != "embedding")
     negative = pick(columns.negative, ("negative",), "negative", needed=False) if task == "embedding" else None
     names = getattr(data.features[label], "names", None) if label else None
+    if task == "embedding" and names:  # NLI's 0 entailment .. 2 contradiction would train as similarity scores
+        raise BertkitError(f"{name} ({hub_split}): column {label!r} holds classes ({', '.join(names)}), not "
+                           "similarity scores; name a score column with --label-column, or write the pairs you want "
+                           "to train on to a file (text, text_pair) without one")
     examples = []
     for row in data:
         value = row[label] if label else None  # None: embedding pairs without a score
