@@ -59,13 +59,13 @@ def encode_pairs(examples: list[TextExample], tokenizer, settings, max_length: i
     texts = [settings.prompt + t for e in examples for t in example_texts(e)]
     if settings.lowercase:
         texts = [t.lower() for t in texts]
-    ids = iter(tokenizer.encode_plain(texts))
+    encoded = iter(tokenizer.encode_plain(texts))
     features, cut = [], 0
     for example in examples:
-        parts = [next(ids) for _ in example_texts(example)]
-        cut += sum(len(i) > budget for i in parts)
-        framed = [frame.apply(np.asarray(keep_part(i, budget))) for i in parts]
-        feature = {"texts": framed, "length": max(len(ids_) for ids_, _ in framed)}
+        parts = [next(encoded) for _ in example_texts(example)]
+        cut += sum(len(part) > budget for part in parts)
+        framed = [frame.apply(np.asarray(keep_part(part, budget))) for part in parts]
+        feature = {"texts": framed, "length": max(len(ids) for ids, _ in framed)}
         if example.label is not None:
             feature["label"] = float(example.label)
         features.append(feature)
