@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from ..errors import BertkitError
 from ..objectives.base import Objective, Step
 from .base import Task, keep_part, model_max_length, report_truncated
-from .embedding import POOLING, STFiles, _embed, mean_pool, prepared, saved_max_length, sentence_files
+from .embedding import POOLING, STFiles, _embed, prepared, saved_max_length, sentence_files
 from .metrics import regression_scores
 from .readers import TextExample
 
@@ -56,9 +56,7 @@ def encode_pairs(examples: list[TextExample], tokenizer, settings, max_length: i
     max_length from the end), `length`, the longest, and `label`, the score when there is one.
     Returns the features and how many texts were cut."""
     frame, budget = tokenizer.frame, max_length - tokenizer.frame.specials(pair=False)
-    texts = [settings.prompt + t for e in examples for t in example_texts(e)]
-    if settings.lowercase:
-        texts = [t.lower() for t in texts]
+    texts = settings.read([t for e in examples for t in example_texts(e)])
     encoded = iter(tokenizer.encode_plain(texts))
     features, cut = [], 0
     for example in examples:
@@ -116,7 +114,7 @@ class PairObjective(Objective):
         super().__init__()
         if model.head is not None:
             raise BertkitError(f"embedding trains an encoder without a head, not one with a {model.head_kind!r} head")
-        self.model, self.pooling = model, settings.pooling
+        self.model, self.sentence = model, settings
         self.after = settings.after.requires_grad_(False)  # a folder's Dense modules stay as they are
 
     def models(self):
@@ -126,8 +124,7 @@ class PairObjective(Objective):
         B, K, T = batch["input_ids"].shape
         ids, mask, types = (batch[k].view(B * K, T) for k in ("input_ids", "attention_mask", "token_type_ids"))
         hidden = self.model.backbone(ids, mask, types).last_hidden_state.float()  # (B * K, T, H)
-        pooled = mean_pool(hidden, mask) if self.pooling == "mean" else hidden[:, 0]
-        vectors = self.after(pooled).float().view(B, K, -1)  # (B, K, H')
+        vectors = self.after(self.sentence.pool(hidden, mask)).float().view(B, K, -1)  # (B, K, H')
         if "label" in batch:
             loss = cosent_loss(vectors[:, 0], vectors[:, 1], batch["label"])
             return Step(loss, {"loss": loss.detach()})

@@ -277,6 +277,15 @@ class SentenceSettings:
     listed: bool = False
     similarity: str = "cosine"
 
+    def read(self, texts: list[str]) -> list[str]:
+        """The texts as the model reads them: the prompt before each, lowercased if asked."""
+        texts = [self.prompt + t for t in texts]
+        return [t.lower() for t in texts] if self.lowercase else texts
+
+    def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) token vectors -> (B, H): the mean over real tokens, or the first token's."""
+        return mean_pool(hidden, attention_mask) if self.pooling == "mean" else hidden[:, 0]
+
 
 def prepared(source, tokenizer=None, max_length: int | None = None, pooling: str | None = None):
     """(model, SentenceSettings) checked for embedding: `source` a Model or a directory (or hub
@@ -337,9 +346,7 @@ def _embed(model, texts: list[str], settings: SentenceSettings, batch_size: int,
     max_length, after = settings.max_length, settings.after
     if normalize is False:  # raw: the folder's Normalize modules too are left out
         after = nn.Sequential(*[m for m in after if not isinstance(m, Normalize)])
-    texts = [settings.prompt + t for t in texts]
-    if settings.lowercase:
-        texts = [t.lower() for t in texts]
+    texts = settings.read(texts)
     device = next(model.parameters()).device  # the tokenizer gives CPU tensors
     specials = model.tokenizer.frame.specials(pair=False)
     lengths = [len(ids) + specials for ids in model.tokenizer.encode_plain(texts)]
@@ -354,7 +361,7 @@ def _embed(model, texts: list[str], settings: SentenceSettings, batch_size: int,
                 # the encoder alone: a head's work (an MLM head's vocabulary projection of every
                 # token) would be thrown away, and a multiple-choice head wants (B, C, T) inputs
                 hidden = model.backbone(ids, mask, types).last_hidden_state.float()
-            chunks.append(after(mean_pool(hidden, mask) if settings.pooling == "mean" else hidden[:, 0]).cpu())
+            chunks.append(after(settings.pool(hidden, mask)).cpu())
     width = after(torch.zeros(1, model.config.hidden_size, device=device)).shape[-1]
     vectors = torch.cat(chunks) if chunks else torch.zeros(0, width)
     result = torch.empty_like(vectors)
