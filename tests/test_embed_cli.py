@@ -293,3 +293,15 @@ def test_an_unknown_similarity_function_is_one_error_line(minilm_dir, tmp_path, 
     assert main(["embed", "--model", str(folder), "--query", "space", SHORT, "Another text."]) == 2
     assert one_error(capsys).endswith("config_sentence_transformers.json: similarity_fn_name 'jaccard' is not "
                                       "one of cosine, dot, euclidean, manhattan")
+
+
+def test_search_results_name_each_texts_line_in_the_input_file(minilm_dir, tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"  # empty lines are skipped, so an index alone would point one line off
+    corpus.write_text("A film about the sea.\n\nA recipe for bread.\n\n\nA documentary about space travel.\n")
+    assert main(["embed", "--model", str(minilm_dir), "--input", str(corpus), "--query", "rockets and astronauts",
+                 "--top-k", "3"]) == 0
+    hits = json.loads(capsys.readouterr().out.splitlines()[0])["results"]
+    lines = corpus.read_text().splitlines()
+    assert sorted(h["line"] for h in hits) == [1, 3, 6]
+    assert all(lines[h["line"] - 1] == h["text"] for h in hits)
+    assert hits[0]["text"] == "A documentary about space travel."

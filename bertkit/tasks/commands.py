@@ -62,11 +62,13 @@ def _text_lines(source: str) -> list[tuple[int, str]]:
 LIST_FIELDS = ("tokens", "choices")  # input fields that are lists of strings; the others are strings
 
 
-def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of: tuple[str, ...] = ()) -> list[dict]:
+def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of: tuple[str, ...] = (),
+                lines: list[int] | None = None) -> list[dict]:
     """One dict per input: a positional text is {fields[0]: text}; an input line is plain text the
     same way, or a JSON object whose keys among `fields` are kept (those in `required` must be
     there, and at least one of `any_of`). A line is taken for JSON when it opens an object with a
-    key (`{"`): plain text may start with a brace. Bad lines are one error naming the file and line."""
+    key (`{"`): plain text may start with a brace. Bad lines are one error naming the file and line.
+    `lines`, if given, gets each input's line number in the file (empty lines are skipped)."""
     if args.text and args.input:
         raise BertkitError("give texts as arguments or with --input, not both")
     if not args.text and not args.input:
@@ -76,6 +78,8 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of
     records = []
     for n, line in _text_lines(args.input):
         where = f"{args.input} line {n}"
+        if lines is not None:
+            lines.append(n)
         if re.match(r'\s*\{\s*"', line):
             try:
                 row = json.loads(line)
@@ -244,7 +248,8 @@ def cmd_choose(args) -> None:
 def cmd_embed(args) -> None:
     from .embedding import embed, search
 
-    texts = [r["text"] for r in read_inputs(args, ("text",), ("text",))]
+    lines = []  # each text's line in --input: search results name it beside the index
+    texts = [r["text"] for r in read_inputs(args, ("text",), ("text",), lines=lines)]
     if args.batch_size < 1:
         raise BertkitError(f"--batch-size must be at least 1, got {args.batch_size}")
     # the directory: its sentence-transformers settings or task.json's max_length are the defaults
@@ -255,6 +260,8 @@ def cmd_embed(args) -> None:
                "tokenizer": args.tokenizer}
     if args.query:
         hits = search(args.model, args.query, texts, args.top_k, **options)
+        if lines:
+            hits = [[{**h, "line": lines[h["index"]]} for h in hit] for hit in hits]
         _write_lines({"query": q, "results": h} for q, h in zip(args.query, hits))
         return
     vectors = embed(args.model, texts, normalize=False if args.no_normalize else None, **options)
