@@ -305,3 +305,30 @@ def test_search_results_name_each_texts_line_in_the_input_file(minilm_dir, tmp_p
     assert sorted(h["line"] for h in hits) == [1, 3, 6]
     assert all(lines[h["line"] - 1] == h["text"] for h in hits)
     assert hits[0]["text"] == "A documentary about space travel."
+
+
+@QUIET
+def test_a_folder_keeping_its_transformer_in_a_subfolder_loads_and_saves_as_sentence_transformers_does(
+        minilm_dir, tmp_path):
+    old = tmp_path / "old"  # the layout before sentence-transformers 2: the model's files in 0_Transformer/
+    inner = old / "0_Transformer"
+    inner.mkdir(parents=True)
+    for f in minilm_dir.iterdir():
+        if f.is_file() and f.name not in ("modules.json", "config_sentence_transformers.json", "README.md"):
+            shutil.copy(f, inner / f.name)
+    shutil.copytree(minilm_dir / "1_Pooling", old / "1_Pooling")
+    shutil.copy(minilm_dir / "config_sentence_transformers.json", old)
+    modules = json.loads((minilm_dir / "modules.json").read_text())
+    modules[0]["path"] = "0_Transformer"
+    (old / "modules.json").write_text(json.dumps(modules))
+    (inner / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 32, "do_lower_case": False}))
+    texts = [SHORT, LONG]
+    expected = reference(old, texts)  # cut at the subfolder's 32 tokens: a length of its own, not the 256 default
+    assert (cosine(expected, reference(minilm_dir, texts)) < 0.999).any()
+    assert torch.allclose(embed(str(old), texts), expected, atol=1e-5)
+    model = bertkit.from_pretrained(old)
+    assert torch.allclose(embed(model, texts), expected, atol=1e-5)
+    model.save_pretrained(tmp_path / "saved")  # written in the current layout, which sentence-transformers reads
+    assert json.loads((tmp_path / "saved" / "modules.json").read_text())[0]["path"] == ""
+    assert not (tmp_path / "saved" / "0_Transformer").exists()
+    assert torch.allclose(reference(tmp_path / "saved", texts), expected, atol=1e-5)

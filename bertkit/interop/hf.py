@@ -501,7 +501,8 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
     skipping a random initialization the checkpoint would overwrite (most of bert-base's load time);
     only when the file lacks some head or pooler weights is it built for real, so that those
     start from the family's initializer."""
-    directory = resolve(path_or_id)
+    root = resolve(path_or_id)
+    directory = root / transformer_folder(root)
     config_path = directory / "config.json"
     if not config_path.exists():
         raise BertkitError(f"{directory}: no config.json (not a Hugging Face model directory)")
@@ -546,7 +547,7 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
 
     if any((directory / f).exists() for f in TOKENIZER_FILES):  # RoBERTa's vocab.json, DeBERTa's spm.model too
         model.tokenizer = load_tokenizer(directory)
-    model.companion_files = companion_files(directory)
+    model.companion_files = companion_files(root)
     model.carried_config = {key: hf[key] for key in CARRIED_KEYS if key in hf}
     return model.eval()
 
@@ -560,17 +561,52 @@ CARRIED_KEYS = ("bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id", 
 ST_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 
 
+def _modules(directory: Path) -> list:
+    """The entries of a sentence-transformers folder's modules.json; [] without one."""
+    path = directory / "modules.json"
+    listed = parse_json(decode_text(path.read_bytes(), str(path)), str(path), object) if path.is_file() else []
+    return listed if isinstance(listed, list) else []
+
+
+def _module_folder(entry) -> str:
+    """A modules.json entry's folder, "" for the model folder itself or one that would lie outside it."""
+    folder = str(entry.get("path", "")) if isinstance(entry, dict) else ""
+    return folder if folder and not Path(folder).is_absolute() and ".." not in Path(folder).parts else ""
+
+
+def _is_transformer(entry) -> bool:
+    return isinstance(entry, dict) and str(entry.get("type", "")).rpartition(".")[2] == "Transformer"
+
+
+def transformer_folder(directory: Path) -> str:
+    """Where a sentence-transformers folder keeps its Transformer module's files (config.json,
+    weights, tokenizer): "" for the folder itself, as sentence-transformers has saved them since
+    version 2, or the subfolder modules.json names (0_Transformer/) in folders saved before,
+    which sentence-transformers still loads."""
+    if (directory / "config.json").exists():
+        return ""
+    return next((folder for entry in _modules(directory) if _is_transformer(entry)
+                 and (folder := _module_folder(entry)) and (directory / folder / "config.json").is_file()), "")
+
+
 def companion_files(directory: Path) -> dict[str, bytes]:
     """sentence-transformers' files in a model folder: its settings and the folders of the modules
     modules.json lists after the Transformer (1_Pooling, 2_Dense, 2_Normalize ...), as relative
-    path -> bytes. Nothing of them is a parameter here; they are kept to be written back."""
+    path -> bytes. Nothing of them is a parameter here; they are kept to be written back. From a
+    folder whose Transformer sits in a subfolder, they are kept as the current layout has them:
+    the Transformer at the top (path ""), with its sentence_bert_config.json, as save_pretrained
+    writes the model."""
     files = {name: (directory / name).read_bytes() for name in ST_FILES if (directory / name).is_file()}
-    listed = (parse_json(decode_text(files["modules.json"], str(directory / "modules.json")),
-                         str(directory / "modules.json"), object) if "modules.json" in files else [])
-    for entry in listed if isinstance(listed, list) else []:
-        folder = str(entry.get("path", "")) if isinstance(entry, dict) else ""
-        inside = folder and not Path(folder).is_absolute() and ".." not in Path(folder).parts  # saved back under it
-        if inside and (directory / folder).is_dir():
+    listed, inner = _modules(directory), transformer_folder(directory)
+    if inner:
+        listed = [{**entry, "path": ""} if _is_transformer(entry) else entry for entry in listed]
+        files["modules.json"] = (json.dumps(listed, indent=2) + "\n").encode()
+        inner_config = directory / inner / "sentence_bert_config.json"
+        if inner_config.is_file():
+            files["sentence_bert_config.json"] = inner_config.read_bytes()
+    for entry in listed:
+        folder = _module_folder(entry)  # saved back under it
+        if folder and (directory / folder).is_dir():
             for f in sorted((directory / folder).iterdir()):
                 if f.is_file():
                     files[f"{folder}/{f.name}"] = f.read_bytes()
