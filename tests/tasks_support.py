@@ -12,7 +12,9 @@ keeps real pre-trained knowledge: the embeddings and lowest layers of all-MiniLM
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 
 import torch
 
@@ -37,6 +39,33 @@ def minilm_lower_layers(minilm_dir, head: str, num_labels: int | None = None, la
     model = bertkit.Model(full.config.replace(num_layers=layers), head, tokenizer=full.tokenizer)
     model.load_state_dict({k: v for k, v in full.state_dict().items() if k in model.state_dict()})
     return model
+
+
+# ---- sentence-transformers folders -------------------------------------------------------------
+def copy_of(minilm_dir, tmp_path):
+    """The MiniLM directory with its small files copied (to edit) and its weights linked."""
+    folder = tmp_path / "minilm"
+    shutil.copytree(minilm_dir, folder, ignore=shutil.ignore_patterns("model.safetensors"))
+    (folder / "model.safetensors").symlink_to(minilm_dir / "model.safetensors")
+    return folder
+
+
+def add_dense(folder, name, n_in, n_out, seed, **config):
+    """A sentence-transformers Dense module with random weights, listed in modules.json before Normalize."""
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(seed)
+    (folder / name).mkdir()
+    (folder / name / "config.json").write_text(json.dumps({"in_features": n_in, "out_features": n_out, **config}))
+    state = {"linear.weight": torch.randn(n_out, n_in, generator=g) * 0.1}
+    if config.get("bias", True):
+        state["linear.bias"] = torch.randn(n_out, generator=g) * 0.1
+    if config.get("use_residual") and n_in != n_out:
+        state["residual.weight"] = torch.randn(n_out, n_in, generator=g) * 0.1
+    save_file(state, str(folder / name / "model.safetensors"))
+    modules = json.loads((folder / "modules.json").read_text())
+    modules.insert(-1, {"idx": len(modules), "name": name, "path": name, "type": "sentence_transformers.models.Dense"})
+    (folder / "modules.json").write_text(json.dumps(modules))
 
 
 # ---- tags -------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import bertkit
 from bertkit.cli import main
 from bertkit.errors import BertkitError
 from bertkit.tasks import embed, search
+from tasks_support import add_dense, copy_of
 
 LONG = " ".join(f"sentence {i} goes on about the film's acting, plot and music" for i in range(30))  # > 256 tokens
 SHORT = "A short review."
@@ -43,14 +44,6 @@ def one_error(capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("bertkit: error: "), err
     return err[0]
-
-
-def copy_of(minilm_dir, tmp_path):
-    """The MiniLM directory with its small files copied (to edit) and its weights linked."""
-    folder = tmp_path / "minilm"
-    shutil.copytree(minilm_dir, folder, ignore=shutil.ignore_patterns("model.safetensors"))
-    (folder / "model.safetensors").symlink_to(minilm_dir / "model.safetensors")
-    return folder
 
 
 def test_a_long_text_embeds_at_the_models_own_length_like_sentence_transformers(minilm_dir, capsys):
@@ -144,24 +137,6 @@ def test_a_roberta_model_embeds_a_long_text_at_its_real_maximum(minilm_dir):
     model.tokenizer = tokenizer
     assert model.backbone.embeddings.max_length == 64
     assert torch.equal(embed(model, [LONG]), embed(model, [LONG], max_length=64))
-
-
-def add_dense(folder, name, n_in, n_out, seed, **config):
-    """A sentence-transformers Dense module with random weights, listed in modules.json before Normalize."""
-    from safetensors.torch import save_file
-
-    g = torch.Generator().manual_seed(seed)
-    (folder / name).mkdir()
-    (folder / name / "config.json").write_text(json.dumps({"in_features": n_in, "out_features": n_out, **config}))
-    state = {"linear.weight": torch.randn(n_out, n_in, generator=g) * 0.1}
-    if config.get("bias", True):
-        state["linear.bias"] = torch.randn(n_out, generator=g) * 0.1
-    if config.get("use_residual") and n_in != n_out:
-        state["residual.weight"] = torch.randn(n_out, n_in, generator=g) * 0.1
-    save_file(state, str(folder / name / "model.safetensors"))
-    modules = json.loads((folder / "modules.json").read_text())
-    modules.insert(-1, {"idx": len(modules), "name": name, "path": name, "type": "sentence_transformers.models.Dense"})
-    (folder / "modules.json").write_text(json.dumps(modules))
 
 
 @QUIET

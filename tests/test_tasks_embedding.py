@@ -18,7 +18,7 @@ from bertkit.errors import BertkitError
 from bertkit.tasks import Columns, FinetuneSettings, TextExample, embed, evaluate, finetune, load_examples
 from bertkit.tasks.contrastive import PairObjective, SentenceEmbedding, collate_pairs, encode_pairs
 from bertkit.tasks.finetune import load_model
-from tasks_support import FAST_BF16, minilm_lower_layers
+from tasks_support import FAST_BF16, add_dense, copy_of, minilm_lower_layers
 
 pytestmark = pytest.mark.filterwarnings("ignore::bertkit.data.DataWarning")
 
@@ -72,14 +72,18 @@ def sentence_transformer(path):
         return SentenceTransformer(str(path), device="cpu")
 
 
-@pytest.mark.parametrize("kind", ["pairs", "negatives", "scores"])
-def test_losses_and_gradients_match_sentence_transformers(minilm_dir, kind):
+@pytest.mark.parametrize("kind", ["pairs", "negatives", "scores", "dense"])
+def test_losses_and_gradients_match_sentence_transformers(minilm_dir, tmp_path, kind):
     from sentence_transformers.sentence_transformer import losses
 
     examples = {"pairs": halves("dev", 8), "negatives": with_negatives(halves("dev", 8)),
-                "scores": scored("dev", 8)}[kind]
-    st = sentence_transformer(minilm_dir).eval()  # dropout off on both sides
-    model = load_model(minilm_dir).eval()
+                "scores": scored("dev", 8), "dense": halves("dev", 8)}[kind]
+    folder = minilm_dir
+    if kind == "dense":  # a Dense module after the pooling: trained too, as sentence-transformers trains it
+        folder = copy_of(minilm_dir, tmp_path)
+        add_dense(folder, "2_Dense", 384, 64, 0)
+    st = sentence_transformer(folder).eval()  # dropout off on both sides
+    model = load_model(folder).eval()
     task = SentenceEmbedding()
     max_length = task.prepare(model, None)
     assert max_length == st.max_seq_length == 256
@@ -96,6 +100,32 @@ def test_losses_and_gradients_match_sentence_transformers(minilm_dir, kind):
     ref_grad = st[0].auto_model.embeddings.word_embeddings.weight.grad
     assert ref_grad.abs().max() > 0
     assert (grad - ref_grad).abs().max() <= 1e-5 * ref_grad.abs().max() + 1e-7
+    if kind == "dense":
+        grad, ref_grad = task.sentence.after[0].linear.weight.grad, st[2].linear.weight.grad
+        assert ref_grad.abs().max() > 0
+        assert (grad - ref_grad).abs().max() <= 1e-5 * ref_grad.abs().max() + 1e-7
+
+
+def test_dense_modules_are_trained_and_the_best_ones_saved(minilm_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    from bertkit.interop.hf import companion_files
+
+    folder = copy_of(minilm_dir, tmp_path)
+    add_dense(folder, "2_Dense", 384, 64, 0)
+    model = minilm_lower_layers(minilm_dir, None)
+    model.companion_files = companion_files(folder)
+    pairs = halves("train", 64)
+    out = tmp_path / "out"
+    metrics = finetune("embedding", model, pairs, pairs, out,
+                       FinetuneSettings(epochs=2, lr=2e-4, batch_size=16, max_length=40, progress=False))
+    before, after = (load_file(str(f / "2_Dense" / "model.safetensors")) for f in (folder, out))
+    assert (before["linear.weight"] - after["linear.weight"]).abs().max() > 1e-4
+    # the saved Dense weights are the best evaluation's, which the saved folder scores again
+    assert evaluate(out, None, pairs, progress=False)["mrr"] == pytest.approx(metrics["mrr"], abs=1e-6)
+    texts = [e.text for e in pairs[:10]]
+    reference = torch.from_numpy(sentence_transformer(out).encode(texts))
+    assert reference.shape == (10, 64) and (embed(out, texts) - reference).abs().max() < 1e-5
 
 
 @pytest.fixture(scope="module")

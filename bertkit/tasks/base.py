@@ -220,6 +220,15 @@ class Task:
         over the batches."""
         raise NotImplementedError
 
+    def snapshot(self, model) -> dict:
+        """A copy (on the CPU) of what training changes, for early stopping to keep the best."""
+        return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+    def restore(self, model, state: dict) -> None:
+        """Put a `snapshot` back."""
+        with torch.no_grad():
+            model.load_state_dict(state)
+
     def check_gold(self, examples, labels: tuple[str, ...], source: str) -> None:
         """Refuse evaluation data a model with these labels cannot be scored on (a label it does
         not know, a missing answer), before any time goes into predicting."""

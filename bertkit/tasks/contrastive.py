@@ -14,8 +14,8 @@ sentence-transformers recommends, chosen by the data:
   of the scores matters, so 0-5 and 0-1 scales train alike.
 
 The sentence vector is the one `embed` computes (the model's pooling and Dense modules; the
-folder's prompt). Dense modules of a sentence-transformers folder are kept as they are (frozen);
-the encoder is trained. The saved folder carries sentence-transformers files (a plain model gets
+folder's prompt). The encoder and a sentence-transformers folder's Dense modules are trained, as
+sentence-transformers trains them; the saved folder holds the new Dense weights. The saved folder carries sentence-transformers files (a plain model gets
 Transformer -> Pooling -> Normalize), so `embed` and sentence-transformers read it alike.
 
 Dev scores, chosen by the dev data: scored pairs give spearman (the main score, as
@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from ..errors import BertkitError
 from ..objectives.base import Objective, Step
 from .base import Task, keep_part, model_max_length, report_truncated
-from .embedding import POOLING, STFiles, _embed, prepared, saved_max_length, sentence_files
+from .embedding import POOLING, STFiles, _embed, prepared, saved_max_length, sentence_files, with_dense_weights
 from .metrics import regression_scores
 from .readers import TextExample
 
@@ -115,7 +115,7 @@ class PairObjective(Objective):
         if model.head is not None:
             raise BertkitError(f"embedding trains an encoder without a head, not one with a {model.head_kind!r} head")
         self.model, self.sentence = model, settings
-        self.after = settings.after.requires_grad_(False)  # a folder's Dense modules stay as they are
+        self.after = settings.after  # a folder's Dense modules: trained with the encoder
 
     def models(self):
         return {"": self.model}
@@ -201,10 +201,27 @@ class SentenceEmbedding(Task):
         self.metrics = ("spearman", "pearson") if scored else ("accuracy", "mrr")
         self.metric = self.metrics[0] if scored else "mrr"
 
+    def snapshot(self, model) -> dict:
+        """The model's weights and its Dense modules' (trained too)."""
+        state = super().snapshot(model)
+        return {"model": state, "after": {k: v.detach().to("cpu", copy=True)
+                                          for k, v in self.sentence.after.state_dict().items()}}
+
+    def restore(self, model, state: dict) -> None:
+        """Both back, and the Dense weights into the files the model is saved with."""
+        super().restore(model, state["model"])
+        with torch.no_grad():
+            self.sentence.after.load_state_dict(state["after"])
+        model.companion_files = with_dense_weights(model.companion_files, self.sentence.after)
+
     def predict(self, model, examples, batch_size=64, max_length=None, bf16=False, progress=False):
         """{"score": the cosine of the pair's two vectors, "vectors": the two unit vectors} per
-        pair (the vectors are what retrieval scores are computed from)."""
-        model, settings = prepared(model, max_length=max_length)
+        pair (the vectors are what retrieval scores are computed from). In training, the Dense
+        modules being trained; otherwise the model's own."""
+        if self.sentence is not None and (max_length is None or max_length == self.sentence.max_length):
+            settings = self.sentence
+        else:
+            model, settings = prepared(model, max_length=max_length)
         texts = sorted({t for e in examples for t in example_texts(e)})
         vectors = _embed(model, texts, settings, batch_size, True, progress, bf16).numpy()
         row = {t: i for i, t in enumerate(texts)}

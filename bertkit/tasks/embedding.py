@@ -170,11 +170,11 @@ def sentence_files(model, max_length: int, pooling: str | None = None) -> dict[s
 
 class Dense(nn.Module):
     """sentence-transformers' Dense module: activation(linear(x)), plus x (or a projection of it)
-    when it was trained with a residual connection."""
+    when it was trained with a residual connection. `folder`: where its files are (2_Dense)."""
 
-    def __init__(self, linear: nn.Linear, activation: nn.Module, residual: nn.Module | None):
+    def __init__(self, linear: nn.Linear, activation: nn.Module, residual: nn.Module | None, folder: str = ""):
         super().__init__()
-        self.linear, self.activation, self.residual = linear, activation, residual
+        self.linear, self.activation, self.residual, self.folder = linear, activation, residual, folder
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, in) -> (B, out)
         out = self.activation(self.linear(x))
@@ -229,7 +229,7 @@ def _dense(files: STFiles, folder: str) -> Dense:
     if config.get("use_residual") is True:
         residual = nn.Identity() if n_in == n_out else nn.Linear(n_in, n_out, bias=False)
     dense = Dense(linear, _activation(config.get("activation_function", "torch.nn.modules.activation.Tanh"), name),
-                  residual)
+                  residual, folder)
     state, weights = _dense_weights(files, folder)
     expected = dense.state_dict()
     if set(state) != set(expected):
@@ -240,6 +240,20 @@ def _dense(files: STFiles, folder: str) -> Dense:
             raise BertkitError(f"{weights}: {key} has shape {tuple(tensor.shape)}, expected {tuple(expected[key].shape)}")
     dense.load_state_dict({k: v.float() for k, v in state.items()})
     return dense.eval()
+
+
+def with_dense_weights(files: dict[str, bytes], after: nn.Sequential) -> dict[str, bytes]:
+    """The sentence-transformers files with each Dense module's weights replaced by the live
+    module's (after fine-tuning), as model.safetensors in its folder, where sentence-transformers
+    looks first."""
+    from safetensors.torch import save
+
+    files = dict(files)
+    for dense in (m for m in after if isinstance(m, Dense)):
+        files.pop(f"{dense.folder}/pytorch_model.bin", None)
+        state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in dense.state_dict().items()}
+        files[f"{dense.folder}/model.safetensors"] = save(state)
+    return files
 
 
 def saved_modules(files: STFiles) -> nn.Sequential:

@@ -257,7 +257,7 @@ class EarlyStopping:
         metrics.update(scores)  # logged in metrics.jsonl with the evaluation
         if not self.best or scores[self.metric] > self.best[self.metric]:
             self.best, self.best_step, self.waited = scores, step, 0
-            self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+            self.best_state = self.task.snapshot(self.model)
             return False
         self.waited += 1
         return s.patience is not None and self.waited >= s.patience
@@ -308,8 +308,7 @@ def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneS
     else:
         interrupted = None
 
-    with torch.no_grad():
-        model.load_state_dict(stopper.best_state)
+    job.restore(model, stopper.best_state)
     metrics = {**stopper.best, "eval_examples": len(eval_examples), "train_examples": len(train_examples),
                "best_step": stopper.best_step, "steps": trainer.step,
                **({"interrupted": True} if interrupted is not None else {})}
