@@ -298,3 +298,20 @@ def test_one_training_pair_is_refused(minilm_dir, tmp_path):
     pairs = halves("dev", 3)
     with pytest.raises(BertkitError, match="embedding needs at least two training pairs, got 1"):
         finetune("embedding", minilm_dir, pairs[:1], pairs, tmp_path)
+
+
+def test_dev_evaluations_leave_dropout_on_for_the_rest_of_training(minilm_dir, tmp_path, monkeypatch):
+    model = minilm_lower_layers(minilm_dir, None, layers=1).train()
+    embed(model, ["a text", "another"])
+    assert model.training  # embed() puts back the mode it found
+    modes, forward = [], PairObjective.forward
+
+    def recording(self, batch):
+        modes.append(self.model.training)
+        return forward(self, batch)
+
+    monkeypatch.setattr(PairObjective, "forward", recording)
+    pairs = halves("train", 32)
+    finetune("embedding", model, pairs, pairs[:8], tmp_path,
+             FinetuneSettings(steps=4, eval_every=1, batch_size=8, max_length=24, progress=False))
+    assert modes == [True] * 4

@@ -356,7 +356,16 @@ def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None 
 @torch.no_grad()
 def _embed(model, texts: list[str], settings: SentenceSettings, batch_size: int, normalize: bool | None,
            progress: bool, bf16: bool) -> torch.Tensor:
-    model.eval()
+    """The vectors, in eval mode; the model is left in the mode it was in (a dev evaluation in the
+    middle of training must not switch its dropout off for the rest of it)."""
+    from ..model import evaluating
+
+    with evaluating(model):
+        return _embed_eval(model, texts, settings, batch_size, normalize, progress, bf16)
+
+
+def _embed_eval(model, texts: list[str], settings: SentenceSettings, batch_size: int, normalize: bool | None,
+                progress: bool, bf16: bool) -> torch.Tensor:
     max_length, after = settings.max_length, settings.after
     if normalize is False:  # raw: the folder's Normalize modules too are left out
         after = nn.Sequential(*[m for m in after if not isinstance(m, Normalize)])
