@@ -25,6 +25,22 @@ def lr_factor(progress: float, warmup: float, schedule: str) -> float:
     return 1.0 - rest if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * rest))
 
 
+def scheduled_factor(settings, step: int, elapsed: float) -> float:
+    """lr_factor for a trainer `step` optimizer steps and `elapsed` seconds into a run of
+    `settings` (steps, time_budget, warmup, schedule). Progress is the fraction of steps or of
+    the budget done, with both the larger, so a run that will end by its step count first still
+    decays to zero. A run counted in steps warms up over ceil(warmup * steps) whole steps, as
+    transformers' Trainer does (so a short run reaches the peak, and the two schedules agree
+    step for step)."""
+    done = [step / settings.steps] if settings.steps is not None else []
+    if settings.time_budget is not None:
+        done.append(elapsed / settings.time_budget)
+    warmup = settings.warmup
+    if settings.time_budget is None:
+        warmup = math.ceil(warmup * settings.steps) / settings.steps
+    return lr_factor(max(done), warmup, settings.schedule)
+
+
 def check_training(settings) -> None:
     """The checks both trainers' TrainSettings run on construction (the fields they share:
     steps, time_budget, schedule, warmup, accumulation and the optimizer's). A negative clip

@@ -85,6 +85,37 @@ def test_schedules_warm_up_then_decay():
         lr_factor(0.5, 0.1, "exponential")
 
 
+@pytest.mark.parametrize("steps, warmup, schedule", [(10, 0.06, "linear"), (25, 0.1, "cosine"), (3, 0.1, "linear"),
+                                                    (100, 0.1, "linear"), (7, 0.0, "cosine")])
+def test_the_learning_rate_of_every_step_is_transformers_schedulers(reviews, tokenizer, tmp_path, steps, warmup,
+                                                                    schedule):
+    from transformers import get_scheduler
+
+    batch_at, _ = batches_from(reviews, tokenizer)
+    model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, **TINY)
+    run = settings(steps=steps, warmup=warmup, schedule=schedule, lr=1.0, clip_norm=None)
+    Trainer(MaskedLM(model), batch_at, run, tmp_path / "run").fit()
+    logged = [r["lr"] for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
+              if r["split"] == "train"]
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    # transformers' Trainer warms up over ceil(warmup * steps) steps (TrainingArguments.get_warmup_steps)
+    reference = get_scheduler(schedule, optimizer, num_warmup_steps=math.ceil(warmup * steps), num_training_steps=steps)
+    expected = []
+    for _ in range(steps):
+        expected.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        reference.step()
+    assert logged == pytest.approx(expected, abs=1e-9)
+
+
+def test_steps_with_a_time_budget_decay_by_whichever_is_further_along():
+    from bertkit.schedules import scheduled_factor
+
+    both = settings(steps=10, time_budget=3600.0, warmup=0.1)  # the steps end first: they set the pace
+    assert [scheduled_factor(both, s, 0.0) for s in range(10)] == [lr_factor(s / 10, 0.1, "linear") for s in range(10)]
+    assert scheduled_factor(both, 2, 3240.0) == pytest.approx(lr_factor(0.9, 0.1, "linear"))  # the budget runs out first
+
+
 def test_no_weight_decay_on_biases_and_norms_and_tied_weights_once():
     model = bertkit.build("mini-bert", head="mlm", **TINY)
     decay, no_decay = param_groups(model, 0.01)

@@ -25,8 +25,8 @@ import numpy as np
 
 from ..errors import BertkitError
 from .model import BertForMaskedLM
-from ..schedules import check_training
-from .optim import AdamW, clip_grad_norm, lr_factor
+from ..schedules import check_training, scheduled_factor
+from .optim import AdamW, clip_grad_norm
 
 
 @dataclass(frozen=True)
@@ -64,10 +64,6 @@ class Trainer:
         self.elapsed = 0.0
         self.tokens = 0
 
-    def progress(self) -> float:
-        s = self.settings
-        return self.elapsed / s.time_budget if s.time_budget is not None else self.step / s.steps
-
     def done(self) -> bool:
         s = self.settings
         return (s.steps is not None and self.step >= s.steps) or (
@@ -77,7 +73,7 @@ class Trainer:
         """One optimizer step over `accumulation` micro-batches, each loss scaled by
         1 / accumulation so the summed gradient is the gradient of the mean."""
         s = self.settings
-        lr = s.lr * lr_factor(self.progress(), s.warmup, s.schedule)
+        lr = s.lr * scheduled_factor(s, self.step, self.elapsed)
         self.optimizer.lr = lr
         start = time.perf_counter()
         self.model.zero_grad()

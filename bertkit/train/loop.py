@@ -36,8 +36,8 @@ import torch.distributed as dist
 from ..errors import BertkitError
 from ..files import writing
 from . import checkpoint
-from ..schedules import check_training
-from .optim import lr_factor, param_groups
+from ..schedules import check_training, scheduled_factor
+from .optim import param_groups
 
 SKIPS_IN_A_ROW = 20  # --skip-nonfinite: this many skipped steps in a row means the weights are lost; stop
 
@@ -46,7 +46,7 @@ SKIPS_IN_A_ROW = 20  # --skip-nonfinite: this many skipped steps in a row means 
 class TrainSettings:
     steps: int | None = 1000            # optimizer steps; None with a time budget
     time_budget: float | None = None    # seconds of training (evaluation and saving excluded);
-                                        # with both, whichever ends first, scheduled by the budget
+                                        # with both, whichever ends first (scheduled_factor)
     lr: float = 1e-3
     weight_decay: float = 0.01
     betas: tuple[float, float] = (0.9, 0.98)
@@ -114,19 +114,13 @@ class Trainer:
         self.skipped = 0  # steps skipped for a non-finite loss (skip_nonfinite), over the whole run
 
     # ---- bookkeeping ----------------------------------------------------------------------
-    def progress_fraction(self) -> float:
-        s = self.settings
-        if s.time_budget is not None:
-            return self.elapsed / s.time_budget
-        return self.step / s.steps
-
     def done(self) -> bool:
         s = self.settings
         return self.stopped or (s.steps is not None and self.step >= s.steps) or (
             s.time_budget is not None and self.elapsed >= s.time_budget)
 
     def _set_lr(self) -> float:
-        lr = self.settings.lr * lr_factor(self.progress_fraction(), self.settings.warmup, self.settings.schedule)
+        lr = self.settings.lr * scheduled_factor(self.settings, self.step, self.elapsed)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         return lr
