@@ -346,16 +346,15 @@ def test_the_same_command_under_torchrun_matches_one_process(corpus, tmp_path):
                            "--out", str(tmp_path / "two")], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads((tmp_path / "two" / "metrics.json").read_text())["processes"] == 2
-    # DDP averages each process's mean loss, while one process means over the whole batch: with
-    # different numbers of masked tokens per half the gradients differ slightly, and Adam's first
-    # steps (update ~ lr * g / |g|) can flip the sign of an update where a gradient is near zero.
-    # So the check is on the whole update, relative to how far training moved the weights: a
-    # wrong split of the batch moves them differently by about the whole update.
+    # The two halves of a masked batch hold different numbers of masked tokens; each process
+    # weighs its loss by its share of the step's masked tokens, so the two runs differ only by the
+    # order of float sums (a mean of the processes' means differed by about 2% of the update, a
+    # wrong split of the batch by about all of it). The check is relative to how far training moved.
     init, a, b = (load_file(tmp_path / run / "model.safetensors") for run in ("init", "one", "two"))
     moved = sum(((a[k] - init[k]) ** 2).sum() for k in a).sqrt().item()
     apart = sum(((a[k] - b[k]) ** 2).sum() for k in a).sqrt().item()
     print(f"update {moved:.2e}, one vs two processes {apart:.2e}")
-    assert moved > 1e-3 and apart <= 0.1 * moved
+    assert moved > 1e-3 and apart <= 1e-4 * moved
 
 
 def test_demo_pretrains_on_imdb_then_shows_the_finished_run(tmp_path, capsys):

@@ -197,6 +197,55 @@ def test_distillation_learns_from_a_teacher(reviews, tokenizer, tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(before, teacher.parameters()))  # the teacher is frozen
 
 
+def uneven_batch(reviews, tokenizer, pairs=False):
+    """Eight rows whose first four mask 1 token each and last four 8 each (plus pair labels)."""
+    batch = tokenizer(reviews[:8], reviews[8:16], max_length=32) if pairs else tokenizer(reviews[:8], max_length=32)
+    chosen = torch.zeros_like(batch["input_ids"], dtype=torch.bool)
+    chosen[:4, 1] = True
+    chosen[4:, 1:9] = True
+    batch["labels"] = batch["input_ids"].masked_fill(~chosen, -100)
+    batch["input_ids"] = batch["input_ids"].masked_fill(chosen, tokenizer.mask_token_id)
+    if pairs:
+        batch["pair_labels"] = torch.tensor([0, 1, 1, 0, 1, 0, 0, 1])
+    return batch
+
+
+@pytest.mark.parametrize("kind", ["mlm", "mlm+nsp", "rtd", "distill"])
+def test_accumulated_micro_batches_give_the_gradient_of_the_whole_batch(reviews, tokenizer, tmp_path, monkeypatch,
+                                                                         kind):
+    import copy
+
+    from bertkit.objectives import rtd
+
+    monkeypatch.setattr(rtd, "sample_tokens", lambda logits: logits.argmax(-1))  # the same tokens either way
+    torch.manual_seed(0)
+    quiet = {**TINY, "hidden_dropout": 0.0, "attention_dropout": 0.0, "vocab_size": tokenizer.vocab_size}
+    if kind == "rtd":
+        generator, model = bertkit.build_electra_pair(
+            bertkit.PRESETS["electra-small"].config.replace(embedding_size=16, **quiet),
+            bertkit.PRESETS["electra-small-generator"].config.replace(embedding_size=16,
+                                                                      **{**quiet, "hidden_size": 16, "num_heads": 2}))
+        objective = ReplacedTokenDetection(generator, model)
+    elif kind == "distill":
+        teacher = bertkit.build("bert-base", head="mlm", **{**quiet, "num_layers": 4})
+        objective = Distillation(bertkit.student_from_teacher(teacher, layers=(0, 2)), teacher)
+    else:
+        model = bertkit.build("bert-base", head="mlm" if kind == "mlm" else "pretraining", **quiet)
+        objective = MaskedLM(model, None if kind == "mlm" else "nsp")
+    whole = uneven_batch(reviews, tokenizer, pairs=kind == "mlm+nsp")
+    halves = [{k: v[:4] for k, v in whole.items()}, {k: v[4:] for k, v in whole.items()}]
+    grads = []
+    for data, accumulation in ((lambda i: whole, 1), (lambda i: halves[i % 2], 2)):
+        run = copy.deepcopy(objective)
+        trainer = Trainer(run, data, settings(steps=1, lr=0.0, clip_norm=None, accumulation=accumulation),
+                          tmp_path / f"run{accumulation}")
+        trainer.train_step()
+        grads.append([p.grad for p in run.parameters() if p.grad is not None])
+    assert len(grads[0]) == len(grads[1]) > 0
+    for one, two in zip(*grads):
+        assert (one - two).abs().max() <= 1e-4 * one.abs().max() + 1e-8
+
+
 def test_resumed_run_equals_an_uninterrupted_one_bit_for_bit(reviews, tokenizer, tmp_path):
     batch_at, _ = batches_from(reviews, tokenizer)
 
@@ -287,14 +336,15 @@ def test_bad_settings_are_one_clear_error():
         TrainSettings(warmup=1.5)
 
 
-def _equal_share_batches(i):
-    """Full-length rows with the same number of predicted tokens each, so the mean loss of any
-    equal split of the rows averages to the global mean exactly."""
+def _uneven_batches(i):
+    """Full-length rows predicting 1 to 8 tokens each, so the processes' and the micro-batches'
+    shares of the rows hold different numbers of predicted tokens: a mean of their means is not
+    the global mean."""
     g = torch.Generator().manual_seed(i)
     ids = torch.randint(5, 120, (8, 16), generator=g)
     labels = torch.full_like(ids, -100)
     for row in range(8):
-        where = torch.randperm(15, generator=g)[:3] + 1
+        where = torch.randperm(15, generator=g)[:1 + (row + i) % 8] + 1
         labels[row, where] = ids[row, where]
         ids[row, where] = 4
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
@@ -305,8 +355,8 @@ def _train_tiny(out, world=1):
     # no dropout: its masks depend on how rows are split over processes
     model = bertkit.build("bert-base", head="mlm", **{**TINY, "vocab_size": 120, "hidden_dropout": 0.0,
                                                       "attention_dropout": 0.0})
-    trainer = Trainer(MaskedLM(model), _equal_share_batches, settings(steps=4, lr=1e-3, accumulation=2), out,
-                      eval_batches=[_equal_share_batches(99)])
+    trainer = Trainer(MaskedLM(model), _uneven_batches, settings(steps=4, lr=1e-3, accumulation=2), out,
+                      eval_batches=[_uneven_batches(99)])
     trainer.fit()
     assert trainer.world == world
     return model

@@ -70,21 +70,25 @@ class Trainer:
             s.time_budget is not None and self.elapsed >= s.time_budget)
 
     def train_step(self) -> dict[str, float]:
-        """One optimizer step over `accumulation` micro-batches, each loss scaled by
-        1 / accumulation so the summed gradient is the gradient of the mean."""
+        """One optimizer step over `accumulation` micro-batches, each loss (a mean over its
+        masked tokens) scaled by its share of the step's masked tokens, so the summed gradient is
+        the gradient of the mean over all of them: that of one batch `accumulation` times bigger
+        (micro-batches mask different numbers of tokens)."""
         s = self.settings
         lr = s.lr * scheduled_factor(s, self.step, self.elapsed)
         self.optimizer.lr = lr
         start = time.perf_counter()
         self.model.zero_grad()
         loss = accuracy = 0.0
-        for micro in range(s.accumulation):
-            batch = self.batch_at(self.step * s.accumulation + micro)
+        batches = [self.batch_at(self.step * s.accumulation + micro) for micro in range(s.accumulation)]
+        counts = [int(np.sum(np.asarray(b["labels"]) != -100)) for b in batches]
+        for batch, count in zip(batches, counts):
+            share = count / sum(counts) if sum(counts) else 1.0 / s.accumulation
             result = self.model.forward_backward(batch["input_ids"], batch.get("attention_mask"), batch["labels"],
-                                                 batch.get("token_type_ids"), scale=1.0 / s.accumulation)
+                                                 batch.get("token_type_ids"), scale=share)
             if not np.isfinite(result.loss):
                 raise BertkitError(f"loss is {result.loss} at step {self.step}; stopping (lower the learning rate)")
-            loss += result.loss / s.accumulation
+            loss += result.loss / s.accumulation  # logged as the torch trainer logs: a mean of the means
             accuracy += result.accuracy / s.accumulation
             mask = batch.get("attention_mask")
             self.tokens += int(np.sum(mask)) if mask is not None else int(np.size(batch["input_ids"]))

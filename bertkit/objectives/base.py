@@ -14,7 +14,27 @@ class Step:
     metrics: dict[str, torch.Tensor]    # detached scalars (means over the batch) for logs
 
 
+def share(mean: torch.Tensor, count, totals: dict[str, torch.Tensor] | None, name: str) -> torch.Tensor:
+    """A loss term's part of the whole step's mean: this micro-batch's `mean` over its `count`
+    items, times count / the step's total count of them (`totals[name]`, over every micro-batch and
+    process); the mean itself when there are no totals (one batch, one process)."""
+    if totals is None:
+        return mean
+    return mean * count / totals[name].clamp(min=1)
+
+
 class Objective(nn.Module):
+    """A module whose forward(batch, totals=None) returns a Step. An objective that
+    averages its loss over items (masked tokens, sequences) whose number varies from batch to
+    batch says how many of each each batch holds (`counts`): with gradient accumulation or several
+    processes, the trainer then passes the step's `totals`, and each term is weighted by its share
+    of them (`share`), so k micro-batches give the gradient of one batch k times the size (as
+    transformers' num_items_in_batch does). Without counts, each micro-batch's mean weighs 1/k."""
+
+    def counts(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+        """The number of items each loss term averages over in `batch`; None: not counted."""
+        return None
+
     def models(self) -> dict[str, nn.Module]:
         """What a run saves: the "" entry at the root of the output directory, others in a
         subdirectory of that name (ELECTRA: the generator in generator/)."""

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import BertkitError
-from .base import Objective, Step
+from .base import Objective, Step, share
 from .mlm import masked_lm_terms
 
 
@@ -48,7 +48,13 @@ class Distillation(Objective):
         self.teacher.eval()  # the teacher never drops out
         return self
 
-    def forward(self, batch: dict[str, torch.Tensor]) -> Step:
+    def counts(self, batch):
+        """Real tokens (the soft targets' and the hidden states' terms) and masked tokens (MLM's)."""
+        mask = batch.get("attention_mask")
+        real = batch["input_ids"].numel() if mask is None else mask.bool().sum()
+        return {"real": torch.as_tensor(real, device=batch["labels"].device), "mlm": (batch["labels"] != -100).sum()}
+
+    def forward(self, batch: dict[str, torch.Tensor], totals: dict[str, torch.Tensor] | None = None) -> Step:
         ids, labels, mask = batch["input_ids"], batch["labels"], batch.get("attention_mask")
         real = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()  # (B, T)
         masked = (labels != -100)[real]  # (R,): which real tokens carry an MLM label
@@ -62,6 +68,9 @@ class Distillation(Objective):
         mlm, accuracy = masked_lm_terms(s.logits[masked], labels[real][masked])  # (K, V)
         s_h, t_h = s.last_hidden_state, t.last_hidden_state  # (R, H): masked_positions=real
         cos = (1.0 - F.cosine_similarity(s_h.float(), t_h.float(), dim=-1)).mean()
-        loss = self.alpha_ce * ce + self.alpha_mlm * mlm + self.alpha_cos * cos
-        return Step(loss, {"loss": loss.detach(), "distill_ce": ce.detach(), "mlm_loss": mlm.detach(),
+        whole = self.alpha_ce * ce + self.alpha_mlm * mlm + self.alpha_cos * cos
+        R, K = real.sum(), masked.sum()
+        loss = (share(self.alpha_ce * ce + self.alpha_cos * cos, R, totals, "real")
+                + share(self.alpha_mlm * mlm, K, totals, "mlm"))
+        return Step(loss, {"loss": whole.detach(), "distill_ce": ce.detach(), "mlm_loss": mlm.detach(),
                            "mlm_accuracy": accuracy, "cosine_loss": cos.detach()})

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import BertkitError
-from .base import Objective, Step
+from .base import Objective, Step, share
 
 
 def masked_lm_terms(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,17 +45,27 @@ class MaskedLM(Objective):
     def models(self):
         return {"": self.model}
 
-    def forward(self, batch: dict[str, torch.Tensor]) -> Step:
+    def counts(self, batch):
+        """Masked tokens (and sentence pairs)."""
+        counts = {"mlm": (batch["labels"] != -100).sum()}
+        if self.pair is not None:
+            counts["pair"] = torch.tensor(len(batch["pair_labels"]), device=batch["labels"].device)
+        return counts
+
+    def forward(self, batch: dict[str, torch.Tensor], totals: dict[str, torch.Tensor] | None = None) -> Step:
         labels = batch["labels"]
         masked = labels != -100  # (B, T)
         out = self.model(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"),
                          masked_positions=masked)
         loss, accuracy = masked_lm_terms(out.logits, labels[masked])  # logits (K, V)
         metrics = {"mlm_loss": loss.detach(), "mlm_accuracy": accuracy}
+        total = loss.detach()
+        loss = share(loss, masked.sum(), totals, "mlm")
         if self.pair is not None:
             pair_loss = F.cross_entropy(out.pair_logits.float(), batch["pair_labels"])  # (B, 2) vs (B,)
             metrics[f"{self.pair}_loss"] = pair_loss.detach()
             metrics[f"{self.pair}_accuracy"] = (out.pair_logits.argmax(-1) == batch["pair_labels"]).float().mean()
-            loss = loss + pair_loss
-        metrics["loss"] = loss.detach()
+            total = total + pair_loss.detach()
+            loss = loss + share(pair_loss, len(batch["pair_labels"]), totals, "pair")
+        metrics["loss"] = total
         return Step(loss, metrics)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from ..errors import BertkitError
 from ..models.electra import ReplacedTokenHead
-from .base import Objective, Step
+from .base import Objective, Step, share
 from .mlm import masked_lm_terms
 
 
@@ -89,11 +89,19 @@ class ReplacedTokenDetection(Objective):
         disc_loss = F.binary_cross_entropy_with_logits(disc_logits[real].float(), replaced[real].float())
         return Terms(gen_loss, gen_accuracy, disc_loss, disc_logits[real] > 0, replaced[real])
 
-    def forward(self, batch: dict[str, torch.Tensor]) -> Step:
+    def counts(self, batch):
+        """Masked tokens (the generator's) and real tokens (the discriminator's)."""
+        mask = batch.get("attention_mask")
+        real = batch["input_ids"].numel() if mask is None else mask.bool().sum()
+        return {"mlm": (batch["labels"] != -100).sum(), "rtd": torch.as_tensor(real, device=batch["labels"].device)}
+
+    def forward(self, batch: dict[str, torch.Tensor], totals: dict[str, torch.Tensor] | None = None) -> Step:
         t = self.terms(batch)
-        loss = t.mlm_loss + self.weight * t.rtd_loss
+        counts = self.counts(batch)
+        loss = share(t.mlm_loss, counts["mlm"], totals, "mlm") + self.weight * share(t.rtd_loss, counts["rtd"],
+                                                                                      totals, "rtd")
         return Step(loss, {
-            "loss": loss.detach(),
+            "loss": (t.mlm_loss + self.weight * t.rtd_loss).detach(),
             "mlm_loss": t.mlm_loss.detach(), "mlm_accuracy": t.mlm_accuracy,
             "rtd_loss": t.rtd_loss.detach(),
             "rtd_accuracy": (t.predicted == t.replaced).float().mean(),

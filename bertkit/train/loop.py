@@ -191,6 +191,21 @@ class Trainer:
             raise BertkitError(f"a batch of {rows} rows cannot be split over {self.world} processes")
         return {k: v[self.rank::self.world] for k, v in batch.items()}
 
+    def _counted(self, micro_batches: list[dict]) -> dict[str, torch.Tensor] | None:
+        """The step's total of each item the objective's loss terms average over (Objective.counts),
+        summed over micro-batches and processes; None where one batch in one process needs none,
+        or the objective counts nothing."""
+        if len(micro_batches) == 1 and self.world == 1:
+            return None
+        counts = [self.objective.counts(b) for b in micro_batches]
+        if counts[0] is None:
+            return None
+        names = sorted(counts[0])
+        totals = torch.stack([sum(c[n] for c in counts).to(torch.float64).reshape(()) for n in names])
+        if self.world > 1:
+            dist.all_reduce(totals)
+        return {n: t.to(torch.float32) for n, t in zip(names, totals)}
+
     def _finite_everywhere(self, loss: torch.Tensor) -> bool:
         """Whether the loss is finite in every process (all must skip or stop together)."""
         finite = torch.isfinite(loss.detach()).to(torch.int32).reshape(1)
@@ -243,21 +258,25 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         totals: dict[str, float] = {}
         tokens = 0
-        for micro in range(s.accumulation):
-            batch = self._to_device(self._shard(self.batch_at(self.step * s.accumulation + micro)))
+        micro_batches = [self._to_device(self._shard(self.batch_at(self.step * s.accumulation + micro)))
+                         for micro in range(s.accumulation)]
+        counted = self._counted(micro_batches)
+        for micro, batch in enumerate(micro_batches):
             last = micro == s.accumulation - 1
             # DDP syncs gradients on the last micro-batch only; the others accumulate locally.
             sync = self.runner.no_sync() if self.world > 1 and not last else contextlib.nullcontext()
             with sync:
                 with self._autocast():
-                    result = self.runner(batch)
+                    result = self.runner(batch) if counted is None else self.runner(batch, counted)
                 if not self._finite_everywhere(result.loss):
                     if s.skip_nonfinite:
                         self.optimizer.zero_grad(set_to_none=True)
                         return None
                     raise BertkitError(f"loss is {result.loss.item()} at step {self.step}; stopping ({self._kept()}; "
                                        "lower the learning rate, or skip such steps: pretrain --skip-nonfinite)")
-                (result.loss / s.accumulation).backward()
+                # with counts, each micro-batch's loss is already its share of the step's mean; DDP
+                # averages gradients over processes, so the world size undoes that average
+                (result.loss / s.accumulation if counted is None else result.loss * self.world).backward()
             for k, v in result.metrics.items():
                 totals[k] = totals.get(k, 0.0) + float(v) / s.accumulation
             mask = batch.get("attention_mask")
