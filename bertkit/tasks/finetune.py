@@ -145,7 +145,7 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
     """A model with `task`'s head for `labels`: a Model as is, a preset name (fresh weights), or a
     checkpoint directory (its encoder; its head too when it already has this task's head and
     labels, otherwise a new head). Returns (model, labels in the model's order)."""
-    from ..interop.hf import FreshHeadWarning, UnusedHeadWarning, from_pretrained
+    from ..interop.hf import FreshHeadWarning, UnusedHeadWarning, from_pretrained, resolve
     from ..model import Model, build
 
     # one output per label; a span head has two outputs, a choice head one, an encoder for embeddings none
@@ -157,10 +157,16 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
             raise BertkitError(f"the model has a {model.head_kind!r} head; {task.name} needs {needs}")
     elif str(source) in PRESETS and not Path(str(source)).exists():
         model = build(str(source), head=task.head, num_labels=len(labels) if sized else None)
+        if model.tokenizer is None and tokenizer is None:  # e.g. roberta-base, also a hub id of released weights
+            raise BertkitError(f"{source} is a preset: the architecture with fresh random weights and no tokenizer; "
+                               "pass --tokenizer to train it from scratch, or name a checkpoint (a directory or a "
+                               "Hugging Face Hub id such as FacebookAI/roberta-base) to fine-tune pre-trained weights")
     else:
-        hf = Path(str(source)).expanduser()
-        if not (hf / "config.json").exists():
-            raise BertkitError(f"{source}: neither a preset ({', '.join(sorted(PRESETS))}) nor a model directory")
+        try:  # a directory, or a hub id (downloaded)
+            hf = resolve(source)
+        except BertkitError as e:
+            raise BertkitError(f"{source}: neither a preset ({', '.join(sorted(PRESETS))}) nor a model directory "
+                               f"or Hugging Face Hub id ({str(e).partition(': ')[2]})") from None
         with warnings.catch_warnings():  # a new head is what fine-tuning starts from, not news
             warnings.simplefilter("ignore", FreshHeadWarning)
             warnings.simplefilter("ignore", UnusedHeadWarning)  # embedding: a pre-training head left out
