@@ -650,3 +650,67 @@ def test_training_batches_are_a_pure_function_of_the_index_and_cover_each_epoch(
     epoch = torch.cat([a(i)["label"] for i in range(13)])
     assert sorted(epoch.tolist()) == list(range(103))
     assert not torch.equal(torch.cat([a(i)["label"] for i in range(13, 26)]), epoch)  # reshuffled
+
+
+@pytest.fixture
+def hub_sets(monkeypatch):
+    """datasets.load_dataset answering for a few real sets, with their real columns, features
+    and split names (no network): {(name, config, split): rows}."""
+    import datasets
+    nli = datasets.ClassLabel(names=["entailment", "neutral", "contradiction"])
+    text = datasets.Value("string")
+
+    def table(columns, labels, rows):
+        return datasets.Dataset.from_list(rows, features=datasets.Features({**{c: text for c in columns},
+                                                                            "label": labels}))
+
+    qnli = datasets.ClassLabel(names=["entailment", "not_entailment"])
+    mnli = [{"premise": "A man sleeps.", "hypothesis": "A person rests.", "label": 0},
+            {"premise": "A man sleeps.", "hypothesis": "A man runs.", "label": 2}]
+    sets = {
+        ("glue", "qnli", "validation"): table(("question", "sentence"), qnli, [
+            {"question": "Who wrote it?", "sentence": "It was written by Ann.", "label": 0}]),
+        ("glue", "sst2", "validation"): table(("sentence",), datasets.ClassLabel(names=["negative", "positive"]), [
+            {"sentence": "a fine film", "label": 1}]),
+        ("stanfordnlp/snli", None, "train"): table(("premise", "hypothesis"), nli, [
+            *mnli, {"premise": "Two dogs.", "hypothesis": "Two cats.", "label": -1}]),
+        ("stanfordnlp/snli", None, "test"): table(("premise", "hypothesis"), nli, [
+            {"premise": "Two dogs.", "hypothesis": "Two cats.", "label": -1}]),
+        ("glue", "mnli", "validation_matched"): table(("premise", "hypothesis"), nli, mnli),
+        ("stanfordnlp/imdb", None, "test"): table(("text",), datasets.ClassLabel(names=["neg", "pos"]), [
+            {"text": "Dull.", "label": 0}]),
+    }
+
+    def load_dataset(name, config=None, split=None):
+        if name == "sentence-transformers/all-nli" and config is None:
+            raise ValueError("Config name is missing.\nPlease pick one among the available configs: "
+                             "['pair', 'pair-class', 'pair-score', 'triplet']\nExample of usage: ...")
+        if (name, config, split) not in sets:
+            known = sorted(s for n, c, s in sets if (n, c) == (name, config))
+            raise ValueError(f'Unknown split "{split}". Should be one of {known}.')
+        return sets[name, config, split]
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+
+
+def test_hub_sets_give_each_column_its_part_and_skip_rows_without_a_gold_label(hub_sets):
+    # QNLI's question is the first text, its sentence the second (run_glue's pairing); SST-2 has one text
+    assert load_examples("classification", "glue/qnli", "dev") == [
+        TextExample("Who wrote it?", "It was written by Ann.", "entailment")]
+    assert load_examples("classification", "glue/sst2", "dev") == [TextExample("a fine film", None, "positive")]
+    with pytest.warns(DataWarning, match=r"stanfordnlp/snli \(train\): 1 row\(s\) without a gold label \(-1\) skipped"):
+        snli = load_examples("classification", "stanfordnlp/snli", "train")
+    assert [e.label for e in snli] == ["entailment", "contradiction"]
+    with pytest.raises(BertkitError, match="labels are hidden in this split"):
+        load_examples("classification", "stanfordnlp/snli", "test")
+
+
+def test_hub_dev_splits_and_named_splits(hub_sets):
+    assert len(load_examples("classification", "glue/mnli", "dev")) == 2  # validation_matched, as run_glue reads it
+    assert load_examples("classification", "stanfordnlp/imdb@test", "dev") == [TextExample("Dull.", None, "neg")]
+    with pytest.raises(BertkitError, match=r"Unknown split \"validation\".*; name the split as NAME@SPLIT") as e:
+        load_examples("classification", "stanfordnlp/imdb", "dev")
+    one_line(e)
+    with pytest.raises(BertkitError, match=r"Config name is missing\. Please pick one among .*'triplet'") as e:
+        load_examples("embedding", "sentence-transformers/all-nli", "train")
+    one_line(e)

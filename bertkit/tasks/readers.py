@@ -677,28 +677,48 @@ def oanc_examples(split: str, cache_dir: str | Path | None = None) -> list[Tagge
             for s in sentences if split_of(" ".join(s.words)) == split]
 
 
-HUB_TEXT = ("text", "sentence", "sentence1", "question1", "premise", "anchor")
-HUB_PAIR = ("text_pair", "sentence2", "question2", "hypothesis", "positive")
+# The columns a hub set's text and second text come from, in order of preference; the second is
+# never the first's column. GLUE's as transformers' run_glue pairs them (qnli: question, sentence;
+# sst2: sentence alone), NLI's, and sentence-transformers' pair sets (anchor / query, positive / answer).
+HUB_TEXT = ("text", "question", "sentence1", "question1", "premise", "anchor", "query", "sentence")
+HUB_PAIR = ("text_pair", "sentence2", "question2", "hypothesis", "positive", "sentence", "passage", "answer")
 HUB_TAGS = ("tags", "ner_tags", "pos_tags")
+# Where a set has no `validation` split, the dev split is this one (MNLI: validation_matched, as run_glue takes it)
+HUB_DEV = ("validation", "validation_matched")
+
+
+def _load_hub(datasets, base: str, config: str | None, split: str, name: str):
+    """One split of a hub set; `dev` is its validation split (HUB_DEV). Errors are one line."""
+    first = None
+    for hub_split in HUB_DEV if split == "dev" else (split,):
+        try:
+            return datasets.load_dataset(base, config or None, split=hub_split), hub_split
+        except Exception as e:  # network, unknown name or split, ...: one line, not a traceback
+            first = first or e
+            if "split" not in str(e).lower():
+                break
+    lines = str(first).strip().splitlines() or [type(first).__name__]
+    why = " ".join(lines[:2]) if "missing" in lines[0].lower() else first_line(first)  # the configs to pick from
+    hint = "; name the split as NAME@SPLIT" if "split" in str(first).lower() else ""
+    raise BertkitError(f"{name}: no such file or directory, and it could not be loaded as a Hugging Face "
+                       f"data set ({why}){hint}") from None
 
 
 def hub_examples(task: str, name: str, split: str, columns: Columns = Columns()):
     """A Hugging Face `datasets` name, `name` or `name/config` for GLUE-style sets (`glue/sst2`)
-    or `name:config`; class labels keep their names from the data set's features."""
+    or `name:config`, and `@split` to name the split (`stanfordnlp/imdb@test`); class labels keep
+    their names from the data set's features. Rows without a gold label (-1: SNLI's few, every row
+    of a GLUE test split) are skipped and counted; a split of nothing else is an error."""
     try:
         import datasets
     except ImportError:  # most often a mistyped path, so say both
         raise BertkitError(f"{name}: no such file or directory (if it names a Hugging Face data set: "
                            "pip install 'bertkit[hub]')") from None
-    base, _, config = name.partition(":")
+    spec, _, named_split = name.rpartition("@") if "@" in name else (name, "", "")
+    base, _, config = spec.partition(":")
     if not config and base.count("/") == 1 and base.split("/")[0] in ("glue", "super_glue"):
         base, config = base.split("/")
-    hub_split = {"dev": "validation"}.get(split, split)
-    try:
-        data = datasets.load_dataset(base, config or None, split=hub_split)
-    except Exception as e:  # network, unknown name, ...: one line, not a traceback
-        raise BertkitError(f"{name}: no such file or directory, and it could not be loaded as a Hugging Face "
-                           f"data set ({first_line(e)})") from None
+    data, hub_split = _load_hub(datasets, base, config, named_split or split, name)
     fields = list(data.column_names)
 
     def pick(chosen, candidates, what, needed=True):
@@ -723,7 +743,7 @@ def hub_examples(task: str, name: str, split: str, columns: Columns = Columns())
         return [TaggedSentence(tuple(row[tokens]), tuple(names[t] if names else str(t) for t in row[tags]))
                 for row in data if row[tokens]]
     text = pick(columns.text, HUB_TEXT, "text")
-    pair = pick(columns.text_pair, HUB_PAIR, "text pair", needed=task == "embedding")
+    pair = pick(columns.text_pair, tuple(c for c in HUB_PAIR if c != text), "text pair", needed=task == "embedding")
     label = pick(columns.label, ("label", "labels", "score"), "label", needed=task != "embedding")
     negative = pick(columns.negative, ("negative",), "negative", needed=False) if task == "embedding" else None
     names = getattr(data.features[label], "names", None) if label else None
@@ -731,20 +751,24 @@ def hub_examples(task: str, name: str, split: str, columns: Columns = Columns())
         raise BertkitError(f"{name} ({hub_split}): column {label!r} holds classes ({', '.join(names)}), not "
                            "similarity scores; name a score column with --label-column, or write the pairs you want "
                            "to train on to a file (text, text_pair) without one")
-    examples = []
+    examples, hidden = [], 0
     for row in data:
         value = row[label] if label else None  # None: embedding pairs without a score
+        if names and isinstance(value, int) and value < 0:
+            hidden += 1  # no gold label: not a class, and not a score either
+            continue
         if label is None or task in ("regression", "embedding"):
             value = None if label is None else float(value)
-        elif names and isinstance(value, int) and value >= 0:
+        elif names and isinstance(value, int):
             value = names[value]
-        elif isinstance(value, int) and value < 0:
-            raise BertkitError(f"{name} ({hub_split}): labels are hidden in this split (GLUE test sets); "
-                               "evaluate on validation")
         else:
             value = _class_name(str(value))  # a float 1.0 names class "1", as in files
         if row[text] and row[text].strip():
             examples.append(TextExample(row[text], row[pair] if pair else None, value, row[negative] if negative else None))
+    if hidden and not examples:
+        raise BertkitError(f"{name} ({hub_split}): labels are hidden in this split (GLUE test sets); "
+                           "evaluate on validation")
+    report(hidden, f"{name} ({hub_split}): {{n}} row(s) without a gold label (-1) skipped")
     return examples
 
 
@@ -794,7 +818,7 @@ def load_examples(task: str, source, split: str = "train", columns: Columns = Co
         if task == "embedding":  # a score where the file has one
             return read_table(path, columns, None if labelled else False, numeric=True, pairs=True)
         return read_table(path, columns, labelled, numeric=task == "regression")
-    if re.fullmatch(r"[\w.-]+(/[\w.-]+)?(:[\w.-]+)?", spec) and data_suffix(path) not in (
+    if re.fullmatch(r"[\w.-]+(/[\w.-]+)?(:[\w.-]+)?(@[\w.-]+)?", spec) and data_suffix(path) not in (
             ".csv", ".tsv", ".json", ".jsonl", ".txt", ".conll"):
         return hub_examples(task, spec, split, columns)
     raise BertkitError(f"{spec}: no such file")
