@@ -338,6 +338,37 @@ def test_a_multi_label_or_multi_output_regression_checkpoint_predicts_as_transfo
         assert p["score"] == max(p["scores"].values())
 
 
+def test_a_checkpoint_fine_tuned_elsewhere_is_read_whole_as_transformers_pipelines_read_it(minilm_dir, tmp_path):
+    """No task.json: classify and tag read up to the model's maximum (512 tokens here), in fp32,
+    so a long text scores as transformers' pipeline scores it (truncation=True)."""
+    import transformers
+
+    names = {0: "neg", 1: "neu", 2: "pos"}
+    for kind in ("SequenceClassification", "TokenClassification"):
+        made = getattr(transformers, f"AutoModelFor{kind}").from_pretrained(minilm_dir, num_labels=3, id2label=names)
+        made.save_pretrained(tmp_path / kind)
+        transformers.AutoTokenizer.from_pretrained(minilm_dir).save_pretrained(tmp_path / kind)
+    long = " ".join(f"word{i % 37} is here" for i in range(200))  # about 700 tokens
+    pipe = transformers.pipeline("text-classification", model=str(tmp_path / "SequenceClassification"), top_k=None)
+    expected = {r["label"]: r["score"] for r in pipe([long], truncation=True)[0]}
+    [got] = classify(tmp_path / "SequenceClassification", [long])
+    assert got["scores"] == pytest.approx(expected, abs=1e-5)
+    [tagged] = tag(tmp_path / "TokenClassification", [" ".join(long.split()[:300])])  # ~420 tokens: all read
+    assert len(tagged["tags"]) == 300 and None not in tagged["tags"]
+
+
+def test_predictions_run_in_fp32_unless_asked_while_evaluate_reproduces_the_run(tokenizer, sentiment, tmp_path):
+    train, dev = sentiment
+    scored = [type(e)(e.text, None, float(e.label == "positive")) for e in train]
+    metrics = finetune("regression", tiny("classification", tokenizer, num_labels=1), scored, scored[:20], tmp_path,
+                       quiet(steps=2, bf16=True))
+    assert evaluate(tmp_path, None, scored[:20])["pearson"] == pytest.approx(metrics["pearson"], abs=1e-9)  # bf16
+    texts = [e.text for e in dev[:8]]
+    fp32 = classify(tmp_path, texts, bf16=False)
+    assert classify(tmp_path, texts) == fp32  # not task.json's bf16: its values are rounded to bf16's 8 bits
+    assert classify(tmp_path, texts, bf16=True) != fp32
+
+
 def test_a_classifier_without_label_names_scores_data_labelled_by_index(tokenizer, tmp_path):
     """transformers names unnamed classes LABEL_0, LABEL_1, ...; data labelled 0 and 1 means them."""
     import transformers

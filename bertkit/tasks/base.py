@@ -237,6 +237,14 @@ class Task:
         raise NotImplementedError
 
 
+def serving_length(model) -> int:
+    """The longest input a model reads when nothing says otherwise, where transformers' pipelines
+    cut it: its tokenizer's model_max_length, at most what its position table holds."""
+    limit = model.backbone.embeddings.max_length
+    saved = model.tokenizer.config.get("model_max_length") if model.tokenizer is not None else None
+    return min(saved, limit) if isinstance(saved, int) and saved >= 8 else limit
+
+
 def model_max_length(model, max_length: int | None, default: int = 512) -> int:
     """The sequence length to use: `max_length` if given (an error if the model cannot take it),
     otherwise the model's maximum, at most `default`."""

@@ -287,9 +287,11 @@ def _predict_flags(m, what: str, precision: bool = True) -> None:
     m.add_argument("--input", metavar="FILE|-", help="one input per line from a file or standard input")
     m.add_argument("--batch-size", dest="batch_size", type=int, default=64, help="inputs per batch (64; "
                    "inputs are batched by length)")
-    m.add_argument("--max-length", dest="max_length", type=int, help="tokens per input (default: as fine-tuned)")
+    m.add_argument("--max-length", dest="max_length", type=int, help="tokens per input (default: as fine-tuned; "
+                   "a model fine-tuned elsewhere: its maximum, as transformers' pipelines read it)")
     if precision:
-        m.add_argument("--precision", help="auto, fp32 or bf16 (default: as fine-tuned)")
+        m.add_argument("--precision", help="fp32 (default: the checkpoint's numbers), bf16, or auto (bf16 where the "
+                       "hardware has it): bf16 is faster and rounds scores to about 3 digits")
     m.add_argument("--tokenizer", help="a tokenizer file or directory, if the model directory has none")
 
 
@@ -358,11 +360,13 @@ def add_parsers(sub, predict_modes) -> None:
     s.add_argument("--task", choices=TASKS, help="default: the model's own (task.json or its head)")
     s.add_argument("--split", default="test", help="split of a built-in or hub data set (test)")
     s.add_argument("--limit", type=int, metavar="N", help="score a seeded random sample of N examples")
-    s.add_argument("--max-length", dest="max_length", type=int)
-    s.add_argument("--batch-size", dest="batch_size", type=int)
-    s.add_argument("--precision", help="auto, fp32 or bf16 (default: as fine-tuned)")
-    s.add_argument("--device")
-    s.add_argument("--tokenizer")
+    s.add_argument("--max-length", dest="max_length", type=int, help="tokens per example (default: as fine-tuned; "
+                   "a model fine-tuned elsewhere: its maximum; QA windows 384)")
+    s.add_argument("--batch-size", dest="batch_size", type=int, help="examples per batch (default: as fine-tuned)")
+    s.add_argument("--precision", help="auto, fp32 or bf16 (default: as fine-tuned, so metrics.json's scores "
+                   "come out again)")
+    s.add_argument("--device", help="cpu, cuda, cuda:N or auto (default: auto, a GPU where there is one)")
+    s.add_argument("--tokenizer", help="a tokenizer file or directory, if the model directory has none")
     s.add_argument("--out", metavar="FILE", help="also write the metrics to FILE")
     s.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     _data_flags(s)

@@ -19,8 +19,11 @@ word) and precision / recall / f1 (entity-level, seqeval, for BIO tags; macro ov
 plain tags); QA exact_match and f1 (SQuAD's); multiple choice accuracy; sentence embeddings
 spearman and pearson (scored pairs) or accuracy and mrr (retrieval of each text's pair). Dev labels
 never seen in training are an error.
-Prediction helpers and evaluate() batch inputs by length and default to the max_length and bf16
-the model was fine-tuned with.
+Prediction helpers and evaluate() batch inputs by length and default to the max_length the
+model was fine-tuned with (a model fine-tuned elsewhere: its whole length, as transformers'
+pipelines read it). evaluate() also runs in the precision it was fine-tuned in, so it gives
+metrics.json's scores again; the prediction helpers run in fp32 (the checkpoint's numbers, as
+the pipelines give them) unless bf16=True.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from ..data.corpora import DataWarning
 from ..data.tokenizer import Tokenizer, check_vocab_fits, load_tokenizer
 from ..errors import BertkitError
 from ..files import positive_int, read_json, writing
-from .base import TrainBatches, check_texts, check_truncation
+from .base import TrainBatches, check_texts, check_truncation, serving_length
 from .choice import MultipleChoice
 from .classification import Regression, SequenceClassification
 from .contrastive import SentenceEmbedding
@@ -351,7 +354,10 @@ def _prepared(source, task: str | None, tokenizer, overrides: dict, data_has_nul
         held = f"a {model.head_kind!r} head" if model.head_kind else "no head"
         raise BertkitError(f"the model has {held} (task {saved.get('task', 'unknown')}); "
                            f"{name} needs a {job.head!r} head")
-    max_length = job.prepare(model, settings.max_length)
+    length = settings.max_length
+    if length is None and name not in ("qa", "embedding"):  # a model fine-tuned elsewhere: read it all, as
+        length = serving_length(model)                      # pipelines do (QA: 384-token windows, as they do)
+    max_length = job.prepare(model, length)
     model.to(_device(settings))
     return model, name, job, settings, max_length
 
@@ -379,7 +385,7 @@ def evaluate(model, task: str | None, data, split: str = "test", tokenizer=None,
 
 
 def classify(model, texts: list[str], text_pairs: list[str] | None = None, batch_size: int = 64,
-             max_length: int | None = None, bf16: bool | None = None, tokenizer=None,
+             max_length: int | None = None, bf16: bool = False, tokenizer=None,
              progress: bool = False) -> list[dict]:
     """{"text", ("text_pair"), "label", "score", "scores"} per text (a regression model: "value").
     `progress` shows a bar over the batches (so do tag and answer)."""
@@ -388,7 +394,8 @@ def classify(model, texts: list[str], text_pairs: list[str] | None = None, batch
         check_texts(text_pairs, "text_pairs")
     if text_pairs is not None and len(text_pairs) != len(texts):
         raise BertkitError(f"{len(texts)} texts but {len(text_pairs)} text pairs")
-    model, name, job, settings, length = _prepared(model, None, tokenizer, {"max_length": max_length, "bf16": bf16})
+    model, name, job, settings, length = _prepared(model, None, tokenizer, {"max_length": max_length,
+                                                                           "bf16": bool(bf16)})
     if name not in ("classification", "regression"):
         raise BertkitError(f"this is a model for {name}, not a text classifier")
     examples = [TextExample(t, text_pairs[i] if text_pairs else None) for i, t in enumerate(texts)]
@@ -398,7 +405,7 @@ def classify(model, texts: list[str], text_pairs: list[str] | None = None, batch
 
 
 def choose(model, texts: list[str], choices: list[list[str]], batch_size: int = 64, max_length: int | None = None,
-           bf16: bool | None = None, tokenizer=None, progress: bool = False) -> list[dict]:
+           bf16: bool = False, tokenizer=None, progress: bool = False) -> list[dict]:
     """{"text", "choices", "choice" (the index of the most probable), "answer" (its text),
     "score", "scores"} per context; each context has its own list of at least two choices."""
     check_texts(texts)
@@ -407,7 +414,7 @@ def choose(model, texts: list[str], choices: list[list[str]], batch_size: int = 
     for n, options in enumerate(choices, 1):
         if isinstance(options, str) or len(options) < 2 or not all(isinstance(c, str) for c in options):
             raise BertkitError(f"context {n}: choices must be a list of at least two strings")
-    overrides = {"max_length": max_length, "bf16": bf16}
+    overrides = {"max_length": max_length, "bf16": bool(bf16)}
     model, _, job, settings, length = _prepared(model, "multiple-choice", tokenizer, overrides)
     examples = [ChoiceExample(t, tuple(c)) for t, c in zip(texts, choices)]
     results = job.predict(model, examples, batch_size, length, settings.bf16, progress=progress)
@@ -415,14 +422,14 @@ def choose(model, texts: list[str], choices: list[list[str]], batch_size: int = 
 
 
 def tag(model, inputs: list[str] | list[list[str]], batch_size: int = 64, max_length: int | None = None,
-        bf16: bool | None = None, tokenizer=None, progress: bool = False) -> list[dict]:
+        bf16: bool = False, tokenizer=None, progress: bool = False) -> list[dict]:
     """{"tokens", "tags", "scores"} per input: a list of words, or a text split into words and
     punctuation (then also "offsets": each word's [start, end) characters in the text)."""
     if isinstance(inputs, str) or not isinstance(inputs, (list, tuple)):
         check_texts(inputs, "inputs")  # the error for a bare string
     for item in inputs:  # each a text or a list of words
         check_texts([item] if isinstance(item, str) else item, "inputs")
-    overrides = {"max_length": max_length, "bf16": bf16}
+    overrides = {"max_length": max_length, "bf16": bool(bf16)}
     model, _, job, settings, length = _prepared(model, "token-classification", tokenizer, overrides)
     sentences, spans = [], []
     for item in inputs:
@@ -438,7 +445,7 @@ def tag(model, inputs: list[str] | list[list[str]], batch_size: int = 64, max_le
 
 
 def answer(model, questions: list[str], contexts: list[str], top_k: int = 1, null_answers: bool | None = None,
-           batch_size: int = 64, max_length: int | None = None, bf16: bool | None = None, tokenizer=None,
+           batch_size: int = 64, max_length: int | None = None, bf16: bool = False, tokenizer=None,
            progress: bool = False) -> list[dict]:
     """{"question", "answer", "start", "end" (characters of the context, None for no answer),
     "score"} per question; top_k > 1 adds "alternatives". Empty answers are allowed when the
@@ -447,7 +454,7 @@ def answer(model, questions: list[str], contexts: list[str], top_k: int = 1, nul
     check_texts(contexts, "contexts")
     if len(questions) != len(contexts):
         raise BertkitError(f"{len(questions)} questions but {len(contexts)} contexts")
-    overrides = {"max_length": max_length, "null_answers": null_answers, "bf16": bf16}
+    overrides = {"max_length": max_length, "null_answers": null_answers, "bf16": bool(bf16)}
     model, _, job, settings, length = _prepared(model, "qa", tokenizer, overrides)
     examples = [QAExample(str(i), q, c) for i, (q, c) in enumerate(zip(questions, contexts))]
     results = job.predict(model, examples, batch_size, length, settings.bf16, top_k=top_k, progress=progress)
