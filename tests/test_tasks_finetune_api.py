@@ -388,11 +388,12 @@ def test_tag_and_answer_helpers_return_plain_spans(tokenizer, tmp_path):
              tmp_path / "tagger", quiet(steps=2))
     text = "The film, well-known in the U.S., runs 95 minutes."
     [result] = tag(tmp_path / "tagger", [text])
+    assert result["text"] == text  # so output lines can be matched to input lines
     assert len(result["tokens"]) == len(result["tags"]) == len(result["offsets"])
     assert all(text[s:e] == w for w, (s, e) in zip(result["tokens"], result["offsets"]))
     assert set(result["tags"]) <= {"DT", "NN", "VBZ", "CD", "NNS", "."}
     [words] = tag(tmp_path / "tagger", [["A", "short", "one"]])
-    assert words["tokens"] == ["A", "short", "one"] and "offsets" not in words
+    assert words["tokens"] == ["A", "short", "one"] and "offsets" not in words and "text" not in words
 
     context = "The Eiffel Tower, in Paris, opened in 1889 and is 330 metres tall. " * 6
     qas = [QAExample(str(i), "When did it open?", context, (Answer("1889", context.index("1889")),)) for i in range(8)]
@@ -404,6 +405,12 @@ def test_tag_and_answer_helpers_return_plain_spans(tokenizer, tmp_path):
         assert c[r["start"]:r["end"]] == r["answer"] and r["answer"] == r["answer"].strip()
         assert len(r["alternatives"]) == 2 and all(a["score"] <= r["score"] for a in r["alternatives"])
     json.dumps(results)
+    tokens = tokenizer.encode_plain
+    for r in answer(tmp_path / "qa", ["When did it open?"], [context], top_k=5, max_answer_length=1):
+        assert all(len(tokens([a["answer"]])[0]) == 1 for a in [r, *r["alternatives"]])  # one token each
+    for question, ctx, which in (("  ", context, "question 1 is empty"), ("When?", "", "context 1 is empty")):
+        with pytest.raises(BertkitError, match=which):
+            answer(tmp_path / "qa", [question], [ctx])
 
 
 def test_truncation_during_finetuning_is_a_counted_warning(tokenizer, sentiment, tmp_path):

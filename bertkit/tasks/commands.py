@@ -223,13 +223,14 @@ def cmd_answer(args) -> None:
     records = read_inputs(args, ("question", "context"), ("question",))
     for n, r in enumerate(records, 1):
         r.setdefault("context", context)
-        if not r["context"]:
+        if r["context"] is None:
             raise BertkitError(f"question {n} has no context (--context, --context-file, or a \"context\" field)")
     if args.top_k < 1:
         raise BertkitError(f"--top-k must be at least 1, got {args.top_k}")
     _write_lines(answer(args.model, [r["question"] for r in records], [r["context"] for r in records],
                         top_k=args.top_k, null_answers=True if args.null_answers else None,
-                        **_common(args, len(records))))
+                        max_answer_length=args.max_answer_length, doc_stride=args.doc_stride,
+                        max_query_length=args.max_query_length, **_common(args, len(records))))
 
 
 def cmd_choose(args) -> None:
@@ -393,6 +394,12 @@ def add_parsers(sub, predict_modes) -> None:
     m.add_argument("--top-k", dest="top_k", type=int, default=1, help="answers per question (1)")
     m.add_argument("--null-answers", dest="null_answers", action="store_true",
                    help="allow 'no answer' even if the model was not fine-tuned with it")
+    m.add_argument("--max-answer-length", dest="max_answer_length", type=int,
+                   help="longest answer in tokens (default: as fine-tuned, else 30 as run_qa; the pipeline's is 15)")
+    m.add_argument("--doc-stride", dest="doc_stride", type=int,
+                   help="context tokens consecutive windows share (default: as fine-tuned, else 128)")
+    m.add_argument("--max-query-length", dest="max_query_length", type=int,
+                   help="question tokens kept (default: as fine-tuned, else 64)")
     m.set_defaults(func=cmd_answer)
 
     m = predict_modes.add_parser("choose", help="the most probable of several choices per context (JSON lines)",

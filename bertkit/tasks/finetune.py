@@ -424,7 +424,7 @@ def choose(model, texts: list[str], choices: list[list[str]], batch_size: int = 
 def tag(model, inputs: list[str] | list[list[str]], batch_size: int = 64, max_length: int | None = None,
         bf16: bool = False, tokenizer=None, progress: bool = False) -> list[dict]:
     """{"tokens", "tags", "scores"} per input: a list of words, or a text split into words and
-    punctuation (then also "offsets": each word's [start, end) characters in the text)."""
+    punctuation (then also "text", and "offsets": each word's [start, end) characters in it)."""
     if isinstance(inputs, str) or not isinstance(inputs, (list, tuple)):
         check_texts(inputs, "inputs")  # the error for a bare string
     for item in inputs:  # each a text or a list of words
@@ -441,20 +441,32 @@ def tag(model, inputs: list[str] | list[list[str]], batch_size: int = 64, max_le
             sentences.append(TaggedSentence(tuple(item)))
             spans.append(None)
     results = job.predict(model, sentences, batch_size, length, settings.bf16, progress=progress)
-    return [{**r, **({"offsets": [list(o) for o in s]} if s is not None else {})} for r, s in zip(results, spans)]
+    return [{**({"text": item} if s is not None else {}), **r, **({"offsets": [list(o) for o in s]} if s is not None
+                                                                  else {})}
+            for item, r, s in zip(inputs, results, spans)]
 
 
 def answer(model, questions: list[str], contexts: list[str], top_k: int = 1, null_answers: bool | None = None,
            batch_size: int = 64, max_length: int | None = None, bf16: bool = False, tokenizer=None,
-           progress: bool = False) -> list[dict]:
+           progress: bool = False, max_answer_length: int | None = None, doc_stride: int | None = None,
+           max_query_length: int | None = None) -> list[dict]:
     """{"question", "answer", "start", "end" (characters of the context, None for no answer),
-    "score"} per question; top_k > 1 adds "alternatives". Empty answers are allowed when the
-    model was fine-tuned with unanswerable questions, or with null_answers=True."""
+    "score"} per question; top_k > 1 adds "alternatives". `score` is the answer's probability
+    among the n-best candidate spans (softmax of start + end logits, as transformers' run_qa
+    post-processing gives it; its pipeline multiplies a start and an end probability instead).
+    Empty answers are allowed when the model was fine-tuned with unanswerable questions, or with
+    null_answers=True. The window and span settings default to those it was fine-tuned with
+    (else run_qa's: answers of at most 30 tokens, a stride of 128, questions of 64)."""
     check_texts(questions, "questions")
     check_texts(contexts, "contexts")
     if len(questions) != len(contexts):
         raise BertkitError(f"{len(questions)} questions but {len(contexts)} contexts")
-    overrides = {"max_length": max_length, "null_answers": null_answers, "bf16": bool(bf16)}
+    for name, texts in (("question", questions), ("context", contexts)):
+        empty = next((n for n, t in enumerate(texts, 1) if not t.strip()), None)
+        if empty is not None:  # an empty question would still get a confident span
+            raise BertkitError(f"{name} {empty} is empty")
+    overrides = {"max_length": max_length, "null_answers": null_answers, "bf16": bool(bf16),
+                 "max_answer_length": max_answer_length, "doc_stride": doc_stride, "max_query_length": max_query_length}
     model, _, job, settings, length = _prepared(model, "qa", tokenizer, overrides)
     examples = [QAExample(str(i), q, c) for i, (q, c) in enumerate(zip(questions, contexts))]
     results = job.predict(model, examples, batch_size, length, settings.bf16, top_k=top_k, progress=progress)
