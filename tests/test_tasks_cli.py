@@ -151,6 +151,7 @@ def test_a_model_without_a_task_head_is_told_to_be_fine_tuned(capsys, encoder_di
                  ("evaluate", "--model", encoder_dir, "--data", sentiment_files[1])):
         code, _, err = run(capsys, *argv)
         assert code == 2 and "the model has no head, not a fine-tuned task's; fine-tune it first" in one_error(err)
+        assert "--task embedding" in err
 
 
 @pytest.mark.parametrize("change, words", [

@@ -315,3 +315,8 @@ def test_dev_evaluations_leave_dropout_on_for_the_rest_of_training(minilm_dir, t
     finetune("embedding", model, pairs, pairs[:8], tmp_path,
              FinetuneSettings(steps=4, eval_every=1, batch_size=8, max_length=24, progress=False))
     assert modes == [True] * 4
+
+
+def test_a_sentence_transformers_folder_is_evaluated_as_embeddings_without_naming_the_task(minilm_dir):
+    pairs = scored("test", 12)
+    assert evaluate(minilm_dir, None, pairs, progress=False) == evaluate(minilm_dir, "embedding", pairs, progress=False)

@@ -226,9 +226,14 @@ def _task_of(model, name: str | None, saved: dict) -> str:
     regression = model.config.num_labels == 1 or model.config.problem_type == "regression"
     by_head = {"classification": "regression" if regression else "classification",
                "token-classification": "token-classification", "qa": "qa", "multiple-choice": "multiple-choice"}
+    if model.head_kind is None and "modules.json" in model.companion_files:
+        return "embedding"  # a sentence-transformers model: its vectors are what it is for
     if model.head_kind not in by_head:
-        head = f"a {model.head_kind!r} head" if model.head_kind else "no head"  # naming a task would not help
-        raise BertkitError(f"the model has {head}, not a fine-tuned task's; fine-tune it first (bertkit finetune)")
+        head = f"a {model.head_kind!r} head" if model.head_kind else "no head"
+        embedding = ("; for its sentence vectors: evaluate --task embedding, predict embed" if model.head_kind is None
+                     else "")
+        raise BertkitError(f"the model has {head}, not a fine-tuned task's; fine-tune it first (bertkit finetune)"
+                           f"{embedding}")
     return by_head[model.head_kind]
 
 
