@@ -404,7 +404,7 @@ def parser() -> argparse.ArgumentParser:
                        description="Time bertkit against transformers on the same weights and batches: "
                                    "alternating runs in one process, medians, ratio > 1 = bertkit better. "
                                    "Memory rows run each side in its own process. The full run takes "
-                                   "about 25 minutes on 2 cores; run it on an idle machine.")
+                                   "about 22 minutes on 2 cores; run it on an idle machine.")
     s.add_argument("--quick", action="store_true", help="the mini-bert subset (under 2 minutes on 2 cores; "
                    "without its bf16 rows on a CPU that emulates bf16, unless --dtype bf16)")
     s.add_argument("--only", metavar="TEXT", help="run only the workloads whose name contains TEXT "
@@ -470,7 +470,8 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
     g.add_argument("--steps", type=int, default=S, help="optimizer steps")
     g.add_argument("--time-budget", dest="time_budget", default=S, metavar="DURATION",
                    help="train for this long (600, 90s, 10m, 1h30m); the schedule follows the clock (Cramming); "
-                        "default 10m when no --steps")
+                        "default 10m when no --steps. Training time only: training the tokenizer, building the "
+                        "token cache, evaluating and saving come on top")
     g.add_argument("--lr", type=float, default=S, help="peak learning rate (1e-3)")
     g.add_argument("--warmup", type=float, default=S, help="warmup, a fraction of training (0.06)")
     g.add_argument("--schedule", default=S, help="decay after warmup: linear (default), cosine or constant")
@@ -489,7 +490,8 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
                    help="skip a step whose loss is NaN/Inf instead of stopping (counted in metrics.json; "
                    "20 in a row stop the run)")
     g.add_argument("--set", action="append", metavar="KEY=VALUE", default=S,
-                   help="any other training setting, typed (e.g. betas=0.9,0.999 or eps=1e-8); repeatable")
+                   help="any other training setting, typed; repeatable. AdamW runs with RoBERTa's betas=0.9,0.98 "
+                   "and eps=1e-6 unless set (BERT's: betas=0.9,0.999 eps=1e-6)")
     g = s.add_argument_group("output")
     g.add_argument("--out", default=S, help="run directory (default runs/MODEL-OBJECTIVE)")
     g.add_argument("--resume", action="store_true", default=S,

@@ -269,6 +269,7 @@ def pretrain(job: PretrainJob) -> Path:
     if job.backend == "torch" and not (job.objective == "distill" and _teacher_is_checkpoint(job)):
         _check_fits(job)  # before minutes of tokenizer training and tokenizing
     train_corpus, eval_corpus = corpora(job)
+    train_corpus.check()  # a hub set that cannot be read: said before a tokenizer is trained on it
     tokenizer = _tokenizer(job, preset, train_corpus, checkpoints)
     architecture = dict(job.architecture)
     if job.objective == "distill" and _teacher_is_checkpoint(job):
@@ -465,6 +466,7 @@ def _pretrain_numpy(job, config, tokenizer, train_corpus, eval_corpus, settings)
     if job.device not in ("auto", "cpu"):
         raise BertkitError("the NumPy backend runs on the CPU only")
     check_vocab_fits(tokenizer, config.vocab_size)
+    _write_job(job, Path(job.out_dir))  # the run's settings, as a torch run records them
     max_length = job.max_length or min(128, config.max_positions)
     if max_length > config.max_positions:
         raise BertkitError(f"max_length {max_length} is longer than {job.model} can take ({config.max_positions} tokens)")

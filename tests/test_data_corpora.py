@@ -170,3 +170,36 @@ def test_sentences_split_lines_and_sentence_ends():
                                                                           "Four 3.5 five"]
     assert sentences("東京です。 大阪です。") == ["東京です。", "大阪です。"]
     assert sentences("   ") == []
+
+
+WIKITEXT = ["", " = Valkyria Chronicles III = \n", "", " Senjō no Valkyria 3 is a role-playing game . It came out in 2011 . \n",
+            "", " = = Gameplay = = \n", "", " The game is played in turns . Each turn is short . \n",
+            " = Tower Building = \n", "", " The Tower Building is a skyscraper . \n"]
+
+
+def test_a_hub_wikitext_article_is_one_document_without_its_headings(monkeypatch):
+    import datasets
+
+    def load_dataset(name, config=None, split=None, streaming=False):
+        assert (name, config, split, streaming) == ("wikitext", "wikitext-103-raw-v1", "train", True)
+        return datasets.Dataset.from_dict({"text": WIKITEXT}).to_iterable_dataset()
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    documents = _documents(open_corpus("wikitext:wikitext-103-raw-v1"))
+    assert documents == ["Senjō no Valkyria 3 is a role-playing game . It came out in 2011 .\n"
+                         "The game is played in turns . Each turn is short .",
+                         "The Tower Building is a skyscraper ."]
+    plain = ["one sentence per row.", "", "another row."]  # no titles: each row is a document
+    monkeypatch.setattr(datasets, "load_dataset",
+                        lambda *a, **k: datasets.Dataset.from_dict({"text": plain}).to_iterable_dataset())
+    assert _documents(open_corpus("bookcorpus")) == ["one sentence per row.", "another row."]
+
+
+def test_an_unreadable_hub_corpus_stops_pretrain_before_a_tokenizer_is_trained(monkeypatch, tmp_path, capsys):
+    from bertkit.cli import main
+
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    assert main(["pretrain", "--corpus", "wikitext:wikitext-103-raw-v1", "--steps", "1", "--out",
+                 str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'bertkit[hub]'" in err and "tokenizer" not in err

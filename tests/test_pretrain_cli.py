@@ -143,6 +143,7 @@ def test_numpy_backend_writes_a_checkpoint_torch_loads(corpus, tmp_path):
     assert metrics["backend"] == "numpy" and metrics["step"] == 3
     model = bertkit.from_pretrained(out)
     assert model.head_kind == "mlm" and model.tokenizer is not None and (out / "loss_curve.png").is_file()
+    assert json.loads((out / "job.json").read_text())["backend"] == "numpy"  # its settings, as a torch run's
 
 
 def test_settings_come_from_defaults_then_config_file_then_flags(tmp_path):

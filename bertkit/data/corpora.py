@@ -157,6 +157,9 @@ class Corpus:
     def fingerprint(self) -> str:
         raise NotImplementedError
 
+    def check(self) -> None:
+        """Fail now, in one line, if the documents cannot be read at all (before minutes of work)."""
+
 
 @dataclass(frozen=True)
 class BuiltinCorpus(Corpus):
@@ -272,40 +275,69 @@ class CsvFile(Corpus):
         return f"csv:{self.field}:{file_digest([self.path])}"
 
 
+# wikitext's article titles (" = Valkyria Chronicles III = ") and section headings (" = = Gameplay = = ")
+WIKITEXT_TITLE = re.compile(r"\s*= [^=].*[^=] =\s*")
+WIKITEXT_HEADING = re.compile(r"\s*(= )+[^=].*[^=]( =)+\s*")
+
+
 @dataclass(frozen=True)
 class HubDataset(Corpus):
     """A Hugging Face `datasets` name ("wikitext:wikitext-103-raw-v1" = name:config), streamed.
-    Its fingerprint is the name, config and split: a hub data set is taken as fixed."""
+    Its fingerprint is the name, config and split: a hub data set is taken as fixed.
+
+    Each row is a document, except in wikitext's layout, one paragraph per row under title rows:
+    the rows from one article title to the next are one document (its headings left out), so
+    sentence pairs (NSP, SOP) come from within an article, as BERT's come from within a
+    document, not from a paragraph or a lone heading."""
     name: str
     config: str | None = None
     split: str = "train"
     field: str = "text"
 
-    def documents(self, stats: ReadStats) -> Iterator[str]:
+    def _stream(self):
         try:
             import datasets
         except ImportError:  # most often a mistyped path, so say both
             raise BertkitError(f"{self.spec}: no such file or directory (if it names a Hugging Face data set: "
                                "pip install 'bertkit[hub]')") from None
         try:
-            data = datasets.load_dataset(self.name, self.config, split=self.split, streaming=True)
+            return datasets.load_dataset(self.name, self.config, split=self.split, streaming=True)
         except Exception as e:  # network, unknown name, ...: one line, not a traceback
             raise BertkitError(f"{self.spec}: no such file or directory, and it could not be loaded as a Hugging "
                                f"Face data set ({first_line(e)})") from None
-        for n, row in enumerate(data):
+
+    def check(self) -> None:
+        self._stream()
+
+    def documents(self, stats: ReadStats) -> Iterator[str]:
+        article: list[str] | None = None  # the paragraphs of the wikitext article being read
+        for n, row in enumerate(self._stream()):
             if self.field not in row:
                 raise BertkitError(f"corpus {self.name!r}, row {n}: no field {self.field!r} (found: {', '.join(row)})")
             text = row[self.field]
-            if isinstance(text, str) and text.strip():
+            if not isinstance(text, str) or not text.strip():
+                continue
+            if WIKITEXT_TITLE.fullmatch(text):
+                if article:
+                    stats.documents += 1
+                    yield "\n".join(article)
+                article = []
+            elif article is not None:
+                if not WIKITEXT_HEADING.fullmatch(text):
+                    article.append(text.strip())
+            else:
                 stats.documents += 1
                 yield text
+        if article:
+            stats.documents += 1
+            yield "\n".join(article)
 
     @property
     def spec(self) -> str:
         return f"{self.name}:{self.config}" if self.config else self.name
 
     def fingerprint(self) -> str:
-        return f"hub:{self.name}:{self.config}:{self.split}:{self.field}"
+        return f"hub:{self.name}:{self.config}:{self.split}:{self.field}:articles"
 
 
 def open_corpus(spec: str | Path, field: str = "text", split: str = "train") -> Corpus:

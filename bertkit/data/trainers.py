@@ -46,8 +46,9 @@ class TokenizerSettings:
         if self.lowercase is None:
             object.__setattr__(self, "lowercase", self.kind != "bpe")
         if self.vocab_size < 300:
-            raise BertkitError(f"vocab_size {self.vocab_size} is too small (at least 300: the byte alphabet "
-                               "and the special tokens must fit)")
+            alphabet = "all 256 bytes" if self.kind == "bpe" else "the corpus's characters"
+            raise BertkitError(f"vocab_size {self.vocab_size} is too small (at least 300: {alphabet} and the "
+                               "special tokens must fit, with room for pieces)")
 
     @classmethod
     def for_family(cls, family: str, **overrides) -> "TokenizerSettings":
