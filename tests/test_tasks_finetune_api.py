@@ -357,6 +357,24 @@ def test_a_checkpoint_fine_tuned_elsewhere_is_read_whole_as_transformers_pipelin
     assert len(tagged["tags"]) == 300 and None not in tagged["tags"]
 
 
+def test_tag_groups_entities_as_transformers_pipeline_does_with_first_strategy(minilm_dir, tmp_path):
+    import transformers
+
+    names = dict(enumerate(["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]))
+    torch.manual_seed(3)
+    made = transformers.AutoModelForTokenClassification.from_pretrained(minilm_dir, num_labels=5, id2label=names)
+    made.save_pretrained(tmp_path)
+    transformers.AutoTokenizer.from_pretrained(minilm_dir).save_pretrained(tmp_path)
+    text = "John Smith lives in New York and works for the Acme company in Boston since last spring"
+    pipe = transformers.pipeline("token-classification", model=str(tmp_path), aggregation_strategy="first")
+    expected = [(e["entity_group"], e["start"], e["end"], e["score"]) for e in pipe(text)]
+    [result] = tag(tmp_path, [text])
+    got = [(e["entity"], e["start"], e["end"], e["score"]) for e in result["entities"]]
+    assert len(expected) >= 2 and [g[:3] for g in got] == [e[:3] for e in expected]
+    assert [g[3] for g in got] == pytest.approx([e[3] for e in expected], abs=1e-5)
+    assert all(text[e["start"]:e["end"]] == e["text"] for e in result["entities"])
+
+
 def test_predictions_run_in_fp32_unless_asked_while_evaluate_reproduces_the_run(tokenizer, sentiment, tmp_path):
     train, dev = sentiment
     scored = [type(e)(e.text, None, float(e.label == "positive")) for e in train]

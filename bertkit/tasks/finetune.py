@@ -46,6 +46,7 @@ from .base import TrainBatches, check_texts, check_truncation, serving_length
 from .choice import MultipleChoice
 from .classification import Regression, SequenceClassification
 from .contrastive import SentenceEmbedding
+from .metrics import entity_spans, is_bio
 from .qa import Decoding, QuestionAnswering, Windowing
 from .readers import TASKS, ChoiceExample, Columns, QAExample, TaggedSentence, TextExample, load_examples, sample
 from .tagging import TokenClassification, split_words
@@ -429,7 +430,10 @@ def choose(model, texts: list[str], choices: list[list[str]], batch_size: int = 
 def tag(model, inputs: list[str] | list[list[str]], batch_size: int = 64, max_length: int | None = None,
         bf16: bool = False, tokenizer=None, progress: bool = False) -> list[dict]:
     """{"tokens", "tags", "scores"} per input: a list of words, or a text split into words and
-    punctuation (then also "text", and "offsets": each word's [start, end) characters in it)."""
+    punctuation (then also "text", and "offsets": each word's [start, end) characters in it).
+    With entity tags (BIO, IOBES, BILOU) also "entities": each entity's type, words [start, end),
+    text, mean word score and, for a text, its characters (transformers' token-classification
+    pipeline groups entities so with aggregation_strategy="first")."""
     if isinstance(inputs, str) or not isinstance(inputs, (list, tuple)):
         check_texts(inputs, "inputs")  # the error for a bare string
     for item in inputs:  # each a text or a list of words
@@ -446,9 +450,27 @@ def tag(model, inputs: list[str] | list[list[str]], batch_size: int = 64, max_le
             sentences.append(TaggedSentence(tuple(item)))
             spans.append(None)
     results = job.predict(model, sentences, batch_size, length, settings.bf16, progress=progress)
-    return [{**({"text": item} if s is not None else {}), **r, **({"offsets": [list(o) for o in s]} if s is not None
-                                                                  else {})}
-            for item, r, s in zip(inputs, results, spans)]
+    entities = is_bio(model.config.labels)
+    out = []
+    for item, r, s in zip(inputs, results, spans):
+        record = {**({"text": item} if s is not None else {}), **r}
+        if s is not None:
+            record["offsets"] = [list(o) for o in s]
+        if entities:
+            record["entities"] = [_entity(r, s, item, kind, start, end) for kind, start, end in entity_spans(r["tags"])]
+        out.append(record)
+    return out
+
+
+def _entity(result: dict, offsets, item, kind: str, start: int, end: int) -> dict:
+    """One entity of a tag() result: words [start, end), their text (the characters they span in
+    a text; the words joined by spaces in a list), the mean of their scores."""
+    scores = [p for p in result["scores"][start:end] if p is not None]
+    entity = {"entity": kind, "words": [start, end], "score": round(sum(scores) / max(len(scores), 1), 6)}
+    if offsets is None:
+        return {**entity, "text": " ".join(result["tokens"][start:end])}
+    first, last = offsets[start][0], offsets[end - 1][1]
+    return {**entity, "text": item[first:last], "start": first, "end": last}
 
 
 def answer(model, questions: list[str], contexts: list[str], top_k: int = 1, null_answers: bool | None = None,

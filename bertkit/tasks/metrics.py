@@ -87,6 +87,21 @@ def tag_scheme(tags) -> str:
     return next((name for name, found in marks.items() if found), "BIO")
 
 
+def entity_spans(tags: list[str | None]) -> list[tuple[str, int, int]]:
+    """The entities in one sentence's tags as (type, first word, end word), read as the scores
+    read them: BIO by the conlleval rules, IOBES / BILOU strictly; a word without a tag is O."""
+    filled = [t if t is not None else "O" for t in tags]
+    scheme = tag_scheme(filled)
+    if scheme == "BIO":
+        from seqeval.metrics.sequence_labeling import get_entities
+
+        return [(kind, start, end + 1) for kind, start, end in get_entities(filled)]  # seqeval's end is inclusive
+    from seqeval.scheme import BILOU, IOBES, Entities
+
+    found = Entities([filled], {"IOBES": IOBES, "BILOU": BILOU}[scheme]).entities[0]
+    return [(e.tag, e.start, e.end) for e in found]
+
+
 def _entity_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict[str, float]:
     """seqeval's entity precision / recall / F1. Plain BIO keeps seqeval's default mode (the
     CoNLL-2000 `conlleval` rules that papers report: an I- after O starts an entity, so IOB1
