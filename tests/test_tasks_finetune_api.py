@@ -74,6 +74,47 @@ def test_each_task_head_and_objective_shapes(tokenizer):
         SpanObjective(cls)
 
 
+@pytest.mark.parametrize("kind", ["token-classification", "classification"])
+def test_accumulated_micro_batches_give_the_gradient_of_the_whole_batch(tokenizer, tmp_path, kind):
+    """Tagging: the halves label 4 and 32 words; classification: 3 and 5 rows (a last, partial batch)."""
+    import copy
+
+    reviews = [e.text for e in load_examples("classification", "rotten-tomatoes", "dev")[:8]]
+    whole = tokenizer(reviews, max_length=24)
+    if kind == "token-classification":
+        whole["labels"] = torch.full_like(whole["input_ids"], -100)
+        whole["labels"][:4, 1] = 1
+        whole["labels"][4:, 1:9] = 2
+        cut = 4
+    else:
+        whole["label"] = torch.tensor([0, 1, 1, 0, 1, 0, 0, 1])
+        cut = 3
+    halves = [{k: v[:cut] for k, v in whole.items()}, {k: v[cut:] for k, v in whole.items()}]
+    model = tiny(kind, tokenizer, num_labels=3).eval()  # no dropout
+    objective = (TaggingObjective if kind == "token-classification" else ClassificationObjective)(model)
+    grads = []
+    for data, accumulation in ((lambda i: whole, 1), (lambda i: halves[i % 2], 2)):
+        run = copy.deepcopy(objective)
+        settings = TrainSettings(steps=1, lr=0.0, clip_norm=None, accumulation=accumulation, progress=False)
+        trainer = Trainer(run, data, settings, tmp_path / f"run{accumulation}")
+        run.eval()
+        trainer.train_step()
+        grads.append([p.grad for p in run.parameters() if p.grad is not None])
+    for one, two in zip(*grads):
+        assert (one - two).abs().max() <= 1e-4 * one.abs().max() + 1e-8
+
+
+def test_finetune_accumulates_and_clips_as_told(tokenizer, sentiment, tmp_path):
+    train, dev = sentiment
+    metrics = finetune("classification", tiny("classification", tokenizer), train[::3][:40], dev[:8], tmp_path,
+                       quiet(epochs=1, batch_size=4, accumulation=3, clip_norm=None))
+    assert metrics["steps"] == 4  # ceil(10 micro-batches / 3) optimizer steps make the epoch
+    with pytest.raises(BertkitError, match="accumulation must be at least 1"):
+        FinetuneSettings(accumulation=0)
+    with pytest.raises(BertkitError, match="clip_norm must be positive"):
+        FinetuneSettings(clip_norm=0)
+
+
 def reference_pair(cls_name, tmp_path, **config):
     """A tiny transformers BERT with head `cls_name` and no dropout, and bertkit's load of it."""
     import transformers

@@ -23,6 +23,19 @@ def share(mean: torch.Tensor, count, totals: dict[str, torch.Tensor] | None, nam
     return mean * count / totals[name].clamp(min=1)
 
 
+class PerRow:
+    """For an objective whose loss is a mean over the batch's rows (sequence classification, QA
+    spans, multiple choice): counts its rows, and weighs a loss by them (`share`)."""
+
+    def counts(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        ids = batch["input_ids"]
+        return {"rows": torch.tensor(len(ids), device=ids.device)}
+
+    @staticmethod
+    def by_rows(loss: torch.Tensor, batch: dict[str, torch.Tensor], totals) -> torch.Tensor:
+        return share(loss, len(batch["input_ids"]), totals, "rows")
+
+
 class Objective(nn.Module):
     """A module whose forward(batch, totals=None) returns a Step. An objective that
     averages its loss over items (masked tokens, sequences) whose number varies from batch to

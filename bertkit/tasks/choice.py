@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import BertkitError
-from ..objectives.base import Objective, Step
+from ..objectives.base import Objective, PerRow, Step
 from .base import Task, check_truncation, model_max_length, report_truncated, run_batches, truncate_pair
 from .readers import ChoiceExample
 
@@ -64,7 +64,7 @@ def collate_choices(features: list[dict], pad_id: int) -> dict[str, torch.Tensor
     return batch
 
 
-class ChoiceObjective(Objective):
+class ChoiceObjective(PerRow, Objective):
     """Cross-entropy of the (B, C) choice logits (missing choices at -inf) against the (B,) index
     of the right one."""
 
@@ -77,12 +77,12 @@ class ChoiceObjective(Objective):
     def models(self):
         return {"": self.model}
 
-    def forward(self, batch: dict[str, torch.Tensor]) -> Step:
+    def forward(self, batch: dict[str, torch.Tensor], totals: dict[str, torch.Tensor] | None = None) -> Step:
         logits = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()
         logits = logits.masked_fill(~batch["choice_mask"], float("-inf"))  # (B, C)
         loss = F.cross_entropy(logits, batch["label"])
         accuracy = (logits.argmax(-1) == batch["label"]).float().mean()
-        return Step(loss, {"loss": loss.detach(), "accuracy": accuracy})
+        return Step(self.by_rows(loss, batch, totals), {"loss": loss.detach(), "accuracy": accuracy})
 
 
 class MultipleChoice(Task):

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import BertkitError
-from ..objectives.base import Objective, Step
+from ..objectives.base import Objective, PerRow, Step
 from .base import (Task, check_truncation, label_index, model_max_length, ordered_labels, report_truncated, run_batches,
                    truncate_pair)
 from .metrics import classification_scores, regression_scores
@@ -37,7 +37,7 @@ def encode_texts(examples: list[TextExample], tokenizer, max_length: int,
     return features, cut
 
 
-class ClassificationObjective(Objective):
+class ClassificationObjective(PerRow, Objective):
     """The loss the model's problem_type names, as transformers computes it from the (B, C)
     logits: cross-entropy against (B,) class indices (single-label); binary cross-entropy of each
     label against (B, C) 0/1 targets (multi-label; (B,) indices are one label each); the mean
@@ -55,23 +55,23 @@ class ClassificationObjective(Objective):
     def models(self):
         return {"": self.model}
 
-    def forward(self, batch: dict[str, torch.Tensor]) -> Step:
+    def forward(self, batch: dict[str, torch.Tensor], totals: dict[str, torch.Tensor] | None = None) -> Step:
         logits = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()
         target = batch["label"]
         kind = self.problem_type or ("multi_label_classification" if target.is_floating_point()
                                      else "single_label_classification")
         if kind == "regression":
             loss = F.mse_loss(logits.squeeze(-1) if logits.shape[-1] == 1 else logits, target.float())  # (B[, C])
-            return Step(loss, {"loss": loss.detach()})
+            return Step(self.by_rows(loss, batch, totals), {"loss": loss.detach()})
         if kind == "multi_label_classification":
             if target.ndim == 1:
                 target = F.one_hot(target.long(), logits.shape[-1])  # (B,) -> (B, C)
             loss = F.binary_cross_entropy_with_logits(logits, target.float())  # (B, C) vs (B, C)
             exact = ((logits > 0) == target.bool()).all(-1).float().mean()  # every label right
-            return Step(loss, {"loss": loss.detach(), "accuracy": exact})
+            return Step(self.by_rows(loss, batch, totals), {"loss": loss.detach(), "accuracy": exact})
         loss = F.cross_entropy(logits, target)  # (B, C) vs (B,)
         accuracy = (logits.argmax(-1) == target).float().mean()
-        return Step(loss, {"loss": loss.detach(), "accuracy": accuracy})
+        return Step(self.by_rows(loss, batch, totals), {"loss": loss.detach(), "accuracy": accuracy})
 
 
 class SequenceClassification(Task):

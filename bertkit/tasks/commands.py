@@ -117,7 +117,7 @@ def _columns(args):
 
 
 # ---- finetune / evaluate ------------------------------------------------------------------------
-SETTING_FLAGS = ("epochs", "steps", "batch_size", "lr", "weight_decay", "warmup", "schedule", "max_length",
+SETTING_FLAGS = ("epochs", "steps", "batch_size", "accumulation", "lr", "weight_decay", "warmup", "schedule", "max_length",
                  "truncation", "eval_every", "patience", "metric", "seed", "eval_batch_size", "device", "doc_stride",
                  "max_query_length", "max_answer_length", "n_best", "null_answers", "null_threshold",
                  "train_limit", "eval_limit", "pooling")
@@ -136,6 +136,8 @@ def finetune_settings(args):
     from .finetune import FinetuneSettings
 
     values = {k: getattr(args, k) for k in SETTING_FLAGS if getattr(args, k, None) is not None}
+    if args.clip_norm is not None:  # a number, or none
+        values.update(typed(FinetuneSettings, {"clip_norm": args.clip_norm}, "--clip-norm"))
     if args.time_budget is not None:
         values["time_budget"] = seconds(args.time_budget)
     values["bf16"] = _bf16(args.precision, args.device)
@@ -317,7 +319,11 @@ def add_parsers(sub, predict_modes) -> None:
     g.add_argument("--steps", type=int, help="optimizer steps, instead of epochs")
     g.add_argument("--time-budget", dest="time_budget", metavar="DURATION",
                    help="stop after this long (e.g. 20m), or when --epochs / --steps end, if given, whichever is first")
-    g.add_argument("--batch-size", dest="batch_size", type=int, help="examples per step (32)")
+    g.add_argument("--batch-size", dest="batch_size", type=int, help="examples per micro-batch (32)")
+    g.add_argument("--accumulation", type=int, help="micro-batches per optimizer step (1): a step sees "
+                   "accumulation x batch-size examples, with the gradient of one batch that size")
+    g.add_argument("--clip-norm", dest="clip_norm", metavar="NORM",
+                   help="clip the gradient's global norm to this (1.0; none: no clipping)")
     g.add_argument("--lr", type=float, help="peak learning rate (5e-5; small models like 1e-4 to 2e-4)")
     g.add_argument("--weight-decay", dest="weight_decay", type=float, help="AdamW decay (0.01)")
     g.add_argument("--warmup", type=float, help="warmup, a fraction of training (0.1)")

@@ -60,8 +60,10 @@ class FinetuneSettings:
     epochs: float | None = None          # None: 3, or as many as time_budget allows when there is one
     steps: int | None = None             # optimizer steps; when given, instead of epochs
     time_budget: float | None = None     # seconds of training, as in pre-training
-    batch_size: int = 32
+    batch_size: int = 32                 # per micro-batch: accumulation x batch_size examples per step
+    accumulation: int = 1                # micro-batches per optimizer step (transformers' gradient_accumulation_steps)
     lr: float = 5e-5                     # BERT sec. 4 / A.3 searches 5e-5, 3e-5, 2e-5
+    clip_norm: float | None = 1.0        # the gradient's global norm is clipped to this (None: not clipped)
     weight_decay: float = 0.01
     warmup: float = 0.1                  # fraction of training
     schedule: str = "linear"
@@ -92,7 +94,10 @@ class FinetuneSettings:
     def __post_init__(self) -> None:
         if self.epochs is not None and not 0 < self.epochs < math.inf:  # nan and inf would pass `<= 0`
             raise BertkitError(f"epochs must be a positive number, got {self.epochs}")
-        for name in ("batch_size", "eval_batch_size", "n_best", "max_answer_length", "max_query_length"):
+        if self.clip_norm is not None and not self.clip_norm > 0:
+            raise BertkitError(f"clip_norm must be positive (or None: no clipping), got {self.clip_norm}")
+        for name in ("batch_size", "accumulation", "eval_batch_size", "n_best", "max_answer_length",
+                     "max_query_length"):
             if getattr(self, name) < 1:
                 raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("steps", "eval_every", "patience", "train_limit", "eval_limit"):
@@ -295,6 +300,9 @@ def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneS
     if task == "qa" and null_answers is None:
         null_answers = any(e.is_impossible for e in train_examples)
     job = make_task(task, settings, bool(null_answers))
+    if task == "embedding" and settings.accumulation > 1:
+        raise BertkitError("embedding trains against the other pairs of its batch, which accumulation would split "
+                           "into smaller batches with fewer negatives; raise batch_size instead")
     torch.manual_seed(settings.seed)  # a new head's initial weights
     model, labels = model_for(job, model, job.labels_of(train_examples), tokenizer)
     job.check_gold(eval_examples, labels, str(eval))  # before minutes of training
@@ -302,8 +310,9 @@ def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneS
     features = job.features(train_examples, model.tokenizer, labels, max_length, str(train))
     batches = TrainBatches(features, settings.batch_size, model.tokenizer.pad_token_id, settings.seed, collate=job.collate)
     steps = settings.steps  # with a time budget too: whichever ends first
+    per_epoch = math.ceil(batches.per_epoch / settings.accumulation)  # optimizer steps
     if steps is None and (settings.epochs is not None or settings.time_budget is None):
-        steps = max(1, math.ceil((settings.epochs or DEFAULT_EPOCHS) * batches.per_epoch))
+        steps = max(1, math.ceil((settings.epochs or DEFAULT_EPOCHS) * per_epoch))
     metric = settings.metric or job.metric_for(labels)
     if metric not in job.metrics:
         raise BertkitError(f"early stopping cannot follow {metric!r} for {task}; choose one of {', '.join(job.metrics)}")
@@ -311,7 +320,8 @@ def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneS
     train_settings = TrainSettings(
         steps=steps, time_budget=settings.time_budget, lr=settings.lr, weight_decay=settings.weight_decay,
         betas=(0.9, 0.999), eps=1e-8, warmup=settings.warmup, schedule=settings.schedule, bf16=settings.bf16,
-        eval_every=settings.eval_every or batches.per_epoch, save_every=10**9, keep=1, seed=settings.seed,
+        clip_norm=settings.clip_norm, accumulation=settings.accumulation,
+        eval_every=settings.eval_every or per_epoch, save_every=10**9, keep=1, seed=settings.seed,
         progress=settings.progress)
     trainer = Trainer(job.objective(model), batches, train_settings, out, device=_device(settings), on_eval=stopper)
     try:

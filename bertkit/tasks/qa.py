@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import BertkitError
-from ..objectives.base import Objective, Step
+from ..objectives.base import Objective, PerRow, Step
 from .base import Task, model_max_length, run_batches
 from .metrics import squad_scores
 from .readers import QAExample, report
@@ -103,7 +103,7 @@ def answer_tokens(offsets: np.ndarray, start: int, end: int) -> tuple[int, int]:
     return first, last
 
 
-class SpanObjective(Objective):
+class SpanObjective(PerRow, Objective):
     """Mean of the start and end cross-entropies over the (B, T) logits (BERT sec. 4.2), the
     softmax taken over each row's real tokens. (transformers' takes it over the padding too, whose
     logits are whatever pad tokens compute, so its loss changes with how much a batch is padded;
@@ -119,14 +119,14 @@ class SpanObjective(Objective):
     def models(self):
         return {"": self.model}
 
-    def forward(self, batch: dict[str, torch.Tensor]) -> Step:
+    def forward(self, batch: dict[str, torch.Tensor], totals: dict[str, torch.Tensor] | None = None) -> Step:
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         pad = ~batch["attention_mask"].bool()                           # (B, T)
         start = out.start_logits.float().masked_fill(pad, float("-inf"))  # (B, T)
         end = out.end_logits.float().masked_fill(pad, float("-inf"))      # (B, T)
         loss = (F.cross_entropy(start, batch["start_positions"]) + F.cross_entropy(end, batch["end_positions"])) / 2
         exact = ((start.argmax(-1) == batch["start_positions"]) & (end.argmax(-1) == batch["end_positions"])).float()
-        return Step(loss, {"loss": loss.detach(), "span_accuracy": exact.mean()})
+        return Step(self.by_rows(loss, batch, totals), {"loss": loss.detach(), "span_accuracy": exact.mean()})
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import BertkitError
-from ..objectives.base import Objective, Step
+from ..objectives.base import Objective, Step, share
 from .base import IGNORE, Task, label_index, model_max_length, ordered_labels, report_truncated, run_batches
 from .metrics import is_bio, tagging_scores
 from .readers import TaggedSentence, report
@@ -105,13 +105,20 @@ class TaggingObjective(Objective):
     def models(self):
         return {"": self.model}
 
-    def forward(self, batch: dict[str, torch.Tensor]) -> Step:
+    def counts(self, batch):
+        """The labelled positions (each word's first sub-word)."""
+        return {"words": (batch["labels"] != IGNORE).sum()}
+
+    def forward(self, batch: dict[str, torch.Tensor], totals: dict[str, torch.Tensor] | None = None) -> Step:
         logits = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()
         labels = batch["labels"]  # (B, T), -100 where there is no loss
-        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)  # (B*T, C) vs (B*T,)
         scored = labels != IGNORE
-        accuracy = (logits.argmax(-1)[scored] == labels[scored]).float().mean() if scored.any() else loss.new_zeros(())
-        return Step(loss, {"loss": loss.detach(), "accuracy": accuracy})
+        if not scored.any():  # nothing labelled (every word cut off): no loss, not NaN
+            zero = logits.sum() * 0.0
+            return Step(zero, {"loss": zero.detach(), "accuracy": zero.detach()})
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)  # (B*T, C) vs (B*T,)
+        accuracy = (logits.argmax(-1)[scored] == labels[scored]).float().mean()
+        return Step(share(loss, scored.sum(), totals, "words"), {"loss": loss.detach(), "accuracy": accuracy})
 
 
 class TokenClassification(Task):
