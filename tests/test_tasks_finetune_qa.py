@@ -46,7 +46,7 @@ def test_extractive_qa_learns_with_windows_and_null_answers(minilm_dir, tmp_path
 
     saved = json.loads((tmp_path / "run" / "task.json").read_text())
     assert saved["null_answers"] is True and saved["max_length"] == 64
-    results = answer(tmp_path / "run", [e.question for e in dev], [e.context for e in dev])
+    results = answer(tmp_path / "run", [e.question for e in dev], [e.context for e in dev], bf16=FAST_BF16)
     for r, e in zip(results, dev):
         if r["answer"]:
             assert e.context[r["start"]:r["end"]] == r["answer"]

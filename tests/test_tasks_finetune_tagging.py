@@ -41,7 +41,7 @@ def test_part_of_speech_style_tagging_learns_from_word_slash_tag_files(minilm_di
     majority = Counter(t for s in dev for t in s.tags).most_common(1)[0][1] / sum(len(s.tags) for s in dev)
     assert metrics["accuracy"] >= 0.9 and metrics["accuracy"] >= majority + 0.25, (majority, metrics)
 
-    predictions = tag(tmp_path / "run", [list(s.words) for s in dev])
+    predictions = tag(tmp_path / "run", [list(s.words) for s in dev], bf16=FAST_BF16)  # as it trained and scored
     gold = [t for s in dev for t in s.tags]
     assert metrics["accuracy"] == pytest.approx(accuracy_score(gold, [t for p in predictions for t in p["tags"]]))
 
@@ -55,5 +55,5 @@ def test_bio_chunk_tagging_learns_from_conll_files(minilm_dir, tmp_path):
     assert metrics["f1"] >= 0.8 and metrics["precision"] >= 0.75 and metrics["recall"] >= 0.75, metrics
 
     dev = load_examples("token-classification", dev_file)
-    predictions = tag(tmp_path / "run", [list(s.words) for s in dev])
+    predictions = tag(tmp_path / "run", [list(s.words) for s in dev], bf16=FAST_BF16)  # as it trained and scored
     assert metrics["f1"] == pytest.approx(seqeval_f1([list(s.tags) for s in dev], [p["tags"] for p in predictions]))
