@@ -714,3 +714,42 @@ def test_whole_model_pickles_and_trains_after(name):
 @pytest.mark.parametrize("name", FAMILY_PRESETS)
 def test_compiled_training_matches_eager_for_every_family(name):
     _compile_case(name, train=True)
+
+
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
+def test_module_hooks_run_on_every_path_and_pruning_trains(name):
+    """A hook on a projection (activation capture, Captum, torch.nn.utils.prune) runs whether the
+    model trains or serves: the fast paths that read weights directly step aside for it. Pruning
+    recomputes the weight in a pre-hook; a path that skipped it trained on a stale weight and
+    failed on the second backward."""
+    from torch.nn.utils import prune
+
+    model = shrunk(name)
+    ids, mask = batch(model.config.pad_token_id)
+    ffn = model.backbone.encoder.layer_for(0).ffn
+    attention = model.backbone.encoder.layer_for(0).attn
+    calls = []
+    watched = [m for m in (getattr(ffn, "up", None), getattr(ffn, "down", None), model.head.decoder,
+                           getattr(attention, "query", None)) if isinstance(m, torch.nn.Linear)]
+    for module in watched:
+        module.register_forward_hook(lambda m, i, o: calls.append(m))
+    for training, grad in ((True, True), (False, True), (False, False)):
+        model.train(training)
+        calls.clear()
+        with torch.set_grad_enabled(grad):
+            model(ids, mask).logits.sum()
+        assert {id(m) for m in calls} == {id(m) for m in watched}, (training, grad)
+    target = watched[0]
+    prune.l1_unstructured(target, "weight", amount=0.5)
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    for _ in range(3):  # each step recomputes weight = weight_orig * weight_mask in the hook
+        optimizer.zero_grad()
+        model(ids, mask).logits.float().logsumexp(-1).mean().backward()
+        optimizer.step()
+    assert target.weight_orig.grad is not None
+    model.eval()
+    with torch.no_grad():
+        pruned = model(ids, mask).logits
+        prune.remove(target, "weight")  # the masked weight made permanent: the same numbers, no hook
+        assert torch.allclose(model(ids, mask).logits, pruned, atol=1e-5)

@@ -145,10 +145,12 @@ def _plain(x: torch.Tensor, layer: nn.Module) -> bool:
     """A plain nn.Linear (a subclass may change forward) without forward hooks (calling it is
     what runs them) that `_serves`, without autocast (oneDNN's op would not be cast)."""
     return (type(layer) is nn.Linear and _serves(x, layer.weight) and not torch.is_autocast_enabled("cpu")
-            and not _hooked(layer))
+            and not hooked(layer))
 
 
-def _hooked(layer: nn.Module) -> bool:
+def hooked(layer: nn.Module) -> bool:
+    """Whether calling the module would run hooks (its own or global ones: pruning, activation
+    capture), which a fast path that reads its weights directly would skip."""
     return bool(layer._forward_hooks or layer._forward_pre_hooks
                 or module_hooks._global_forward_hooks or module_hooks._global_forward_pre_hooks)
 
@@ -196,7 +198,7 @@ def _autocast_weight(x: torch.Tensor, layer: nn.Module) -> torch.Tensor | None:
         return None
     if (type(layer) is not nn.Linear or x.device.type != "cpu" or x.dtype not in (torch.float32, torch.bfloat16)
             or torch.compiler.is_compiling() or torch.jit.is_tracing() or func_transforming()
-            or _hooked(layer) or _recorded(x, layer)):
+            or hooked(layer) or _recorded(x, layer)):
         return None
     return _packed_weight(layer, torch.bfloat16)
 
