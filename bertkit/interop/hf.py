@@ -612,9 +612,16 @@ def transformer_folder(directory: Path) -> str:
     """Where a sentence-transformers folder keeps its Transformer module's files (config.json,
     weights, tokenizer): "" for the folder itself, as sentence-transformers has saved them since
     version 2, or the subfolder modules.json names (0_Transformer/) in folders saved before,
-    which sentence-transformers still loads."""
-    if (directory / "config.json").exists():
-        return ""
+    which sentence-transformers still loads. Those folders have a config.json of their own at the
+    top, holding only sentence-transformers' version: a model's config names its model_type."""
+    top = directory / "config.json"
+    if top.exists():
+        try:
+            config = json.loads(top.read_bytes())
+        except (ValueError, UnicodeDecodeError):
+            return ""  # reading it as the model's config gives the error that names the problem
+        if not isinstance(config, dict) or "model_type" in config or "architectures" in config:
+            return ""
     return next((folder for entry in _modules(directory) if _is_transformer(entry)
                  and (folder := _module_folder(entry)) and (directory / folder / "config.json").is_file()), "")
 
