@@ -334,7 +334,9 @@ def report(out: Path) -> None:
                                      "nsp_accuracy", "sop_accuracy", "rtd_accuracy", "loss") if k in metrics}
     print(f"\nmodel: {out}  (loss curve: {out / 'loss_curve.png'})")
     print("held-out metrics: " + ", ".join(f"{k} {v:,.4g}" if isinstance(v, float) else f"{k} {v:,}"
-                                           for k, v in shown.items()))
+                                           if isinstance(v, int) else f"{k} n/a" for k, v in shown.items()))
+    if metrics.get("skipped_steps"):
+        print(f"skipped steps (non-finite loss): {metrics['skipped_steps']:,}")
     lm = out / "generator" if (out / "generator" / "config.json").exists() else out
     model = from_pretrained(lm)
     if model.head is not None and model.head.predicts_tokens and model.tokenizer is not None:

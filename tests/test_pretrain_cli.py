@@ -427,3 +427,13 @@ def test_a_tokenizer_that_adds_no_special_tokens_is_one_error_line(corpus, tmp_p
                     "--override", "vocab_size=505", "--steps", "1", *FAST) == 2
     assert "frames a text with no special tokens" in error_line(capsys)
     assert not (out / "model.safetensors").exists()
+
+
+def test_a_run_whose_held_out_loss_is_not_finite_still_reports(corpus, tmp_path, capsys):
+    out = tmp_path / "lost"
+    assert pretrain("--corpus", str(corpus), "--out", str(out), "--steps", "4", "--lr", "1e9", "--warmup", "0",
+                    "--skip-nonfinite", *TINY, *FAST) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["skipped_steps"] >= 1 and metrics["mlm_loss"] is None  # the weights are gone: said, not hidden
+    printed = capsys.readouterr().out
+    assert "mlm_loss n/a" in printed and f"skipped steps (non-finite loss): {metrics['skipped_steps']}" in printed
