@@ -211,3 +211,15 @@ def test_unanswerable_questions_score_only_the_empty_answer():
     s = squad_scores(["Paris", "", "the tower", "x"], [["Paris"], [], ["Eiffel tower"], ["y"]])
     assert s["exact_match"] == pytest.approx(2 / 4)
     assert s["f1"] == pytest.approx((1 + 1 + 2 * 0.5 / 1.5 + 0) / 4)
+
+
+def test_entities_are_read_by_the_scheme_of_the_models_labels_not_of_one_sentence():
+    from bertkit.tasks.metrics import entity_spans
+
+    iobes = ("O", "B-PER", "I-PER", "E-PER", "S-PER", "B-LOC", "I-LOC", "E-LOC", "S-LOC")
+    # strict IOBES whether or not the sentence holds an E- or S- tag: an unclosed B- I- is no entity
+    assert entity_spans(["B-PER", "I-PER", "O", "B-LOC"], iobes) == []
+    assert entity_spans(["B-PER", "I-PER", "O", "B-LOC", "S-LOC"], iobes) == [("LOC", 4, 5)]
+    assert entity_spans(["B-PER", "E-PER", "O", "S-LOC"], iobes) == [("PER", 0, 2), ("LOC", 3, 4)]
+    bio = ("O", "B-PER", "I-PER")
+    assert entity_spans(["B-PER", "I-PER", None, "I-PER"], bio) == [("PER", 0, 2), ("PER", 3, 4)]  # conlleval

@@ -467,7 +467,8 @@ def tag(model, inputs: list[str] | list[list[str]], batch_size: int = 64, max_le
         if s is not None:
             record["offsets"] = [list(o) for o in s]
         if entities:
-            record["entities"] = [_entity(r, s, item, kind, start, end) for kind, start, end in entity_spans(r["tags"])]
+            record["entities"] = [_entity(r, s, item, kind, start, end)
+                                  for kind, start, end in entity_spans(r["tags"], model.config.labels)]
         out.append(record)
     return out
 

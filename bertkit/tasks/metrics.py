@@ -87,11 +87,12 @@ def tag_scheme(tags) -> str:
     return next((name for name, found in marks.items() if found), "BIO")
 
 
-def entity_spans(tags: list[str | None]) -> list[tuple[str, int, int]]:
+def entity_spans(tags: list[str | None], labels: tuple[str, ...]) -> list[tuple[str, int, int]]:
     """The entities in one sentence's tags as (type, first word, end word), read as the scores
-    read them: BIO by the conlleval rules, IOBES / BILOU strictly; a word without a tag is O."""
+    read them: BIO by the conlleval rules, IOBES / BILOU strictly, the scheme that of the model's
+    `labels` (not of the tags one sentence happens to hold); a word without a tag is O."""
     filled = [t if t is not None else "O" for t in tags]
-    scheme = tag_scheme(filled)
+    scheme = tag_scheme(list(labels))
     if scheme == "BIO":
         from seqeval.metrics.sequence_labeling import get_entities
 
