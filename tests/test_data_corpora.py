@@ -189,10 +189,10 @@ def test_a_hub_wikitext_article_is_one_document_without_its_headings(monkeypatch
     assert documents == ["Senjō no Valkyria 3 is a role-playing game . It came out in 2011 .\n"
                          "The game is played in turns . Each turn is short .",
                          "The Tower Building is a skyscraper ."]
-    plain = ["one sentence per row.", "", "another row."]  # no titles: each row is a document
+    plain = ["one sentence per row.", "", " = Plot = ", "another row.", "a third."]  # not wikitext: rows
     monkeypatch.setattr(datasets, "load_dataset",
                         lambda *a, **k: datasets.Dataset.from_dict({"text": plain}).to_iterable_dataset())
-    assert _documents(open_corpus("bookcorpus")) == ["one sentence per row.", "another row."]
+    assert _documents(open_corpus("bookcorpus")) == ["one sentence per row.", " = Plot = ", "another row.", "a third."]
 
 
 def test_an_unreadable_hub_corpus_stops_pretrain_before_a_tokenizer_is_trained(monkeypatch, tmp_path, capsys):

@@ -285,10 +285,11 @@ class HubDataset(Corpus):
     """A Hugging Face `datasets` name ("wikitext:wikitext-103-raw-v1" = name:config), streamed.
     Its fingerprint is the name, config and split: a hub data set is taken as fixed.
 
-    Each row is a document, except in wikitext's layout, one paragraph per row under title rows:
-    the rows from one article title to the next are one document (its headings left out), so
-    sentence pairs (NSP, SOP) come from within an article, as BERT's come from within a
-    document, not from a paragraph or a lone heading."""
+    Each row is a document, except in wikitext (`wikitext`, `Salesforce/wikitext`), one paragraph
+    per row under title rows: the rows from one article title to the next are one document (its
+    headings left out), so sentence pairs (NSP, SOP) come from within an article, as BERT's come
+    from within a document, not from a paragraph or a lone heading. Other sets are not read so: a
+    review that happens to read " = Plot = " must not join the rows after it."""
     name: str
     config: str | None = None
     split: str = "train"
@@ -311,13 +312,14 @@ class HubDataset(Corpus):
 
     def documents(self, stats: ReadStats) -> Iterator[str]:
         article: list[str] | None = None  # the paragraphs of the wikitext article being read
+        articles = self.name.rpartition("/")[2].lower() == "wikitext"
         for n, row in enumerate(self._stream()):
             if self.field not in row:
                 raise BertkitError(f"corpus {self.name!r}, row {n}: no field {self.field!r} (found: {', '.join(row)})")
             text = row[self.field]
             if not isinstance(text, str) or not text.strip():
                 continue
-            if WIKITEXT_TITLE.fullmatch(text):
+            if articles and WIKITEXT_TITLE.fullmatch(text):
                 if article:
                     stats.documents += 1
                     yield "\n".join(article)
