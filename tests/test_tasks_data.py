@@ -677,6 +677,8 @@ def hub_sets(monkeypatch):
         ("stanfordnlp/snli", None, "test"): table(("premise", "hypothesis"), nli, [
             {"premise": "Two dogs.", "hypothesis": "Two cats.", "label": -1}]),
         ("glue", "mnli", "validation_matched"): table(("premise", "hypothesis"), nli, mnli),
+        ("glue", "stsb", "test"): table(("sentence1", "sentence2"), datasets.Value("float32"), [
+            {"sentence1": "A cat.", "sentence2": "A dog.", "label": -1.0}] * 2),
         ("stanfordnlp/imdb", None, "test"): table(("text",), datasets.ClassLabel(names=["neg", "pos"]), [
             {"text": "Dull.", "label": 0}]),
     }
@@ -703,6 +705,8 @@ def test_hub_sets_give_each_column_its_part_and_skip_rows_without_a_gold_label(h
     assert [e.label for e in snli] == ["entailment", "contradiction"]
     with pytest.raises(BertkitError, match="labels are hidden in this split"):
         load_examples("classification", "stanfordnlp/snli", "test")
+    with pytest.raises(BertkitError, match="labels are hidden in this split"):  # STS-B's scores: -1.0 each
+        load_examples("regression", "glue/stsb", "test")
 
 
 def test_hub_dev_splits_and_named_splits(hub_sets):

@@ -109,6 +109,9 @@ def test_finetune_accumulates_and_clips_as_told(tokenizer, sentiment, tmp_path):
     metrics = finetune("classification", tiny("classification", tokenizer), train[::3][:40], dev[:8], tmp_path,
                        quiet(epochs=1, batch_size=4, accumulation=3, clip_norm=None))
     assert metrics["steps"] == 4  # ceil(10 micro-batches / 3) optimizer steps make the epoch
+    metrics = finetune("classification", tiny("classification", tokenizer), train[::3][:40], dev[:8], tmp_path / "3",
+                       quiet(epochs=3, batch_size=4, accumulation=3))
+    assert metrics["steps"] == 10  # 30 micro-batches in 3 epochs: ceil(30 / 3), not 3 x ceil(10 / 3)
     with pytest.raises(BertkitError, match="accumulation must be at least 1"):
         FinetuneSettings(accumulation=0)
     with pytest.raises(BertkitError, match="clip_norm must be positive"):

@@ -267,3 +267,16 @@ def test_evaluation_predicts_and_scores_every_question_of_a_file(tmp_path, token
     predictions = task.predict(model, examples, batch_size=8, max_length=32)  # several windows each
     preds = {e.id: p["answer"] for e, p in zip(examples, predictions)}
     assert task.score(examples, predictions, ("start", "end")) == pytest.approx(official_scores(SQUAD_EVAL, preds))
+
+
+def test_a_short_window_without_a_stride_overlaps_half_its_context(tokenizer):
+    """transformers' pipeline halves the stride of a short window; with run_qa's 128 a 128-token
+    window beside a 64-token question would hold no context at all."""
+    example = QAExample("0", "Where?", " ".join(f"word{i}" for i in range(300)))
+    features, _ = windows([example], tokenizer, Windowing(max_length=128))
+    room = 128 - tokenizer.frame.specials(True) - 64  # beside a question of up to 64 tokens
+    assert len(features) > 1 and Windowing(max_length=128).stride(tokenizer.frame.specials(True)) == room // 2
+    first, second = (f["offsets"] for f in features[:2])
+    shared = sum(1 for span in second.tolist() if span in first.tolist())
+    assert shared == room // 2
+    assert Windowing(max_length=384).stride(3) == 128  # run_qa's where the window is long enough

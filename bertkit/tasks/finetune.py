@@ -79,7 +79,7 @@ class FinetuneSettings:
     device: str | None = None            # None: cuda when available
     progress: bool = True
     # extractive QA
-    doc_stride: int = 128
+    doc_stride: int | None = None        # None: 128, at most half the context a window holds
     max_query_length: int = 64
     max_answer_length: int = 30
     n_best: int = 20
@@ -104,7 +104,7 @@ class FinetuneSettings:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise BertkitError(f"{name} must be at least 1, got {value}")
-        if self.doc_stride < 0:
+        if self.doc_stride is not None and self.doc_stride < 0:
             raise BertkitError(f"doc_stride must be >= 0, got {self.doc_stride}")
         if not self.lr > 0:
             raise BertkitError(f"lr must be positive, got {self.lr}")
@@ -310,9 +310,9 @@ def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneS
     features = job.features(train_examples, model.tokenizer, labels, max_length, str(train))
     batches = TrainBatches(features, settings.batch_size, model.tokenizer.pad_token_id, settings.seed, collate=job.collate)
     steps = settings.steps  # with a time budget too: whichever ends first
-    per_epoch = math.ceil(batches.per_epoch / settings.accumulation)  # optimizer steps
-    if steps is None and (settings.epochs is not None or settings.time_budget is None):
-        steps = max(1, math.ceil((settings.epochs or DEFAULT_EPOCHS) * per_epoch))
+    per_epoch = max(1, round(batches.per_epoch / settings.accumulation))  # optimizer steps, for evaluations
+    if steps is None and (settings.epochs is not None or settings.time_budget is None):  # at most one step over
+        steps = max(1, math.ceil((settings.epochs or DEFAULT_EPOCHS) * batches.per_epoch / settings.accumulation))
     metric = settings.metric or job.metric_for(labels)
     if metric not in job.metrics:
         raise BertkitError(f"early stopping cannot follow {metric!r} for {task}; choose one of {', '.join(job.metrics)}")

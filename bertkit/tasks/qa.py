@@ -34,8 +34,15 @@ from .readers import QAExample, report
 @dataclass(frozen=True)
 class Windowing:
     max_length: int = 384
-    doc_stride: int = 128          # tokens shared by consecutive windows
+    doc_stride: int | None = None  # tokens shared by consecutive windows; None: 128, at most half a window's context
     max_query_length: int = 64     # longer questions are cut
+
+    def stride(self, specials: int) -> int:
+        """The doc stride: as given, else 128 (run_qa's), at most half the context a window holds
+        beside a question of max_query_length (as transformers' pipeline halves short windows)."""
+        if self.doc_stride is not None:
+            return self.doc_stride
+        return min(128, (self.max_length - specials - self.max_query_length) // 2)
 
 
 def _layout(frame) -> tuple[int, int]:
@@ -57,9 +64,10 @@ def windows(examples: list[QAExample], tokenizer, w: Windowing) -> tuple[list[di
     frame = tokenizer.frame
     before, between = _layout(frame)
     specials = frame.specials(True)
-    if w.max_length - specials - w.max_query_length - w.doc_stride < 1:
+    stride = w.stride(specials)
+    if w.max_length - specials - w.max_query_length - stride < 1:
         raise BertkitError(f"max_length {w.max_length} leaves no context after a question of up to "
-                           f"{w.max_query_length} tokens and a doc stride of {w.doc_stride}; raise max_length "
+                           f"{w.max_query_length} tokens and a doc stride of {stride}; raise max_length "
                            "or lower doc_stride / max_query_length")
     questions = tokenizer.encode_plain([e.question for e in examples])
     contexts = tokenizer.encode_offsets([e.context for e in examples])
@@ -71,7 +79,7 @@ def windows(examples: list[QAExample], tokenizer, w: Windowing) -> tuple[list[di
         context_start = before + len(question) + between
         starts = [0]
         while starts[-1] + budget < len(ids):
-            starts.append(starts[-1] + budget - w.doc_stride)
+            starts.append(starts[-1] + budget - stride)
         answer = example.answers[0] if example.answers and not example.is_impossible else None
         found = False
         for start in starts:
