@@ -203,6 +203,11 @@ def test_predict_classify_from_arguments_and_files_agree(capsys, classifier, tmp
     assert code == 0 and "skipped 1 empty line" in err
     assert [(r["label"], round(r["score"], 4)) for r in json_lines(out)] == \
         [(r["label"], round(r["score"], 4)) for r in from_args]
+    table = tmp_path / "test.csv"  # the file evaluate reads: its text column, not its lines
+    write_csv(table, [type("Row", (), {"text": t, "label": "positive"})() for t in texts])
+    table.write_text(table.read_text().replace(texts[1], texts[1].replace(", ", ",\n")))  # a quoted newline
+    code, out, _ = run(capsys, "predict", "classify", "--model", classifier, "--input", table)
+    assert code == 0 and [r["text"] for r in json_lines(out)] == [texts[0], texts[1].replace(", ", ",\n"), texts[2]]
 
 
 def test_standard_input_is_read_as_utf8_files_are(capsys, classifier, monkeypatch):
@@ -282,6 +287,9 @@ def test_tagging_and_qa_through_the_command_line(capsys, encoder_dir, tmp_path):
     words.write_text(json.dumps({"tokens": ["a", "b", "c"]}) + "\n")
     code, printed, _ = run(capsys, "predict", "tag", "--model", out, "--input", words)
     assert code == 0 and json_lines(printed)[0]["tokens"] == ["a", "b", "c"]
+    code, printed, _ = run(capsys, "predict", "tag", "--model", out, "--input", conll)  # its sentences, not lines
+    assert code == 0 and [r["tokens"] for r in json_lines(printed)] == [list(s.words)
+                                                                       for s in tagged_sentences("train", 120)]
     for line, words_said in (({"tokens": "a b"}, "line 2: 'tokens' must be a list of strings"),
                              ({"words": ["a"]}, "line 2: the object needs 'text' or 'tokens'")):
         words.write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps(line) + "\n")

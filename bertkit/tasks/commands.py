@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ..errors import BertkitError
-from ..files import decode_text, output_dir, output_file, read_text, write_text
+from ..files import data_suffix, decode_text, output_dir, output_file, read_text, write_text
 
 FINETUNE_EPILOG = """examples:
   bertkit finetune --task classification --model runs/demo --train imdb --eval imdb --out runs/imdb
@@ -60,6 +60,29 @@ def _text_lines(source: str) -> list[tuple[int, str]]:
 
 
 LIST_FIELDS = ("tokens", "choices")  # input fields that are lists of strings; the others are strings
+# --input files read as the data files finetune and evaluate read (their labels not needed), not line by line
+DATA_FILES = {".csv": "a CSV table", ".tsv": "a TSV table", ".json": "JSON", ".conll": "a CoNLL file"}
+# which reader a predict mode's inputs come from, by the fields it takes
+READER_OF = {"tokens": "token-classification", "question": "qa", "choices": "multiple-choice"}
+
+
+def _data_file_records(path: str, fields: tuple[str, ...]) -> list[dict]:
+    """Inputs from a data file (DATA_FILES), read by finetune's readers for the task these fields
+    belong to: a table's text / text_pair columns, SQuAD JSON's questions and contexts, a CoNLL
+    file's sentences, multiple-choice rows; each example as the fields an input line would give."""
+    from .readers import load_examples
+
+    task = next((READER_OF[f] for f in fields if f in READER_OF), "classification")
+    records = []
+    for e in load_examples(task, path, labelled=False):
+        record = {"text": getattr(e, "text", None), "text_pair": getattr(e, "text_pair", None),
+                  "tokens": list(e.words) if hasattr(e, "words") else None,
+                  "question": getattr(e, "question", None), "context": getattr(e, "context", None),
+                  "choices": list(e.choices) if hasattr(e, "choices") else None}
+        records.append({k: v for k, v in record.items() if k in fields and v is not None})
+    if not records:
+        raise BertkitError(f"{path}: no inputs")
+    return records
 
 
 def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of: tuple[str, ...] = (),
@@ -75,6 +98,8 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of
         raise BertkitError("no input given (pass texts as arguments or --input FILE|-)")
     if args.text:
         return [{fields[0]: t} for t in args.text]
+    if args.input != "-" and data_suffix(Path(args.input)) in DATA_FILES:
+        return _data_file_records(args.input, fields)
     records = []
     for n, line in _text_lines(args.input):
         where = f"{args.input} line {n}"
@@ -287,7 +312,8 @@ def _data_flags(p) -> None:
 def _predict_flags(m, what: str, precision: bool = True) -> None:
     m.add_argument("text", nargs="*", help="texts (or --input)")
     m.add_argument("--model", required=True, help=f"a {what} directory (bertkit finetune's --out)")
-    m.add_argument("--input", metavar="FILE|-", help="one input per line from a file or standard input")
+    m.add_argument("--input", metavar="FILE|-", help="one input per line (text, or a JSON object) from a file or "
+                   "standard input; a .csv / .tsv / .json / .conll data file is read as finetune reads it")
     m.add_argument("--batch-size", dest="batch_size", type=int, default=64, help="inputs per batch (64; "
                    "inputs are batched by length)")
     m.add_argument("--max-length", dest="max_length", type=int, help="tokens per input (default: as fine-tuned; "
