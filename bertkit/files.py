@@ -65,6 +65,23 @@ def byte_lines(path: str | Path, what: str = "file") -> Iterator[bytes]:
             raise BertkitError(f"{path}: damaged gzip data ({e})") from None
 
 
+def not_text(path: str | Path) -> str | None:
+    """Why a file (decompressed, if gzip) cannot be UTF-8 text, from its first 8 KiB: a UTF-16
+    byte-order mark (Windows' "Unicode"), or NUL bytes (a binary file: an image, compiled code);
+    None when it may be text."""
+    head = b""
+    for line in byte_lines(path):
+        head += line
+        if len(head) >= 8192:
+            break
+    head = head[:8192]
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "UTF-16 text (a UTF-16 byte-order mark); save it as UTF-8"
+    if b"\x00" in head:
+        return "a binary file (NUL bytes), not text"
+    return None
+
+
 def read_text(path: str | Path, what: str = "file") -> str:
     """A UTF-8 text file (or gzip of one) without its byte-order mark; a missing file or other
     bytes are one BertkitError line."""

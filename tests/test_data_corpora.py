@@ -99,7 +99,7 @@ def test_bad_input_is_one_line_naming_file_line_and_key(tmp_path):
 
 def test_empty_corpus_is_an_error_not_an_empty_cache(tmp_path, minilm_dir):
     blank = tmp_path / "blank.txt"
-    blank.write_text("\n\n   \n\x00\x01\n")
+    blank.write_text("\n\n   \n\x01\x02\n")  # (NUL bytes would make it a binary file)
     tok = bertkit.load_tokenizer(minilm_dir)
     with pytest.raises(bertkit.BertkitError, match="blank.txt: the corpus is empty"):
         tokenize_corpus(open_corpus(blank), tok, cache_dir=tmp_path / "cache")
@@ -203,3 +203,20 @@ def test_an_unreadable_hub_corpus_stops_pretrain_before_a_tokenizer_is_trained(m
                  str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert "pip install 'bertkit[hub]'" in err and "tokenizer" not in err
+
+
+def test_a_folder_is_read_file_by_file_by_kind_leaving_out_hidden_and_binary_files(tmp_path):
+    folder = tmp_path / "corpus"
+    for name, data in {".git/objects/ab/cdef": b"blob 12\x00tree", "__pycache__/m.cpython-311.pyc": b"\xa7\r\r\n",
+                       "img.png": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "notes.txt": b"A note.\n\nAnother note.\n",
+                       "sub/rows.jsonl": b'{"text": "a json row", "id": 1}\n',
+                       "table.tsv": b'text\tlabel\nA "quoted" tsv row.\t1\n'}.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    with pytest.warns(DataWarning, match=r"corpus: skipped 1 file\(s\) that are not UTF-8 text .*img.png"):
+        documents = _documents(open_corpus(folder))
+    assert documents == ["A note.", "Another note.", "a json row", 'A "quoted" tsv row.']
+    utf16 = tmp_path / "notepad.txt"
+    utf16.write_bytes("A first line.\n\nA second.\n".encode("utf-16"))
+    with pytest.raises(bertkit.BertkitError, match="notepad.txt: UTF-16 text .*save it as UTF-8"):
+        _documents(open_corpus(utf16))

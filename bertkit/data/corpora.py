@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import BertkitError, first_line
-from ..files import byte_lines, csv_records, data_suffix, shown
+from ..files import byte_lines, csv_records, data_suffix, not_text, shown
 
 BUILTIN = {"imdb": "imdb", "rotten-tomatoes": "rotten_tomatoes"}  # our name -> CSV `source` value
 SPLITS = ("train", "dev", "test")
@@ -207,6 +207,9 @@ class TextFiles(Corpus):
 
     def documents(self, stats: ReadStats) -> Iterator[str]:
         for path in self.paths:
+            why = not_text(path)
+            if why is not None:
+                raise BertkitError(f"{path}: {why}")
             lines: list[str] = []
             for _, line in _lines(path, stats):
                 if line.strip():
@@ -253,12 +256,15 @@ class JsonLines(Corpus):
 
 @dataclass(frozen=True)
 class CsvFile(Corpus):
+    """A CSV table's `field` column, one document per row; a .tsv file is read as GLUE writes
+    them (tabs, no quoting)."""
     path: Path
     field: str = "text"
     name: str = "csv"
 
     def documents(self, stats: ReadStats) -> Iterator[str]:
-        records = csv_records(self.path, (line + "\n" for _, line in _lines(self.path, stats)))
+        records = csv_records(self.path, (line + "\n" for _, line in _lines(self.path, stats)),
+                              tsv=data_suffix(self.path) == ".tsv")
         _, header = next(records, (1, None))
         if header is None:
             return
@@ -273,6 +279,42 @@ class CsvFile(Corpus):
 
     def fingerprint(self) -> str:
         return f"csv:{self.field}:{file_digest([self.path])}"
+
+
+def _file_corpus(path: Path, field: str) -> Corpus:
+    """One file, read by its kind: JSON lines and CSV / TSV tables their `field`, any other file
+    as text."""
+    suffix = data_suffix(path)
+    if suffix in (".jsonl", ".json"):
+        return JsonLines(path, field, name=path.name)
+    if suffix in (".csv", ".tsv"):
+        return CsvFile(path, field, name=path.name)
+    return TextFiles((path,), name=path.name)
+
+
+@dataclass(frozen=True)
+class Folder(Corpus):
+    """Every file of a folder, sorted, recursively, each read by its kind (`_file_corpus`).
+    Hidden files and folders (.git) and __pycache__ are left out when the folder is opened, and
+    files that are not text (binary, UTF-16) are skipped with one counted warning."""
+    paths: tuple[Path, ...]
+    field: str = "text"
+    name: str = "folder"
+
+    def documents(self, stats: ReadStats) -> Iterator[str]:
+        skipped = []
+        for path in self.paths:
+            why = not_text(path)
+            if why is not None:
+                skipped.append(path)
+                continue
+            yield from _file_corpus(path, self.field).documents(stats)
+        if skipped:
+            warnings.warn(f"{self.name}: skipped {len(skipped)} file(s) that are not UTF-8 text (binary, or UTF-16), "
+                          f"first {skipped[0]}", DataWarning, stacklevel=2)
+
+    def fingerprint(self) -> str:
+        return f"folder:{self.field}:{file_digest(list(self.paths))}"
 
 
 # wikitext's article titles (" = Valkyria Chronicles III = ") and section headings (" = = Gameplay = = ")
@@ -351,17 +393,13 @@ def open_corpus(spec: str | Path, field: str = "text", split: str = "train") -> 
         return BuiltinCorpus(text, split)
     path = Path(text).expanduser()
     if path.is_dir():
-        files = tuple(sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")))
+        files = tuple(sorted(p for p in path.rglob("*") if p.is_file() and not any(
+            part.startswith(".") or part == "__pycache__" for part in p.relative_to(path).parts)))
         if not files:
             raise BertkitError(f"{path}: the folder has no files")
-        return TextFiles(files, name=path.name)
+        return Folder(files, field, name=path.name)
     if path.is_file():
-        suffix = data_suffix(path)
-        if suffix in (".jsonl", ".json"):
-            return JsonLines(path, field, name=path.name)
-        if suffix == ".csv":
-            return CsvFile(path, field, name=path.name)
-        return TextFiles((path,), name=path.name)
+        return _file_corpus(path, field)
     hub_name = re.fullmatch(r"[\w-]+(/[\w.-]+)?(:[\w.-]+)?", text)
     if not hub_name or data_suffix(path) in TEXT_SUFFIXES:
         raise BertkitError(f"{spec}: no such file or directory")
