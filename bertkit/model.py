@@ -33,7 +33,7 @@ class Model(nn.Module):
         self.carried_config: dict = {}
         init_weights(self, config.initializer_range)
 
-    def forward(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None = None,
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_attentions: bool = False,
                 output_hidden_states: bool = False, masked_positions: torch.Tensor | None = None,
                 inputs_embeds: torch.Tensor | None = None) -> EncoderOutput:

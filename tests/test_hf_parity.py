@@ -731,7 +731,7 @@ def test_inputs_embeds_give_transformers_outputs_and_input_gradients(family, var
     theirs_in, mine_in = words.clone().requires_grad_(), words.clone().requires_grad_()
     kw = {"token_type_ids": types} if getattr(config, "type_vocab_size", 0) else {}
     theirs = ref(inputs_embeds=theirs_in, attention_mask=mask, **kw).logits
-    mine = ours(None, mask, types if kw else None, inputs_embeds=mine_in).logits
+    mine = ours(inputs_embeds=mine_in, attention_mask=mask, token_type_ids=types if kw else None).logits  # by keyword
     assert (mine - theirs).abs().max().item() <= TOL
     with torch.no_grad():
         assert (ours(ids, mask, types if kw else None).logits - mine).abs().max().item() <= TOL

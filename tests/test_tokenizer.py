@@ -805,3 +805,16 @@ def test_a_bert_vocabulary_without_mask_gets_berttokenizers_default_appended(min
     ours = bertkit.load_tokenizer(tmp_path)
     assert ours.encode("a [MASK] b") == reference.encode("a [MASK] b")
     assert ours.mask_token_id == reference.mask_token_id == 30522 and ours.vocab_size == len(reference)
+
+
+def test_one_text_and_its_pair_as_strings_and_lengths_that_leave_no_text_are_refused(tokenizer):
+    pair = tokenizer("hello", "world")["input_ids"]
+    assert pair.tolist() == tokenizer(["hello"], ["world"])["input_ids"].tolist()
+    assert pair.shape == (1, 5)  # [CLS] hello [SEP] world [SEP], not five one-letter pairs
+    assert tokenizer.decode(pair[0]) == tokenizer.decode(pair[0].tolist()) == "hello world"
+    for bad in (0, 2, -1):
+        with pytest.raises(bertkit.BertkitError, match="max_length must be a whole number of at least 3"):
+            tokenizer(["a b c"], max_length=bad)
+    with pytest.raises(bertkit.BertkitError, match="at least 5"):
+        tokenizer(["a b"], ["c d"], max_length=4)
+    assert tokenizer(["a b c"], max_length=3)["input_ids"].shape == (1, 3)

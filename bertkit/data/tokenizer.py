@@ -169,11 +169,20 @@ class Tokenizer:
     def __call__(self, texts: list[str] | str, text_pairs: list[str] | None = None,
                  max_length: int | None = None) -> dict[str, torch.Tensor]:
         """A right-padded batch: input_ids, attention_mask, token_type_ids, each (B, T) int64.
-        Longer inputs are truncated to max_length (the longest part first, for pairs)."""
+        Longer inputs are truncated to max_length (the longest part first, for pairs), which
+        must leave room for a token of text beside the special tokens. One text (and its pair)
+        may be given as strings."""
         if isinstance(texts, str):
             texts = [texts]
+        if isinstance(text_pairs, str):  # one pair, as tokenizer("a text", "its pair")
+            text_pairs = [text_pairs]
         if text_pairs is not None and len(text_pairs) != len(texts):
             raise BertkitError(f"{len(texts)} texts but {len(text_pairs)} text pairs")
+        if max_length is not None:
+            least = self.frame.specials(pair=text_pairs is not None) + (1 if text_pairs is None else 2)
+            if not isinstance(max_length, int) or max_length < least:
+                raise BertkitError(f"max_length must be a whole number of at least {least} (the special tokens and "
+                                   f"a token of each text), got {max_length!r}")
         inputs = list(zip(texts, text_pairs)) if text_pairs is not None else list(texts)
         with self._lock:
             if max_length is not None:
@@ -200,7 +209,10 @@ class Tokenizer:
         with self._lock:
             return [(e.ids, e.offsets) for e in self.backend.encode_batch(texts, add_special_tokens=False)]
 
-    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        """The text of `ids` (a list, a NumPy array or a 1-D tensor)."""
+        if hasattr(ids, "tolist"):
+            ids = ids.tolist()
         return self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def id_to_token(self, i: int) -> str | None:
