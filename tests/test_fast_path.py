@@ -753,3 +753,24 @@ def test_module_hooks_run_on_every_path_and_pruning_trains(name):
         pruned = model(ids, mask).logits
         prune.remove(target, "weight")  # the masked weight made permanent: the same numbers, no hook
         assert torch.allclose(model(ids, mask).logits, pruned, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
+def test_torch_export_records_the_whole_model_as_one_graph(name):
+    """torch.export (and torch.compile(fullgraph=True)) record the padded path in one graph, as a
+    trace does: unpadding branches on the mask's values."""
+
+    class Logits(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids, mask):
+            return self.model(ids, mask).logits
+
+    model = shrunk(name)
+    ids, mask = batch(model.config.pad_token_id)
+    exported = torch.export.export(Logits(model), (ids, mask)).module()
+    keep = mask.bool()
+    with torch.no_grad():
+        assert torch.allclose(exported(ids, mask)[keep], model(ids, mask).logits[keep], atol=1e-5)

@@ -60,14 +60,17 @@ class EncoderModel(nn.Module):
             x = self.projection(x)                          # (B, T, H)
         # torch.jit.trace records one batch's control flow: unpadding (its lengths) and dropping an
         # all-True mask would hold only for that batch's mask, so a trace keeps the padded path;
-        # so does a torch.func transform (vmap cannot branch on a batched tensor's values).
-        static_flow = torch.jit.is_tracing() or func_transforming()
+        # so do a torch.func transform (vmap cannot branch on a batched tensor's values) and a
+        # whole-model torch.compile / torch.export (one graph, no break on the mask's values;
+        # model.compile() compiles the blocks alone and keeps unpadding).
+        static_flow = torch.jit.is_tracing() or func_transforming() or torch.compiler.is_compiling()
         padded = keys is not None and (static_flow or not bool(keys.all()))  # all-True masks nothing: drop it
         # A first position that is read (the pooler, a classifier on [CLS]) but is padding (left
         # padding) is not in the packed stream: the padded computation gives it the state
         # transformers gives it (a pad query attending to the real tokens, or what the family's
         # SelfAttention.padding_queries says).
-        first_pad = padded and (self.pooler is not None or self.reads_first_token) and not bool(keys[:, 0].all())
+        first_pad = (padded and not static_flow and (self.pooler is not None or self.reads_first_token)
+                     and not bool(keys[:, 0].all()))
         packing = Packing.from_mask(keys) if self.unpad and padded and not static_flow and not first_pad else None
         if packing is not None and self.encoder.slot_distances and not packing.contiguous:
             packing = None  # a mask hole between two tokens would shorten their distance in the packed stream

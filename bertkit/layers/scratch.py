@@ -24,7 +24,11 @@ _buffers: contextvars.ContextVar[dict | None] = contextvars.ContextVar("scratch_
 
 @contextlib.contextmanager
 def scope():
-    """Within it, `scratch` reuses buffers; they are dropped on exit."""
+    """Within it, `scratch` reuses buffers; they are dropped on exit. Nothing while torch.compile
+    traces (no buffers are handed out then, and dynamo cannot follow a ContextVar)."""
+    if torch.compiler.is_compiling():
+        yield
+        return
     token = _buffers.set({})
     try:
         yield
