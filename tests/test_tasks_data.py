@@ -718,3 +718,24 @@ def test_hub_dev_splits_and_named_splits(hub_sets):
     with pytest.raises(BertkitError, match=r"Config name is missing\. Please pick one among .*'triplet'") as e:
         load_examples("embedding", "sentence-transformers/all-nli", "train")
     one_line(e)
+
+
+def test_files_as_spreadsheets_and_treebanks_write_them(tmp_path):
+    conll = tmp_path / "money.conll"  # tab-separated: a token may hold a no-break space
+    conll.write_text("It\tO\ncost\tO\n1\u00a0000\tB-MONEY\n")
+    assert load_examples("token-classification", conll)[0].words == ("It", "cost", "1\u00a0000")
+    conllu = tmp_path / "ud.conll"
+    conllu.write_text("# sent_id = 1\n1\tThe\tthe\tDET\tDT\t_\t2\tdet\t_\t_\n2\tdog\tdog\tNOUN\tNN\t_\t0\troot\t_\t_\n")
+    with pytest.raises(BertkitError, match="ud.conll, line 2: a CoNLL-U line"):
+        load_examples("token-classification", conllu)
+    choices = tmp_path / "mc.csv"  # pandas writes an int column with a gap as floats
+    choices.write_text("text,choice0,choice1,label\nThe door,opened,flew,1.0\n")
+    assert load_examples("multiple-choice", choices)[0].label == 1
+    cased = tmp_path / "cased.csv"
+    cased.write_text("Text,label\nfine,pos\n")
+    with pytest.raises(BertkitError, match="no column 'text' .*'Text' differs only in case"):
+        load_examples("classification", cased)
+    semicolons = tmp_path / "excel.csv"
+    semicolons.write_text("text;label\nfine;pos\n")
+    with pytest.raises(BertkitError, match="looks ;-separated"):
+        load_examples("classification", semicolons)

@@ -242,7 +242,8 @@ class JsonLines(Corpus):
                 raise BertkitError(f"{self.path}, line {n}: not valid JSON ({e.msg}, column {e.colno})") from None
             if not isinstance(row, dict) or self.field not in row:
                 keys = ", ".join(map(str, row)) if isinstance(row, dict) else type(row).__name__
-                raise BertkitError(f"{self.path}, line {n}: no field {self.field!r} (found: {shown(keys)})")
+                raise BertkitError(f"{self.path}, line {n}: no field {self.field!r} (found: {shown(keys)}); "
+                                   "name the text's field with --field")
             text = row[self.field]
             if not isinstance(text, str):
                 raise BertkitError(f"{self.path}, line {n}: field {self.field!r} is not a string")
@@ -269,7 +270,8 @@ class CsvFile(Corpus):
         if header is None:
             return
         if self.field not in header:
-            raise BertkitError(f"{self.path}, line 1: no column {self.field!r} (columns: {shown(', '.join(header))})")
+            raise BertkitError(f"{self.path}, line 1: no column {self.field!r} (columns: {shown(', '.join(header))}); "
+                               "name the text's column with --field")
         column = header.index(self.field)
         for _, row in records:
             text = row[column] if len(row) > column else ""  # blank rows have no fields

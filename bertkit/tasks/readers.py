@@ -197,6 +197,17 @@ def _label_value(value, numeric: bool, where: str, column: str):
     return _class_name(str(value))
 
 
+def _no_column(place, column: str, keys) -> BertkitError:
+    """The error for a missing column, with what it most likely means: another spelling of the
+    same name, or a header that is not comma-separated."""
+    names = [str(k) for k in keys]
+    hint = next((f"; {k!r} differs only in case (name the column with --text-column, --label-column ...)"
+                 for k in names if k.strip().lower() == column.lower()), "")
+    if not hint and len(names) == 1 and ";" in names[0]:
+        hint = "; the header looks ;-separated (as some Excel versions save CSV): save it with commas, or as .tsv"
+    return BertkitError(f"{place}: no column {column!r} (columns: {shown(', '.join(names))}){hint}")
+
+
 def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool | None = True,
                numeric: bool = False, pairs: bool = False) -> list[TextExample]:
     """Text (pair) examples from a CSV / TSV / JSONL / JSON file. `numeric`: labels are numbers
@@ -231,8 +242,7 @@ def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool | 
                                    (pair_col, columns.text_pair is not None or pairs),
                                    (negative_col, pairs and columns.negative is not None)):
                 if needed and column not in keys:
-                    place = path if header is not None else where
-                    raise BertkitError(f"{place}: no column {column!r} (columns: {shown(', '.join(map(str, keys)))})")
+                    raise _no_column(path if header is not None else where, column, keys)
             checked = True
         text = row.get(text_col)
         if not isinstance(text, str):
@@ -320,8 +330,8 @@ def choice_rows(rows, columns: Columns = Columns(), labelled: bool = True) -> li
             value = row[label_col]
             if isinstance(value, float) and value.is_integer():
                 value = int(value)
-            if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-                value = int(value)
+            if isinstance(value, str) and re.fullmatch(r"\s*-?\d+(\.0*)?\s*", value):  # "1", or "1.0" as pandas writes
+                value = int(float(value))
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < len(choices):
                 raise BertkitError(f"{where}: label {value!r} in column {label_col!r} is not the index of one of "
                                    f"its {len(choices)} choices (0..{len(choices) - 1})")
@@ -356,10 +366,14 @@ def read_conll(path: str | Path, labelled: bool = True) -> list[TaggedSentence]:
             tags.clear()
 
     for n, line in enumerate(read_text(path).splitlines(), 1):
-        fields = line.split()
+        # tab-separated columns are split at tabs only: a token may hold a (no-break) space
+        fields = [f.strip() for f in line.split("\t") if f.strip()] if "\t" in line else line.split()
         if not fields:
             flush()
             continue
+        if len(fields) == 10 and re.fullmatch(r"\d+([-.]\d+)?", fields[0]) and "\t" in line:
+            raise BertkitError(f"{path}, line {n}: a CoNLL-U line (ID FORM LEMMA UPOS ...); bertkit reads 'token "
+                               "... tag' lines: write each FORM with its tag (UPOS, say) instead")
         if fields[0] == "-DOCSTART-":
             flush()
             continue
