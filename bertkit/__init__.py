@@ -36,6 +36,12 @@ def __getattr__(name: str):
     return value
 
 
+def __dir__() -> list[str]:
+    """The public names too (they load on first use), for tab completion."""
+    return sorted({name for name in globals() if not name.startswith("_")} - {"annotations", "importlib"}
+                  | set(__all__) | {"PRESETS", "list_models"})
+
+
 def list_models() -> list[str]:
     """Names of the presets `build` accepts."""
     return sorted(__getattr__("PRESETS"))

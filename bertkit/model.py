@@ -17,6 +17,13 @@ from .models import assemble
 
 
 class Model(nn.Module):
+    """An encoder of any family (`config.family`) with an optional head (`head`: None, "mlm",
+    "pretraining", "classification", "token-classification", "qa", "multiple-choice") and the
+    tokenizer that goes with it. Build one with `bertkit.build(preset_or_config, head=...)` or
+    load one with `bertkit.from_pretrained(path)`; `model(input_ids, attention_mask,
+    token_type_ids)` returns an EncoderOutput (last_hidden_state, logits, ...);
+    `save_pretrained(path)` writes Hugging Face format."""
+
     def __init__(self, config: EncoderConfig, head: str | None = None, tokenizer=None):
         super().__init__()
         if head not in HEADS:

@@ -326,3 +326,14 @@ def test_fill_mask_lists_only_tokens_the_tokenizer_has(tokenizer):
     with pytest.raises(bertkit.BertkitError) as e:
         fill_mask(model, [long_text])
     assert len(str(e.value)) < 200  # the text is shortened in the message
+
+
+def test_the_package_lists_its_public_names_and_says_what_its_classes_are():
+    import bertkit
+
+    assert set(bertkit.__all__) <= set(dir(bertkit)) and "importlib" not in dir(bertkit)
+    assert "bertkit.from_pretrained" in bertkit.Model.__doc__  # help(bertkit.Model) is not nn.Module's
+    assert "bertkit.load_tokenizer" in bertkit.Tokenizer.__doc__
+    from importlib import resources
+
+    assert resources.files("bertkit").joinpath("py.typed").is_file()  # type checkers read the annotations

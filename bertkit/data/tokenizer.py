@@ -99,6 +99,13 @@ class Frame:
 
 
 class Tokenizer:
+    """A family's tokenizer (a Hugging Face `tokenizers` pipeline, its named special tokens and
+    tokenizer_config.json settings). `tokenizer(texts, text_pairs, max_length=...)` gives a
+    padded batch of input_ids / attention_mask / token_type_ids; `encode(text, text_pair)` the ids
+    transformers' encode gives; `decode(ids)` the text; `save(directory, tokenizer_class,
+    model_max_length)` the files transformers' AutoTokenizer reads. Load one with
+    `bertkit.load_tokenizer(path)`."""
+
     def __init__(self, backend: _Backend, special_tokens: dict[str, str], config: dict | None = None):
         self.backend = backend
         self.backend.no_padding()
