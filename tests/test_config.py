@@ -73,3 +73,12 @@ def test_mlm_decoder_is_tied_to_word_embeddings():
     assert model.head.decoder.weight is model.backbone.embeddings.word.weight
     untied = bertkit.build("mini-bert", head="mlm", tie_word_embeddings=False)
     assert untied.head.decoder.weight is not untied.backbone.embeddings.word.weight
+
+
+def test_a_config_of_another_family_is_refused_by_name():
+    import bertkit
+
+    with pytest.raises(bertkit.BertkitError, match="family 'albert' is built from its own config class, AlbertConfig, not EncoderConfig"):
+        bertkit.build(bertkit.EncoderConfig(family="albert"))
+    with pytest.raises(bertkit.BertkitError, match="family 'bert' is built from its own config class, EncoderConfig, not AlbertConfig"):
+        bertkit.build("albert-base", family="bert")
