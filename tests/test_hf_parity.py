@@ -753,3 +753,23 @@ def test_inputs_embeds_refuses_ids_beside_it_and_the_wrong_width():
         model(None, inputs_embeds=words.double())
     with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast runs mixed dtypes: allowed
         assert model(None, inputs_embeds=words.bfloat16()).last_hidden_state.shape == (2, 7, 192)
+
+
+def test_outputs_index_and_key_as_transformers_outputs_do(minilm_dir):
+    """out[0], out["logits"], keys() and to_tuple(), as code written against transformers uses them."""
+    model = bertkit.from_pretrained(minilm_dir).eval()
+    reference = transformers.AutoModel.from_pretrained(minilm_dir).eval()
+    batch = model.tokenizer(["An output read as a tuple.", "And by name."])
+    with torch.no_grad():
+        ours = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], output_hidden_states=True)
+        theirs = reference(**batch, output_hidden_states=True)
+    assert list(ours.keys())[:3] == list(theirs.keys())  # last_hidden_state, pooler_output, hidden_states
+    assert [tuple(t.shape) for t in ours.to_tuple()[:2]] == [tuple(t.shape) for t in theirs.to_tuple()[:2]]
+    keep = batch["attention_mask"].bool()
+    assert (ours[0][keep] - theirs[0][keep]).abs().max() < 1e-5
+    assert ours["pooler_output"] is ours.pooler_output and "attentions" not in ours
+    with pytest.raises(KeyError):
+        ours["logits"]
+    classifier = bertkit.build("mini-bert", head="classification", num_labels=3).eval()
+    out = classifier(batch["input_ids"][:, :8] % 1000)
+    assert out[0] is out.logits and out.keys()[0] == "logits"  # a head's output first, as transformers' is

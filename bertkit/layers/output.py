@@ -26,3 +26,32 @@ class EncoderOutput:
     pair_logits: torch.Tensor | None = None              # NSP / SOP (B, 2)
     start_logits: torch.Tensor | None = None             # QA (B, T)
     end_logits: torch.Tensor | None = None               # QA (B, T)
+
+    # transformers' ModelOutput access, for code written against it: out[0], out["logits"],
+    # out.keys(), out.to_tuple(). Its tuple holds a head's outputs (a bare model's states), then
+    # hidden_states and attentions, those that are not None, in transformers' order.
+    def _order(self) -> list[str]:
+        head = [n for n in ("logits", "pair_logits", "start_logits", "end_logits") if getattr(self, n) is not None]
+        return [n for n in (*(head or ("last_hidden_state", "pooler_output")), "hidden_states", "attentions")
+                if getattr(self, n) is not None]
+
+    def to_tuple(self) -> tuple:
+        return tuple(getattr(self, n) for n in self._order())
+
+    def keys(self) -> list[str]:
+        """The fields that are not None: the tuple's first, in its order, then the others."""
+        first = self._order()
+        return first + [n for n in self.__dataclass_fields__ if n not in first and getattr(self, n) is not None]
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            if key not in self.keys():
+                raise KeyError(key)
+            return getattr(self, key)
+        return self.to_tuple()[key]
+
+    def __contains__(self, key) -> bool:
+        return key in self.keys()
+
+    def __iter__(self):
+        return iter(self.keys())
