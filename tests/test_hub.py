@@ -110,3 +110,11 @@ def test_a_refused_download_says_what_to_do(monkeypatch, tmp_path, error, advice
     monkeypatch.chdir(tmp_path)
     with pytest.raises(bertkit.BertkitError, match=advice):
         bertkit.from_pretrained("org/gated")
+
+
+def test_a_tokenizer_loads_by_hub_id_too(hub_cache, minilm_dir):
+    by_id = bertkit.load_tokenizer("org/minilm")
+    assert by_id.encode("A tokenizer read by its id.") == bertkit.load_tokenizer(minilm_dir).encode(
+        "A tokenizer read by its id.")
+    with pytest.raises(bertkit.BertkitError, match="vocb.txt: no such file or directory"):  # a file name: no hub
+        bertkit.load_tokenizer("vocb.txt")

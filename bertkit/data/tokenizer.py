@@ -759,6 +759,10 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     SentencePiece Unigram) or spiece.model (ALBERT's; see `_sentencepiece_family`). The files beside
     it decide the transformers class (`tokenizer_class`), and so how a tokenizer.json is read."""
     path = Path(path)
+    if not path.exists() and not path.suffix:  # not a file name: perhaps a hub id (needs the network)
+        from ..hub import resolve
+
+        path = resolve(path)
     if not path.exists():
         raise BertkitError(f"{path}: no such file or directory")
     directory = path if path.is_dir() else path.parent

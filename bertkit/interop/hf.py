@@ -24,6 +24,7 @@ from torch import nn
 from ..config import EncoderConfig
 from ..errors import BertkitError, first_line
 from ..files import decode_text, parse_json, read_json
+from ..hub import hub_files, resolve  # noqa: F401  (resolve: also used by tasks/)
 from ..model import Model
 from ..models import get_family
 from .hf_names import FAMILIES, HEAD_SUFFIX, HFFamily
@@ -278,56 +279,6 @@ def read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
 # ---------------------------------------------------------------------------------------------
 # Loading
 # ---------------------------------------------------------------------------------------------
-
-def resolve(path_or_id: str | os.PathLike) -> Path:
-    """A local directory, or a Hugging Face Hub id downloaded with huggingface_hub."""
-    path = Path(path_or_id).expanduser()
-    if path.is_dir():
-        return path
-    if path.exists():
-        raise BertkitError(f"{path}: is a file; expected a checkpoint directory with config.json")
-    text = str(path_or_id)
-    if not re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", text):
-        raise BertkitError(f"{path}: no such directory")
-    try:
-        from huggingface_hub import HfApi, snapshot_download
-        try:  # download what loading reads, not every format the repo holds
-            wanted = hub_files(HfApi().list_repo_files(text))
-        except Exception:  # offline (then the cache answers), or an error snapshot_download reports
-            wanted = ["*.json", "*.safetensors", "*.bin", "*.txt", "*.model"]
-        local = snapshot_download(text, allow_patterns=wanted)
-    except Exception as e:
-        raise BertkitError(f"{text}: no such directory, and not downloadable from the Hugging Face Hub "
-                           f"({type(e).__name__}: {first_line(e)}){_hub_advice(e, text)}") from None
-    return Path(local)
-
-
-HUB_SUFFIXES = (".json", ".txt", ".model", ".safetensors", ".bin")  # configs, vocabularies, spm models, weights
-
-
-def hub_files(files: list[str]) -> list[str]:
-    """The files of a hub repo that loading reads: configs, tokenizer files and one copy of the
-    weights (safetensors where a folder has them, else the .bin files) at the top and in
-    sentence-transformers' module folders (1_Pooling, 2_Dense ...). Other runtimes' exports
-    (onnx/, openvino/, coreml/, TensorFlow, Flax) and other folders (checkpoint-500/) are left:
-    all-MiniLM-L6-v2 would otherwise fetch three times the bytes transformers does."""
-    kept = [f for f in files if f.endswith(HUB_SUFFIXES) and f.rpartition("/")[2] != "training_args.bin"
-            and ("/" not in f or re.fullmatch(r"\d+_[^/]+/[^/]+", f))]
-    with_safetensors = {f.rpartition("/")[0] for f in kept if f.endswith(".safetensors")}
-    return [f for f in kept if not (f.endswith((".bin", ".bin.index.json")) and f.rpartition("/")[0] in with_safetensors)]
-
-
-def _hub_advice(error: Exception, repo: str) -> str:
-    """What to do about a hub refusal: log in for a private or gated repo, check the revision."""
-    kind = type(error).__name__
-    if kind == "GatedRepoError":
-        return f"; it is gated: accept its terms at https://huggingface.co/{repo} and log in (hf auth login, or HF_TOKEN)"
-    if kind == "RepositoryNotFoundError":
-        return "; if it is private, log in (hf auth login, or set HF_TOKEN)"
-    if kind == "RevisionNotFoundError":
-        return "; the repo has no such revision"
-    return ""
-
 
 def _old_tf_names(name: str) -> str:
     # Checkpoints converted from the original TensorFlow release call LayerNorm's parameters
