@@ -199,7 +199,7 @@ def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, pro
                                                top.indices.tolist()):
                 found[chunk[row]].append({"text": given[chunk[row]], "position": pos, "predictions": [
                     {"token": tok.id_to_token(i), "token_str": tok.decode([i], skip_special_tokens=False),
-                     "id": i, "score": round(p, 6)} for p, i in zip(scores, ids)]})
+                     "id": i, "score": float(f"{p:.6g}")} for p, i in zip(scores, ids)]})  # 6 digits, small too
     return [record for records in found for record in records]
 
 

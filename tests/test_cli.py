@@ -76,6 +76,7 @@ def test_fill_mask_gives_the_token_text_transformers_pipeline_gives(tmp_path, re
     ours = [json.loads(line) for line in capsys.readouterr().out.splitlines()][0]["predictions"]
     theirs = transformers.pipeline("fill-mask", model=str(tmp_path / "m"), top_k=8)(text)
     assert [(p["id"], p["token_str"]) for p in ours] == [(p["token"], p["token_str"]) for p in theirs]
+    assert [p["score"] for p in ours] == pytest.approx([p["score"] for p in theirs], rel=1e-5)  # 6 digits, not decimals
     assert any(p["token"].startswith("Ġ") for p in ours)
     assert main(["predict", "fill-mask", "--model", str(tmp_path / "m"), "--top-k", "8", text]) == 0
     table = capsys.readouterr().out
