@@ -739,3 +739,13 @@ def test_files_as_spreadsheets_and_treebanks_write_them(tmp_path):
     semicolons.write_text("text;label\nfine;pos\n")
     with pytest.raises(BertkitError, match="looks ;-separated"):
         load_examples("classification", semicolons)
+
+
+def test_a_tsv_written_with_csv_quoting_is_read_as_glue_reads_it_and_said(tmp_path):
+    import pandas
+
+    path = tmp_path / "pandas.tsv"
+    pandas.DataFrame({"text": ['He said "hi" to me', "plain"], "label": ["a", "b"]}).to_csv(path, sep="\t", index=False)
+    with pytest.warns(DataWarning, match=r"1 row\(s\) hold fields that look CSV-quoted"):
+        examples = load_examples("classification", path)
+    assert examples[0].text == '"He said ""hi"" to me"'  # GLUE's TSVs hold unbalanced quotes: no quoting

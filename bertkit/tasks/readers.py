@@ -132,11 +132,16 @@ def _table_rows(path: Path):
         if header is None:
             return
         header = [h.strip() for h in header]
+        quoted = 0  # a TSV is read as GLUE writes it, unquoted; pandas' to_csv(sep="\t") quotes some fields
         for n, row in records:
             if not any(cell.strip() for cell in row):
                 yield n, None, header
                 continue
+            quoted += suffix == ".tsv" and any(len(c) > 1 and c[0] == c[-1] == '"' and '""' in c for c in row)
             yield n, dict(zip(header, row)), header
+        report(quoted, f"{path}: {{n}} row(s) hold fields that look CSV-quoted (\"...\"\"...\"); a .tsv is read "
+                       "without quoting, as GLUE writes them, so the quotes are part of the text: save the file "
+                       "unquoted, or as .csv")
         return
     if suffix in (".jsonl", ".json"):
         text = read_text(path)
