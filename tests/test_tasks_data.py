@@ -749,3 +749,20 @@ def test_a_tsv_written_with_csv_quoting_is_read_as_glue_reads_it_and_said(tmp_pa
     with pytest.warns(DataWarning, match=r"1 row\(s\) hold fields that look CSV-quoted"):
         examples = load_examples("classification", path)
     assert examples[0].text == '"He said ""hi"" to me"'  # GLUE's TSVs hold unbalanced quotes: no quoting
+
+
+def test_json_written_as_one_object_is_named_for_what_it_is(tmp_path):
+    import pandas
+
+    frame = pandas.DataFrame({"text": ["good", "bad"], "label": ["pos", "neg"]})
+    columns = tmp_path / "columns.json"
+    frame.to_json(columns)  # pandas' default: {"text": {"0": ...}, "label": {...}}
+    with pytest.raises(BertkitError, match=r"an object of columns .*orient='records', lines=True"):
+        load_examples("classification", columns)
+    nested = tmp_path / "nested.json"
+    nested.write_text(json.dumps({"data": frame.to_dict(orient="records")}, indent=2))
+    with pytest.raises(BertkitError, match="one JSON object over several lines; expected JSON Lines"):
+        load_examples("classification", nested)
+    rows = tmp_path / "rows.json"
+    frame.to_json(rows, orient="records", lines=True)
+    assert [e.label for e in load_examples("classification", rows)] == ["pos", "neg"]

@@ -162,12 +162,26 @@ def _table_rows(path: Path):
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
+                if n == 1 and _one_object(text):
+                    raise BertkitError(f"{path}: one JSON object over several lines; expected JSON Lines (an "
+                                       "object per line) or a JSON array of objects") from None
                 raise BertkitError(f"{path}, line {n}: not valid JSON ({e.msg}, column {e.colno})") from None
             if not isinstance(row, dict):
                 raise BertkitError(f"{path}, line {n}: expected a JSON object")
+            if row and all(isinstance(v, dict) for v in row.values()):
+                raise BertkitError(f"{path}, line {n}: an object of columns (as pandas' default to_json writes); "
+                                   "expected a row per line: to_json(orient='records', lines=True)")
             yield n, row, None
         return
     raise BertkitError(f"{path}: unknown file type {suffix!r} (expected .csv, .tsv, .jsonl or .json)")
+
+
+def _one_object(text: str) -> bool:
+    """Whether the whole text is one JSON object (pretty-printed: not JSON Lines)."""
+    try:
+        return isinstance(json.loads(text), dict)
+    except json.JSONDecodeError:
+        return False
 
 
 ZERO_FRACTION = re.compile(r"\s*([+-]?\d+)\.0*\s*")  # "1.0", "-2.", "0.00": an integer written as a float
