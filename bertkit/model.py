@@ -147,6 +147,16 @@ class Model(nn.Module):
             self.prepack(False)  # training changes the weights and needs the plain ones
         return super().train(mode)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the parameters are (as transformers' models say)."""
+        return next(self.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The parameters' floating-point dtype."""
+        return next(p.dtype for p in self.parameters() if p.is_floating_point())
+
     def num_parameters(self) -> int:
         """Unique parameters (a tied decoder counts once), as `transformers` counts them."""
         return sum(p.numel() for p in self.parameters())

@@ -338,3 +338,23 @@ def test_the_package_lists_its_public_names_and_says_what_its_classes_are():
     from importlib import resources
 
     assert resources.files("bertkit").joinpath("py.typed").is_file()  # type checkers read the annotations
+
+
+def test_names_transformers_users_reach_for(minilm_dir):
+    import warnings
+
+    import transformers
+
+    model = bertkit.from_pretrained(minilm_dir, dtype="bfloat16")  # a dtype by name, as transformers takes it
+    assert model.dtype == torch.bfloat16 and model.device == torch.device("cpu")
+    with pytest.raises(bertkit.BertkitError, match="floating-point torch dtype"):
+        bertkit.from_pretrained(minilm_dir, dtype="int8")
+    ours, theirs = model.tokenizer, transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    batch = ours(["A short text.", "Another, longer one here."])["input_ids"]
+    assert ours.batch_decode(batch) == theirs.batch_decode(batch.tolist(), skip_special_tokens=True)
+    assert ours.convert_ids_to_tokens(batch[0]) == theirs.convert_ids_to_tokens(batch[0].tolist())
+    assert len(ours) == len(theirs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bertkit.from_pretrained(minilm_dir, head="classification", num_labels=2)
+    assert any(issubclass(w.category, bertkit.FreshHeadWarning) for w in caught)  # filterable by its public name

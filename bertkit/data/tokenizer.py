@@ -225,6 +225,20 @@ class Tokenizer:
     def id_to_token(self, i: int) -> str | None:
         return self.backend.id_to_token(i)
 
+    # transformers' names for the same, for code written against its tokenizers
+    def batch_decode(self, sequences, skip_special_tokens: bool = True) -> list[str]:
+        """The text of each row of ids (a list of lists, or a (B, T) tensor or array)."""
+        return [self.decode(ids, skip_special_tokens) for ids in sequences]
+
+    def convert_ids_to_tokens(self, ids):
+        """The vocabulary entry of an id, or of each id of a list."""
+        if hasattr(ids, "tolist"):
+            ids = ids.tolist()
+        return self.id_to_token(ids) if isinstance(ids, int) else [self.id_to_token(i) for i in ids]
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
     # ---- what the data pipeline needs ------------------------------------------------------
     @property
     def frame(self) -> Frame:

@@ -496,10 +496,12 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
         config = config.replace(num_labels=num_labels, label_names=())
         head_from_file = False  # the file's head has other shapes: it starts fresh, with a warning
     state, weights_path = read_weights(directory)
+    if isinstance(dtype, str) and dtype != "auto":  # "bfloat16", "torch.float16", as transformers takes them
+        dtype = getattr(torch, dtype.removeprefix("torch."), dtype)
     if dtype == "auto":
         dtype = file_dtype(hf, state, config_path)
-    elif dtype is not None and not isinstance(dtype, torch.dtype):
-        raise BertkitError(f"dtype must be a torch dtype or \"auto\", got {dtype!r}")
+    elif dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise BertkitError(f"dtype must be a floating-point torch dtype (or its name), or \"auto\", got {dtype!r}")
 
     def matched(config: EncoderConfig) -> tuple[Model, dict[str, torch.Tensor], list[str]]:
         """A model of `config` built on the meta device, and the file's tensors matched to it."""
