@@ -541,8 +541,9 @@ def test_dtype_auto_keeps_the_files_dtype_as_transformers_does(tmp_path):
     (path / "config.json").write_text(json.dumps({**config, "torch_dtype": "int8"}))
     with pytest.raises(BertkitError, match="dtype 'int8' is not a floating-point torch dtype"):
         bertkit.from_pretrained(path, dtype="auto")
-    with pytest.raises(BertkitError, match="dtype must be a torch dtype or \"auto\""):
-        bertkit.from_pretrained(path, dtype="half")
+    with pytest.raises(BertkitError, match="dtype must be a floating-point torch dtype \\(or its name\\), or \"auto\""):
+        bertkit.from_pretrained(path, dtype="float12")
+    assert bertkit.from_pretrained(path, dtype="half").dtype == torch.float16  # torch's names, as transformers takes them
 
 
 def left_padded(*batch):
