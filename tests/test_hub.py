@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import bertkit
-from bertkit.interop.hf import hub_files
+from bertkit.hub import hub_files
 
 # the listing of sentence-transformers/all-MiniLM-L6-v2, with a Dense module and a training folder added
 MINILM_REPO = [".gitattributes", "1_Pooling/config.json", "README.md", "config.json", "config_sentence_transformers.json",

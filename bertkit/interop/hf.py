@@ -24,7 +24,7 @@ from torch import nn
 from ..config import EncoderConfig
 from ..errors import BertkitError, first_line
 from ..files import decode_text, parse_json, read_json
-from ..hub import hub_files, resolve  # noqa: F401  (resolve: also used by tasks/)
+from ..hub import resolve
 from ..model import Model
 from ..models import get_family
 from .hf_names import FAMILIES, HEAD_SUFFIX, HFFamily
@@ -483,7 +483,8 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
     only when the file lacks some head or pooler weights is it built for real, so that those
     start from the family's initializer."""
     root = resolve(path_or_id)
-    directory = root / transformer_folder(root)
+    inner = transformer_folder(root)
+    directory = root / inner
     config_path = directory / "config.json"
     if not config_path.exists():
         raise BertkitError(f"{directory}: no config.json (not a Hugging Face model directory)")
@@ -530,7 +531,7 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
 
     if any((directory / f).exists() for f in TOKENIZER_FILES):  # RoBERTa's vocab.json, DeBERTa's spm.model too
         model.tokenizer = load_tokenizer(directory)
-    model.companion_files = companion_files(root)
+    model.companion_files = companion_files(root, inner)
     model.carried_config = {key: hf[key] for key in CARRIED_KEYS if key in hf}
     return model.eval()
 
@@ -579,15 +580,15 @@ def transformer_folder(directory: Path) -> str:
                  and (folder := _module_folder(entry)) and (directory / folder / "config.json").is_file()), "")
 
 
-def companion_files(directory: Path) -> dict[str, bytes]:
+def companion_files(directory: Path, inner: str = "") -> dict[str, bytes]:
     """sentence-transformers' files in a model folder: its settings and the folders of the modules
     modules.json lists after the Transformer (1_Pooling, 2_Dense, 2_Normalize ...), as relative
     path -> bytes. Nothing of them is a parameter here; they are kept to be written back. From a
     folder whose Transformer sits in a subfolder, they are kept as the current layout has them:
     the Transformer at the top (path ""), with its sentence_bert_config.json, as save_pretrained
-    writes the model."""
+    writes the model. `inner`: that subfolder (`transformer_folder`), "" for none."""
     files = {name: (directory / name).read_bytes() for name in ST_FILES if (directory / name).is_file()}
-    listed, inner = _modules(directory), transformer_folder(directory)
+    listed = _modules(directory)
     if inner:
         listed = [{**entry, "path": ""} if _is_transformer(entry) else entry for entry in listed]
         files["modules.json"] = (json.dumps(listed, indent=2) + "\n").encode()

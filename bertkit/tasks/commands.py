@@ -61,7 +61,7 @@ def _text_lines(source: str) -> list[tuple[int, str]]:
 
 LIST_FIELDS = ("tokens", "choices")  # input fields that are lists of strings; the others are strings
 # --input files read as the data files finetune and evaluate read (their labels not needed), not line by line
-DATA_FILES = {".csv": "a CSV table", ".tsv": "a TSV table", ".json": "JSON", ".conll": "a CoNLL file"}
+DATA_FILES = (".csv", ".tsv", ".json", ".conll")
 # which reader a predict mode's inputs come from, by the fields it takes
 READER_OF = {"tokens": "token-classification", "question": "qa", "choices": "multiple-choice"}
 
