@@ -681,6 +681,10 @@ def hub_sets(monkeypatch):
             {"sentence1": "A cat.", "sentence2": "A dog.", "label": -1.0}] * 2),
         ("stanfordnlp/imdb", None, "test"): table(("text",), datasets.ClassLabel(names=["neg", "pos"]), [
             {"text": "Dull.", "label": 0}]),
+        ("eriktks/conll2003", None, "train"): datasets.Dataset.from_list(
+            [{"tokens": ["Ann", "Lee", "spoke"], "ner_tags": [1, 2, 0]}],
+            features=datasets.Features({"tokens": datasets.Sequence(text), "ner_tags": datasets.Sequence(
+                datasets.ClassLabel(names=["O", "B-PER", "I-PER", "B-ORG", "I-ORG"]))})),
     }
 
     def load_dataset(name, config=None, split=None):
@@ -707,6 +711,18 @@ def test_hub_sets_give_each_column_its_part_and_skip_rows_without_a_gold_label(h
         load_examples("classification", "stanfordnlp/snli", "test")
     with pytest.raises(BertkitError, match="labels are hidden in this split"):  # STS-B's scores: -1.0 each
         load_examples("regression", "glue/stsb", "test")
+
+
+def test_hub_classes_keep_the_data_sets_order_and_every_class(hub_sets):
+    # MNLI's label 0 is entailment, 1 neutral, 2 contradiction: class i of the model is the set's
+    # label i, as run_glue builds it, even where the training rows (or a sample) lack a class
+    mnli = load_examples("classification", "glue/mnli", "dev")
+    assert {e.label for e in mnli} == {"entailment", "contradiction"}
+    assert SequenceClassification().labels_of(mnli) == ("entailment", "neutral", "contradiction")
+    assert SequenceClassification().labels_of(readers.sample(mnli, 1)) == ("entailment", "neutral", "contradiction")
+    conll = load_examples("token-classification", "eriktks/conll2003", "train")
+    assert TokenClassification().labels_of(conll) == ("O", "B-PER", "I-PER", "B-ORG", "I-ORG")
+    assert SequenceClassification().labels_of(list(mnli)) == ("contradiction", "entailment")  # a file's: as seen
 
 
 def test_hub_dev_splits_and_named_splits(hub_sets):

@@ -26,10 +26,14 @@ IGNORE = -100  # label of positions without a loss (cross_entropy's ignore_index
 
 
 # ---- labels ---------------------------------------------------------------------------------
-def ordered_labels(values) -> tuple[str, ...]:
+def ordered_labels(values, examples=None) -> tuple[str, ...]:
     """A fixed order for label names seen in training data: integers by value ("0", "1", "2":
     index = the integer when they count from 0), otherwise "O" (outside) first and the rest in
-    alphabetical order."""
+    alphabetical order. Examples from a data set that declares its classes (readers.Named) keep
+    its names and order."""
+    declared = getattr(examples, "label_names", None)
+    if declared:
+        return tuple(declared)
     names = set(values)
     if all(re.fullmatch(r"-?\d+", n) for n in names):
         return tuple(sorted(names, key=int))

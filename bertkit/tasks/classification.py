@@ -84,7 +84,7 @@ class SequenceClassification(Task):
         self.truncation = check_truncation(truncation)  # which part of a text longer than max_length is kept
 
     def labels_of(self, examples) -> tuple[str, ...]:
-        labels = ordered_labels(e.label for e in examples)
+        labels = ordered_labels((e.label for e in examples), examples)
         if len(labels) < 2:
             raise BertkitError(f"classification needs at least two classes in the training data, found {list(labels)}")
         return labels

@@ -62,6 +62,16 @@ class TaggedSentence:
     tags: tuple[str, ...] | None = None
 
 
+class Named(list):
+    """Examples from a data set that declares its classes (a hub set's ClassLabel feature):
+    `label_names` in the set's own order, so class i of a model is the set's label i, as in
+    transformers' run_glue / run_ner, and a class a sample happens to lack keeps its output."""
+
+    def __init__(self, examples, label_names):
+        super().__init__(examples)
+        self.label_names = tuple(label_names)
+
+
 @dataclass(frozen=True)
 class Answer:
     text: str
@@ -773,8 +783,9 @@ def hub_examples(task: str, name: str, split: str, columns: Columns = Columns())
         tags = pick(columns.label, HUB_TAGS, "tags")
         feature = data.features[tags]
         names = getattr(getattr(feature, "feature", None), "names", None)
-        return [TaggedSentence(tuple(row[tokens]), tuple(names[t] if names else str(t) for t in row[tags]))
-                for row in data if row[tokens]]
+        sentences = [TaggedSentence(tuple(row[tokens]), tuple(names[t] if names else str(t) for t in row[tags]))
+                     for row in data if row[tokens]]
+        return Named(sentences, names) if names else sentences
     text = pick(columns.text, HUB_TEXT, "text")
     pair = pick(columns.text_pair, tuple(c for c in HUB_PAIR if c != text), "text pair", needed=task == "embedding")
     label = pick(columns.label, ("label", "labels", "score"), "label", needed=task != "embedding")
@@ -803,20 +814,21 @@ def hub_examples(task: str, name: str, split: str, columns: Columns = Columns())
         raise BertkitError(f"{name} ({hub_split}): labels are hidden in this split (GLUE test sets); "
                            "evaluate on validation")
     report(hidden, f"{name} ({hub_split}): {{n}} row(s) without a gold label (-1) skipped")
-    return examples
+    return Named(examples, names) if names and task == "classification" else examples
 
 
 def sample(examples: list, limit: int | None, seed: int = 0) -> list:
     """At most `limit` examples, a seeded random choice kept in the data's order (the built-in
     train splits are grouped by label, so the first N would be one class)."""
-    if limit is None or len(examples) <= limit:
-        return list(examples)
-    if limit < 1:
+    if limit is not None and limit < 1:
         raise BertkitError(f"a sample limit must be at least 1, got {limit}")
-    import random
+    keep = range(len(examples))
+    if limit is not None and len(examples) > limit:
+        import random
 
-    keep = sorted(random.Random(seed).sample(range(len(examples)), limit))
-    return [examples[i] for i in keep]
+        keep = sorted(random.Random(seed).sample(keep, limit))
+    chosen = [examples[i] for i in keep]
+    return Named(chosen, examples.label_names) if isinstance(examples, Named) else chosen
 
 
 def load_examples(task: str, source, split: str = "train", columns: Columns = Columns(), labelled: bool = True):

@@ -128,7 +128,7 @@ class TokenClassification(Task):
     metrics = ("accuracy", "precision", "recall", "f1")
 
     def labels_of(self, sentences) -> tuple[str, ...]:
-        return ordered_labels(t for s in sentences for t in s.tags)
+        return ordered_labels((t for s in sentences for t in s.tags), sentences)
 
     def metric_for(self, labels: tuple[str, ...]) -> str:
         return "f1" if is_bio(labels) else "accuracy"
