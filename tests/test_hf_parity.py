@@ -65,10 +65,11 @@ FAMILIES = {
     }),
     "deberta-v2": ("DebertaV2", ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification",
                                  "ForQuestionAnswering"], {
-        # v3's shape: log buckets (T=9 > 8/2 reaches them), shared keys, normalized table, new MLM layout
+        # v3's shape: log buckets (T=9 > 8/2 reaches them), shared keys, normalized table ("a|b" lists, as
+        # transformers reads it), new MLM layout
         # (which decodes with the word embeddings whatever tie_word_embeddings says)
         "v3-buckets-shared": dict(BASE, relative_attention=True, position_buckets=8, share_att_key=True,
-                                  norm_rel_ebd="layer_norm", pos_att_type="p2c|c2p", position_biased_input=False,
+                                  norm_rel_ebd="layer_norm|none", pos_att_type="p2c|c2p", position_biased_input=False,
                                   legacy=False, layer_norm_eps=1e-7, tie_word_embeddings=False),
         # c2p only, own projections, clamped distances, conv layer, absolute positions, E < H, legacy MLM
         "c2p-conv-absolute": dict(BASE, relative_attention=True, max_relative_positions=6, pos_att_type=["c2p"],
@@ -199,7 +200,9 @@ def test_bertkit_save_loads_back_into_transformers(family, cls_name, variant, tm
     ours = bertkit.from_pretrained(_saved(hf_model(cls_name, config, seed=3), tmp_path / "src"))
     randomize(ours, seed=7)  # new values, so a silently unsaved tensor cannot pass
     ours.save_pretrained(tmp_path / "out")
-    ref = getattr(transformers, cls_name).from_pretrained(tmp_path / "out").eval()
+    ref, info = getattr(transformers, cls_name).from_pretrained(tmp_path / "out", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info  # every tensor it builds, from the file
+    ref.eval()
     ids, mask, types = batch_for(config, seed=5)
     with torch.no_grad():
         out = ours.eval()(ids, mask, types)

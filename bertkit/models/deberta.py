@@ -59,7 +59,7 @@ class DebertaConfig(EncoderConfig):
     position_buckets: int = 256  # <= 0: no log bucketing
     pos_att_type: tuple[str, ...] = ("p2c", "c2p")  # also accepted as "p2c|c2p", as configs write it
     share_att_key: bool = True  # position keys/queries reuse the content projections
-    norm_rel_ebd: str = "layer_norm"  # "layer_norm" or "none"
+    norm_rel_ebd: str = "layer_norm"  # "layer_norm" or "none" (also "layer_norm|none": any list naming it)
     conv_kernel_size: int = 0  # 0: no convolution layer
     conv_act: str = "tanh"
     conv_groups: int = 1
@@ -80,8 +80,14 @@ class DebertaConfig(EncoderConfig):
             raise BertkitError(f"config: pos_att_type {unknown} not understood; use a subset of {POSITION_TERMS}")
         object.__setattr__(self, "pos_att_type", terms)
         super().__post_init__()
-        if self.norm_rel_ebd not in ("layer_norm", "none"):
+        kinds = [k.strip() for k in str(self.norm_rel_ebd).lower().split("|")]
+        if not set(kinds) <= {"layer_norm", "none"}:
             raise BertkitError(f"config: norm_rel_ebd must be 'layer_norm' or 'none', got {self.norm_rel_ebd!r}")
+        # transformers reads it as a list and normalizes the position table if it names layer_norm.
+        # Without relative attention there is no table: 'none', so that a saved folder does not make
+        # transformers build a norm for it whose weights no file holds (reported MISSING).
+        normed = "layer_norm" in kinds and self.relative_attention
+        object.__setattr__(self, "norm_rel_ebd", "layer_norm" if normed else "none")
         if self.relative_attention and self.span < 1:
             raise BertkitError("config: relative attention needs position_buckets or max_relative_positions > 0")
         if self.conv_kernel_size < 0 or self.conv_kernel_size and self.hidden_size % self.conv_groups:
