@@ -154,9 +154,10 @@ def cmd_info(args) -> None:
 
 def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, progress: bool = False) -> list[dict]:
     """Top-k predictions at every mask of every text: one record per mask, with the text, the
-    token position and [{"token", "token_str", "id", "score"}] ("token" is the vocabulary's entry,
-    "Ġgood"; "token_str" the text it decodes to, " good", as transformers' pipeline gives it), in the
-    order of the texts. Texts run in
+    token position and [{"token", "token_str", "id", "score", "sequence"}] ("token" is the vocabulary's
+    entry, "Ġgood"; "token_str" the text it decodes to, " good", and "sequence" the text with this
+    mask filled, as transformers' pipeline gives them: without special tokens where the text has one
+    mask, with them, the other masks included, where it has several), in the order of the texts. Texts run in
     batches of similar length, and the vocabulary projection only at the masks
     (`masked_positions`); every text is checked for a mask before any runs."""
     import torch
@@ -197,9 +198,16 @@ def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, pro
             top = probs.topk(min(top_k, tok.vocab_size, logits.shape[-1]))
             for (row, pos), scores, ids in zip(masked.nonzero().tolist(), top.values.tolist(),
                                                top.indices.tolist()):
+                text_ids = batch["input_ids"][row, :int(batch["attention_mask"][row].sum())].tolist()
+                one_mask = int(masked[row].sum()) == 1
+
+                def filled(i):
+                    return tok.decode(text_ids[:pos] + [i] + text_ids[pos + 1:], skip_special_tokens=one_mask)
+
                 found[chunk[row]].append({"text": given[chunk[row]], "position": pos, "predictions": [
                     {"token": tok.id_to_token(i), "token_str": tok.decode([i], skip_special_tokens=False),
-                     "id": i, "score": float(f"{p:.6g}")} for p, i in zip(scores, ids)]})  # 6 digits, small too
+                     "id": i, "score": float(f"{p:.6g}"), "sequence": filled(i)}  # 6 digits, small too
+                    for p, i in zip(scores, ids)]})
     return [record for records in found for record in records]
 
 

@@ -75,8 +75,13 @@ def test_fill_mask_gives_the_token_text_transformers_pipeline_gives(tmp_path, re
     assert main(["predict", "fill-mask", "--model", str(tmp_path / "m"), "--json", "--top-k", "8", text]) == 0
     ours = [json.loads(line) for line in capsys.readouterr().out.splitlines()][0]["predictions"]
     theirs = transformers.pipeline("fill-mask", model=str(tmp_path / "m"), top_k=8)(text)
-    assert [(p["id"], p["token_str"]) for p in ours] == [(p["token"], p["token_str"]) for p in theirs]
+    assert [(p["id"], p["token_str"], p["sequence"]) for p in ours] == [
+        (p["token"], p["token_str"], p["sequence"]) for p in theirs]
     assert [p["score"] for p in ours] == pytest.approx([p["score"] for p in theirs], rel=1e-5)  # 6 digits, not decimals
+    two = "A <mask> film, <mask> good."  # each mask's sequence fills it alone, as the pipeline's
+    assert main(["predict", "fill-mask", "--model", str(tmp_path / "m"), "--json", two]) == 0
+    filled = [[p["sequence"] for p in json.loads(line)["predictions"]] for line in capsys.readouterr().out.splitlines()]
+    assert filled == [[p["sequence"] for p in mask] for mask in transformers.pipeline("fill-mask", model=str(tmp_path / "m"))(two)]
     assert any(p["token"].startswith("Ġ") for p in ours)
     assert main(["predict", "fill-mask", "--model", str(tmp_path / "m"), "--top-k", "8", text]) == 0
     table = capsys.readouterr().out
