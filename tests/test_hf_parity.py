@@ -44,6 +44,11 @@ FAMILIES = {
         "pad0-gelu_new": dict(BASE, max_position_embeddings=26, type_vocab_size=1, pad_token_id=0,
                               hidden_act="gelu_new"),
     }),
+    # XLM-R: RoBERTa's computation under its own model_type and class names, saved back as such
+    "xlm-roberta": ("XLMRoberta", ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification",
+                                   "ForQuestionAnswering"], {
+        "pad1-2types": dict(BASE, max_position_embeddings=26, type_vocab_size=2, pad_token_id=1, layer_norm_eps=1e-5),
+    }),
     "albert": ("Albert", ["Model", "ForPreTraining", "ForMaskedLM", "ForSequenceClassification",
                           "ForTokenClassification", "ForQuestionAnswering"], {
         "one-shared-block": dict(BASE, embedding_size=16, num_hidden_layers=3),

@@ -818,3 +818,47 @@ def test_one_text_and_its_pair_as_strings_and_lengths_that_leave_no_text_are_ref
     with pytest.raises(bertkit.BertkitError, match="at least 5"):
         tokenizer(["a b"], ["c d"], max_length=4)
     assert tokenizer(["a b c"], max_length=3)["input_ids"].shape == (1, 3)
+
+
+@pytest.fixture(scope="module")
+def xlmr_folder(tmp_path_factory, corpus_texts):
+    """XLM-R's tokenizer as transformers saves it (sentencepiece.bpe.model converted by its
+    XLMRobertaTokenizer), beside a config naming model_type bert, as multilingual sentence
+    encoders (paraphrase-multilingual-MiniLM, multilingual-e5) ship it."""
+    spm = pytest.importorskip("sentencepiece")
+    raw = tmp_path_factory.mktemp("xlmr-spm")
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus_texts[:400]), model_prefix=str(raw / "sp"), vocab_size=1000,
+        model_type="unigram", bos_id=0, pad_id=1, eos_id=2, unk_id=3, minloglevel=2)
+    shutil.copy(raw / "sp.model", raw / "sentencepiece.bpe.model")
+    (raw / "config.json").write_text(json.dumps({"model_type": "xlm-roberta"}))
+    folder = tmp_path_factory.mktemp("xlmr")
+    transformers.AutoTokenizer.from_pretrained(raw).save_pretrained(folder)
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    return folder
+
+
+def _transformers_4_xlmr_json(spec):
+    """The tokenizer.json transformers 4's XLMRobertaConverter wrote: spaces squeezed by the
+    normalizer, words split by Metaspace alone (XLMRobertaTokenizer 5 rebuilds both)."""
+    spec["normalizer"] = {"type": "Sequence", "normalizers": [
+        spec["normalizer"], {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]}
+    spec["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}
+
+
+@pytest.mark.parametrize("layout", ["transformers-5", "transformers-4"])
+def test_xlm_roberta_tokenizer_is_rebuilt_as_transformers_rebuilds_it(xlmr_folder, layout, tmp_path):
+    folder = _changed_copy(xlmr_folder, tmp_path / "xlmr", json_edit=_transformers_4_xlmr_json
+                           if layout == "transformers-4" else None)
+    ours = bertkit.load_tokenizer(folder)
+    reference = transformers.AutoTokenizer.from_pretrained(folder)
+    assert type(reference).__name__ == "XLMRobertaTokenizer"
+    texts = HARD + SENTENCES + ["hello ", "trailing  spaces   ", "x </s> y <mask> z"]
+    _assert_same_ids(ours, reference, texts)
+    assert (ours.mask_token_id, ours.pad_token_id, ours.vocab_size) == (
+        reference.mask_token_id, reference.pad_token_id, len(reference))
+    ours.save(tmp_path / "saved", "XLMRobertaTokenizer", 128)  # declared as the class, which rebuilds it alike
+    assert json.loads((tmp_path / "saved" / "tokenizer_config.json").read_text())["tokenizer_class"] == "XLMRobertaTokenizer"
+    again = transformers.AutoTokenizer.from_pretrained(tmp_path / "saved")
+    for text in texts:
+        assert again.encode(text) == reference.encode(text), repr(text)

@@ -35,7 +35,7 @@ def default_layout(objective: str, family: str | None = None) -> str:
     ALBERT with SOP, ELECTRA frames one or two segments, the others pack the stream."""
     if objective not in OBJECTIVE_LAYOUT:
         raise BertkitError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVE_LAYOUT)}")
-    if objective == "mlm" and family == "roberta":
+    if objective == "mlm" and family in ("roberta", "xlm-roberta"):
         return "full-sentences"
     return OBJECTIVE_LAYOUT[objective]
 

@@ -55,7 +55,8 @@ CONFIG_FLAGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "add
 # (TOKENIZER_MAPPING_NAMES in transformers/models/auto/tokenization_auto.py). ModernBERT is also in its
 # MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS: its tokenizer.json is read as is, whatever the files name.
 MODEL_TYPE_TOKENIZERS = {"bert": "BertTokenizer", "distilbert": "BertTokenizer", "electra": "BertTokenizer",
-                         "roberta": "RobertaTokenizer", "albert": "AlbertTokenizer", "deberta": "DebertaTokenizer",
+                         "roberta": "RobertaTokenizer", "xlm-roberta": "XLMRobertaTokenizer",
+                         "albert": "AlbertTokenizer", "deberta": "DebertaTokenizer",
                          "deberta-v2": "DebertaV2Tokenizer", "modernbert": "TokenizersBackend"}
 # The transformers classes with their own __init__, and the tokenizers model each builds. From a tokenizer.json they
 # take only the vocabulary (BPE's merges too, and the Precompiled charsmap for ALBERT) and rebuild normalizer,
@@ -65,7 +66,7 @@ MODEL_TYPE_TOKENIZERS = {"bert": "BertTokenizer", "distilbert": "BertTokenizer",
 # DistilBertTokenizer only restates do_lower_case=True.
 REBUILDING_CLASSES = {"BertTokenizer": "WordPiece", "DistilBertTokenizer": "WordPiece", "ElectraTokenizer": "WordPiece",
                       "RobertaTokenizer": "BPE", "DebertaTokenizer": "BPE",
-                      "DebertaV2Tokenizer": "Unigram", "AlbertTokenizer": "Unigram"}
+                      "DebertaV2Tokenizer": "Unigram", "AlbertTokenizer": "Unigram", "XLMRobertaTokenizer": "Unigram"}
 # Where [CLS] A [SEP] B [SEP] puts a pair: BERT's segment ids 0 then 1; DeBERTa v1 (DebertaTokenizer) uses
 # RoBERTa's double separator and segment 0 throughout
 BERT_PAIR = "{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1"
@@ -527,6 +528,28 @@ def albert_pipeline(pieces: list[tuple[str, float]], unk_id: int, specials: dict
     return backend
 
 
+def xlm_roberta_pipeline(pieces: list[tuple[str, float]], specials: dict[str, str], charsmap: bytes = b"",
+                         prepend_scheme: str = "always") -> _Backend:
+    """XLM-R's SentencePiece Unigram as `transformers`' (v5) XLMRobertaTokenizer builds it around a
+    vocabulary: the model's precompiled normalization map only, words split on whitespace (so runs
+    of spaces and a trailing space make no piece), "▁" before each word, unk_id 3 (fairseq's
+    order <s> <pad> </s> <unk>), and RoBERTa's frame <s> A </s></s> B </s> with segment 0 throughout.
+    Multilingual sentence encoders (paraphrase-multilingual-MiniLM, multilingual-e5) put this
+    tokenizer beside a BERT model."""
+    backend = _Backend(models.Unigram(pieces, unk_id=3, byte_fallback=False))
+    if charsmap:
+        backend.normalizer = normalizers.Precompiled(charsmap)
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme=prepend_scheme)])
+    backend.decoder = decoders.Metaspace(replacement=METASPACE, prepend_scheme=prepend_scheme)
+    backend.add_special_tokens([specials[k] for k in ROBERTA_SPECIALS if k in specials])
+    bos, eos = specials["bos_token"], specials["eos_token"]
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"{bos}:0 $A:0 {eos}:0", pair=f"{bos}:0 $A:0 {eos}:0 {eos}:0 $B:0 {eos}:0",
+        special_tokens=[(bos, backend.token_to_id(bos)), (eos, backend.token_to_id(eos))])
+    return backend
+
+
 def _add_cls_sep_frame(backend: _Backend, specials: dict[str, str], family: dict[str, str],
                        pair: str = BERT_PAIR) -> None:
     """Register the family's named special tokens and frame sequences as [CLS] A [SEP] and, for a
@@ -752,6 +775,10 @@ def _rebuilt(backend: _Backend, cls: str, config: dict, specials: dict[str, str]
         merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
         return _byte_level_for_class(cls, model["vocab"], merges, config, specials)
     pieces = [tuple(p) for p in model["vocab"]]
+    if cls == "XLMRobertaTokenizer":
+        specials = {**ROBERTA_SPECIALS, **specials}
+        scheme = "always" if config.get("add_prefix_space", True) else "never"
+        return xlm_roberta_pipeline(pieces, specials, _precompiled_charsmap(spec), scheme), specials
     if cls == "AlbertTokenizer":
         rebuilt, specials = _albert_for_class(pieces, config, specials, _precompiled_charsmap(spec))
         if backend.post_processor is not None:  # AlbertTokenizer sets its own before TokenizersBackend.__init__,

@@ -136,6 +136,11 @@ ROBERTA = HFFamily(
     tied_bias=("lm_head.bias", "lm_head.decoder.bias"),
 )
 
+# the same names under XLM-R's model_type and class names (its tokenizer is SentencePiece Unigram)
+XLM_ROBERTA = replace(ROBERTA, model_type="xlm-roberta", class_prefix="XLMRoberta",
+                      defaults={"vocab_size": 30522, "pad_token_id": 1},  # XLMRobertaConfig's
+                      tokenizer_class="XLMRobertaTokenizer")
+
 ALBERT_BLOCK = [
     ("attention.query.{p}", "attn.query.{p}"),
     ("attention.key.{p}", "attn.key.{p}"),
@@ -470,4 +475,4 @@ MODERNBERT = HFFamily(
     config_in=modernbert_config_in, config_out=modernbert_config_out,
 )
 
-FAMILIES = {f.model_type: f for f in (BERT, ROBERTA, ALBERT, DISTILBERT, ELECTRA, DEBERTA_V2, DEBERTA, MODERNBERT)}
+FAMILIES = {f.model_type: f for f in (BERT, ROBERTA, XLM_ROBERTA, ALBERT, DISTILBERT, ELECTRA, DEBERTA_V2, DEBERTA, MODERNBERT)}
