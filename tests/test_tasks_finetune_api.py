@@ -238,13 +238,7 @@ def test_a_full_disk_when_saving_the_fine_tuned_model_is_one_line(tokenizer, sen
     import safetensors.torch
     from safetensors import SafetensorError
 
-    real = safetensors.torch.save_file
-    at_root = []
-
-    def full(state, path, *args, **kwargs):
-        at_root.append("checkpoints" not in str(path))
-        if sum(at_root) < 2:  # the checkpoint and the trainer's last model fit; the best model does not
-            return real(state, path, *args, **kwargs)
+    def full(state, path, *args, **kwargs):  # the one model a fine-tuning run writes: the best
         raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
 
     monkeypatch.setattr(safetensors.torch, "save_file", full)
@@ -252,6 +246,38 @@ def test_a_full_disk_when_saving_the_fine_tuned_model_is_one_line(tokenizer, sen
     with pytest.raises(bertkit.BertkitError, match=r"could not write the fine-tuned model in .*: Error while "
                                                    r"serializing: I/O error: No space left on device"):
         finetune("classification", tiny("classification", tokenizer), train, dev, tmp_path, quiet(steps=2))
+
+
+def test_an_interrupt_while_the_best_model_is_saved_leaves_no_finished_looking_run(
+        tokenizer, sentiment, tmp_path, monkeypatch):
+    # The run's end wrote the last step's model and metrics.json first, so a Ctrl-C during the
+    # best model's save left a folder that evaluate and predict took for the finished run.
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bertkit.Model, "save_pretrained", interrupted)
+    train, dev = sentiment
+    with pytest.raises(KeyboardInterrupt):
+        finetune("classification", tiny("classification", tokenizer), train, dev, tmp_path, quiet(steps=2))
+    assert not any((tmp_path / name).exists() for name in ("metrics.json", "task.json", "model.safetensors",
+                                                           "config.json", "checkpoints"))
+
+
+def test_a_pre_training_run_or_checkpoints_folder_is_never_fine_tuned_into(tokenizer, sentiment, tmp_path, capsys):
+    from bertkit.cli import main
+
+    train, dev = sentiment
+    run = tmp_path / "run"  # an interrupted pre-training run: its log, settings and checkpoints
+    (run / "checkpoints" / "step-00000010").mkdir(parents=True)
+    (run / "job.json").write_text("{}")
+    for name in ("job.json", "checkpoints"):
+        with pytest.raises(BertkitError, match=f"already holds .*{name}"):
+            finetune("classification", tiny("classification", tokenizer), train, dev, run, quiet(steps=2))
+        (run / "job.json").unlink(missing_ok=True)
+    assert (run / "checkpoints" / "step-00000010").is_dir()
+    assert main(["finetune", "--task", "classification", "--model", "mini-bert", "--train", "x.csv", "--eval", "x.csv",
+                 "--out", str(run)]) == 2  # refused before the data is read
+    assert "already holds checkpoints" in capsys.readouterr().err
 
 
 def test_epochs_and_a_time_budget_stop_at_whichever_ends_first(tokenizer, sentiment, tmp_path):

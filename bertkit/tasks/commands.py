@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ..errors import BertkitError
-from ..files import data_suffix, decode_text, output_dir, output_file, read_text, write_text
+from ..files import data_suffix, decode_text, output_file, read_text, write_text
 
 FINETUNE_EPILOG = """examples:
   bertkit finetune --task classification --model runs/demo --train imdb --eval imdb --out runs/imdb
@@ -172,9 +172,9 @@ def finetune_settings(args):
 
 
 def cmd_finetune(args) -> None:
-    from .finetune import finetune
+    from .finetune import finetune, finetune_out
 
-    out = output_dir(args.out)
+    out = finetune_out(args.out)
     settings = finetune_settings(args)
     print(f"fine-tuning {args.model} for {args.task} on {args.train} (early stopping on {args.eval}) -> {out}"
           f"{' [bf16]' if settings.bf16 else ''}", file=sys.stderr)

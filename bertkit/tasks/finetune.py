@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -41,7 +40,7 @@ from ..config import PRESETS
 from ..data.corpora import DataWarning
 from ..data.tokenizer import Tokenizer, check_vocab_fits, load_tokenizer
 from ..errors import BertkitError
-from ..files import positive_int, read_json, writing
+from ..files import RESULT_FILES, output_dir, positive_int, read_json, writing
 from .base import TrainBatches, check_texts, check_truncation, serving_length
 from .choice import MultipleChoice
 from .classification import Regression, SequenceClassification
@@ -283,6 +282,13 @@ class EarlyStopping:
         return s.patience is not None and self.waited >= s.patience
 
 
+def finetune_out(out, flag: str = "--out") -> Path:
+    """The folder a fine-tuning run writes, checked first: besides a finished run's files, it must
+    not hold a pre-training run (job.json, checkpoints/), whose log and checkpoints this run's would
+    mix with, or replace."""
+    return output_dir(out, keep=(*RESULT_FILES, "job.json", "checkpoints"), flag=flag)
+
+
 def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneSettings = FinetuneSettings(),
              tokenizer=None, columns: Columns = Columns()) -> dict:
     """Fine-tune `model` (a Model, a preset name, or a pre-trained directory) on `train` and
@@ -291,7 +297,7 @@ def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneS
     of the best model, also written to out/metrics.json."""
     from ..train import Trainer, TrainSettings
 
-    out = Path(out)
+    out = finetune_out(out, flag="")
     train_examples = sample(load_examples(task, train, "train", columns), settings.train_limit, settings.seed)
     eval_examples = sample(load_examples(task, eval, "dev", columns), settings.eval_limit, settings.seed)
     if not train_examples or not eval_examples:
@@ -323,7 +329,8 @@ def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneS
         clip_norm=settings.clip_norm, accumulation=settings.accumulation,
         eval_every=settings.eval_every or per_epoch, save_every=10**9, keep=1, seed=settings.seed,
         progress=settings.progress)
-    trainer = Trainer(job.objective(model), batches, train_settings, out, device=_device(settings), on_eval=stopper)
+    trainer = Trainer(job.objective(model), batches, train_settings, out, device=_device(settings), on_eval=stopper,
+                      final_model=False)  # the best evaluation's model is saved below, not the last step's
     try:
         trainer.fit()
     except KeyboardInterrupt:  # Ctrl-C: the best model evaluated so far is still the run's result
@@ -340,11 +347,10 @@ def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneS
     saved = {"task": task, "metric": metric, "max_length": max_length, "labels": list(labels),
              **({"null_answers": bool(null_answers)} if task == "qa" else {}),
              "settings": {k: v for k, v in asdict(settings).items() if k not in ("progress", "device")}}
-    with writing("the fine-tuned model", out):
+    with writing("the fine-tuned model", out):  # metrics.json last: it marks a finished run
         model.save_pretrained(out)
-        (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         (out / TASK_FILE).write_text(json.dumps(saved, indent=2) + "\n")
-    shutil.rmtree(out / "checkpoints", ignore_errors=True)  # the last step's; the best model is at the root
+        (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     if interrupted is not None:
         raise KeyboardInterrupt(f"at step {interrupted}; the best model so far (step {stopper.best_step}, "
                                 f"{metric} {stopper.best[metric]:.4f}) is saved in {out}")

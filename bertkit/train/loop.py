@@ -75,7 +75,11 @@ class TrainSettings:
 class Trainer:
     def __init__(self, objective, batch_at: Callable[[int], dict], settings: TrainSettings,
                  out: str | Path, eval_batches: list[dict] | None = None, device: str | torch.device = "cpu",
-                 on_eval: Callable[[int, dict[str, float]], bool] | None = None):
+                 on_eval: Callable[[int, dict[str, float]], bool] | None = None, final_model: bool = True):
+        """`final_model=False`: the run's end writes no model, checkpoint or metrics.json (fine-tuning
+        saves the best evaluation's model itself, and an interrupt during that save must not leave
+        the last step's model looking like a finished run)."""
+        self.final_model = final_model
         self.objective = objective.to(device)
         self.rank, self.world = _distributed(torch.device(device))
         self.batch_at = batch_at
@@ -342,14 +346,16 @@ class Trainer:
                 self.save_checkpoint()
         bar.close()
         final = last_eval if self.stopped else self._evaluate_and_log()  # stopped: just evaluated
-        self.save_checkpoint()
-        if self.is_main:
+        if self.final_model:
+            self.save_checkpoint()
+        if self.is_main and self.final_model:
             with self._saving("the final model"):
                 checkpoint.save_final(self.objective.models(), self.out)
             summary = {"step": self.step, "tokens": self.tokens, "train_seconds": round(self.elapsed, 1),
                        "processes": self.world, **({"skipped_steps": self.skipped} if s.skip_nonfinite else {}),
                        **final}
             (self.out / "metrics.json").write_text(json.dumps(json_safe(summary), indent=2) + "\n")
+        if self.is_main:
             plot_curves(self.log_path, self.out / "loss_curve.png")
         if self.world > 1:
             dist.barrier()
