@@ -17,6 +17,7 @@ import contextlib
 import csv
 import gzip
 import json
+import math
 import os
 import shutil
 import sys
@@ -247,6 +248,12 @@ def writing(what: str, where: Path, kept: Callable[[], str] | None = None):
             free = ""
         raise BertkitError(f"could not write {what} in {where}: {reason}{free}"
                            + (f"; {kept()}" if kept else "")) from None
+
+
+def json_safe(record: dict) -> dict:
+    """`record` with NaN and infinite numbers as null: JSON has no NaN (Python writes a bare NaN that
+    strict parsers refuse). Both trainers' metrics files go through it."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()}
 
 
 def write_text(path: Path, text: str, flag: str = "--out") -> None:

@@ -117,11 +117,18 @@ class PretrainJob:
         values.setdefault("steps", None)
         if self.backend == "numpy":
             from .numpy_ref.train import TrainSettings as NumpySettings
+            from .train import TrainSettings
 
-            known = {k: v for k, v in values.items() if k in {f.name for f in dataclasses.fields(NumpySettings)}}
+            if "activation_checkpointing" in values:  # the NumPy trainer's name for it
+                values["recompute"] = values.pop("activation_checkpointing")
+            fields = {f.name for f in dataclasses.fields(NumpySettings)}
+            known = {k: v for k, v in values.items() if k in fields}
             ignored = sorted(set(values) - set(known) - {"progress", "bf16"})
-            if ignored:
-                raise BertkitError(f"the NumPy backend has no {', '.join(ignored)} setting")
+            if ignored:  # the settings it takes, by the names flags, --set and config files give them
+                takes = {"activation_checkpointing" if f == "recompute" else f for f in fields} | {"progress"}
+                takes &= {f.name for f in dataclasses.fields(TrainSettings)}
+                raise BertkitError(f"the NumPy backend has no {', '.join(ignored)} setting; "
+                                   f"it takes {', '.join(sorted(takes))}")
             return NumpySettings(**typed(NumpySettings, known, "train settings"))
         from .train import TrainSettings
 
@@ -250,11 +257,13 @@ def pretrain(job: PretrainJob) -> Path:
 
     preset = get_preset(job.model)  # unknown preset: the error lists the known ones
     if job.backend == "numpy":  # before minutes of tokenizer training: BERT, post-LN, the exact GELU
+        from .numpy_ref.hf_io import check_savable
         from .numpy_ref.model import check_supported
 
         if preset.config.family != "bert":
             raise BertkitError(f"the NumPy backend implements BERT only, not {preset.config.family} ({job.model})")
         check_supported(preset.config.replace(**job.architecture))
+        check_savable(preset.config.replace(**job.architecture))  # the run ends by saving the model
     out = job.out_dir
     settings = job.settings()
     checkpoints = sorted((out / "checkpoints").glob("step-*"))

@@ -3,12 +3,15 @@ against bertkit's torch Trainer on the same weights and batches, and (slow) a fe
 mini-bert MLM steps on real text following the torch loss curve."""
 
 import csv
+import dataclasses
 import json
+import warnings
 from importlib import resources
 
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 import bertkit
 from bertkit import numpy_ref
@@ -71,14 +74,22 @@ def as_numpy(batch):
 
 def test_trainer_follows_the_torch_trainer(tmp_path):
     """Same weights, batches and settings (warm-up, linear decay, accumulation over 2
-    micro-batches, clipping that bites, weight decay): same losses and weights, float32."""
+    micro-batches, clipping that bites, weight decay): same weights, and losses equal to torch's
+    over the same tokens, float32."""
     model = bertkit.build(TINY, head="mlm")
     randomize(model, 0)
     ref = numpy_ref.BertForMaskedLM(TINY, params={n: p.detach().numpy() for n, p in model.named_parameters()})
     batches = tiny_batches(6)
     common = dict(steps=3, lr=3e-2, warmup=0.4, clip_norm=0.5, accumulation=2, weight_decay=0.1)
     held_out = tiny_batches(2, seed=50)
-    trainer = Trainer(MaskedLM(model), lambda i: batches[i % 6], TrainSettings(
+    before_step = []  # the torch weights as each step starts (its first micro-batch is drawn then)
+
+    def batch_at(i):
+        if i % common["accumulation"] == 0:
+            before_step.append({k: v.clone() for k, v in model.state_dict().items()})
+        return batches[i % 6]
+
+    trainer = Trainer(MaskedLM(model), batch_at, TrainSettings(
         **common, eval_every=1000, save_every=1000, progress=False), tmp_path / "torch", eval_batches=held_out)
     trainer.fit()
     torch_log = [json.loads(line) for line in (tmp_path / "torch" / "metrics.jsonl").read_text().splitlines()]
@@ -86,7 +97,15 @@ def test_trainer_follows_the_torch_trainer(tmp_path):
     history = numpy_ref.train(ref, lambda i: as_numpy(batches[i % 6]), out=tmp_path / "numpy",
                               eval_batches=[as_numpy(b) for b in held_out], **common)
     assert [h["lr"] for h in history] == pytest.approx([r["lr"] for r in torch_log])
-    assert [h["loss"] for h in history] == pytest.approx([r["loss"] for r in torch_log], abs=1e-5)
+    # the logged loss is the mean over each step's masked tokens (the loss whose gradient is
+    # taken); the torch trainer logs a mean of micro-batch means instead, so it is recomputed here
+    trained = {k: v.clone() for k, v in model.state_dict().items()}
+    step_losses = []
+    for step, state in enumerate(before_step):
+        model.load_state_dict(state)
+        step_losses.append(torch_mlm_over(model, batches[2 * step:2 * step + 2])[0])
+    model.load_state_dict(trained)
+    assert [h["loss"] for h in history] == pytest.approx(step_losses, abs=1e-5)
     assert [h["grad_norm"] for h in history] == pytest.approx([r["grad_norm"] for r in torch_log], rel=1e-4)
     assert history[-1]["grad_norm"] > common["clip_norm"]  # clipping was exercised
     for name, p in model.named_parameters():
@@ -98,8 +117,10 @@ def test_trainer_follows_the_torch_trainer(tmp_path):
     summary = json.loads((tmp_path / "numpy" / "metrics.json").read_text())
     torch_summary = json.loads((tmp_path / "torch" / "metrics.json").read_text())
     assert summary["step"] == torch_summary["step"] == 3 and summary["tokens"] == torch_summary["tokens"]
-    for key in ("mlm_loss", "mlm_accuracy", "perplexity"):
-        assert summary[key] == pytest.approx(torch_summary[key], rel=1e-5), key
+    loss, accuracy = torch_mlm_over(model, held_out)  # over all held-out masked tokens (torch: batch means)
+    assert summary["mlm_loss"] == pytest.approx(loss, rel=1e-5)
+    assert summary["mlm_accuracy"] == pytest.approx(accuracy)
+    assert summary["perplexity"] == pytest.approx(np.exp(loss), rel=1e-5)
 
 
 def test_recomputation_trains_identically():
@@ -180,3 +201,161 @@ def test_mini_bert_follows_the_torch_loss_curve(minilm_dir, tmp_path):
     assert ours[-20:].mean() < ours[:5].mean() - 2.0  # it learns (nats; ln 8192 = 9.0 at the start)
     assert gap[:50].max() <= 1e-3   # float32 rounding only, before trajectories drift apart
     assert window.max() <= 0.05     # the curves stay together
+
+
+# ---- metrics, divergence, output folders ----------------------------------------------------
+
+def torch_pair(seed=0):
+    """A torch MLM model with random weights and the NumPy model holding the same ones."""
+    model = bertkit.build(TINY, head="mlm")
+    randomize(model, seed)
+    return model, numpy_ref.BertForMaskedLM(TINY, params={n: p.detach().numpy() for n, p in model.named_parameters()})
+
+
+def torch_mlm_over(model, batches):
+    """Cross-entropy and accuracy over every labelled token of `batches` at once (torch)."""
+    logits, targets = [], []
+    with torch.no_grad():
+        for b in batches:
+            out = model(b["input_ids"], b["attention_mask"], b["token_type_ids"]).logits  # (B, T, V)
+            labelled = b["labels"] != -100
+            logits.append(out[labelled])
+            targets.append(b["labels"][labelled])
+    logits, targets = torch.cat(logits), torch.cat(targets)  # (K, V), (K,)
+    return float(F.cross_entropy(logits, targets)), float((logits.argmax(-1) == targets).float().mean())
+
+
+def unlabelled(batch):
+    return {**batch, "labels": torch.full_like(batch["labels"], -100)}
+
+
+def test_held_out_metrics_are_over_the_labelled_tokens():
+    """Batches with different numbers of masked tokens, and one with none: the loss over all
+    labelled tokens, not a mean of batch means with the empty batch as 0."""
+    model, ref = torch_pair()
+    held_out = tiny_batches(2, seed=50)
+    held_out = [held_out[0], unlabelled(held_out[0]), held_out[1]]
+    assert len({int((b["labels"] != -100).sum()) for b in held_out}) == 3  # unequal counts, one 0
+    trainer = numpy_ref.Trainer(ref, None, numpy_ref.TrainSettings(), eval_batches=[as_numpy(b) for b in held_out])
+    metrics = trainer.evaluate()
+    loss, accuracy = torch_mlm_over(model, held_out)
+    assert metrics["mlm_loss"] == pytest.approx(loss, rel=1e-5)
+    assert metrics["mlm_accuracy"] == pytest.approx(accuracy)
+    assert metrics["perplexity"] == pytest.approx(np.exp(loss), rel=1e-5)
+    empty = numpy_ref.Trainer(ref, None, numpy_ref.TrainSettings(), eval_batches=[as_numpy(held_out[1])])
+    with pytest.warns(UserWarning, match="no held-out metrics"):
+        assert empty.evaluate() == {}
+
+
+def test_logged_training_loss_is_the_one_whose_gradient_is_taken():
+    """Under accumulation the logged loss is the mean over all the step's labelled tokens (an
+    empty micro-batch adds nothing), as the gradient is: torch on the weights before the step."""
+    model, ref = torch_pair()
+    batches = tiny_batches(2)
+    batches = [batches[0], unlabelled(batches[0]), batches[1]]
+    loss, accuracy = torch_mlm_over(model, batches)
+    history = numpy_ref.train(ref, [as_numpy(b) for b in batches], steps=1, accumulation=3, dropout=False)
+    assert history[0]["loss"] == history[0]["mlm_loss"] == pytest.approx(loss, rel=1e-5)
+    assert history[0]["mlm_accuracy"] == pytest.approx(accuracy)
+
+
+def strict_json(text):
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_diverged_run_writes_valid_json_and_says_so_once(tmp_path):
+    """One step with an absurd learning rate: the held-out loss is NaN, written as null (as the
+    torch trainer writes it) with one warning that says why, and none of NumPy's overflow warnings;
+    a second such step stops on its non-finite training loss, again without NumPy's warnings."""
+    batches = [as_numpy(b) for b in tiny_batches(2)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        numpy_ref.train(numpy_ref.build(TINY), batches, steps=1, lr=1e30, warmup=0.0, out=tmp_path / "run",
+                        eval_batches=batches)
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in caught]
+    assert [str(w.message) for w in caught if "not finite" in str(w.message)]
+    summary = strict_json((tmp_path / "run" / "metrics.json").read_text())
+    assert summary["mlm_loss"] is None and summary["perplexity"] is None
+    records = [strict_json(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["split"] == "eval" and records[-1]["mlm_loss"] is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(BertkitError, match=r"loss is nan at step 1; stopping"):
+            numpy_ref.train(numpy_ref.build(TINY), batches, steps=2, lr=1e30, warmup=0.0)
+
+
+def test_pretrain_reaches_recompute_and_names_the_settings_it_takes():
+    """--activation-checkpointing is the NumPy trainer's recompute; a setting it lacks is refused
+    with a list of those it takes, each of which a flag, --set or config file can give and it
+    accepts."""
+    from bertkit.cli import parser, pretrain_job
+    from bertkit.pretraining import PretrainJob
+
+    def job(*flags):
+        return pretrain_job(parser().parse_args(["pretrain", "--backend", "numpy", "--steps", "5", *flags]))
+
+    assert job("--activation-checkpointing").settings().recompute is True
+    assert job().settings().recompute is False
+    with pytest.raises(BertkitError, match="the NumPy backend has no eval_every setting; it takes ") as refused:
+        job("--set", "eval_every=5").settings()
+    takes = str(refused.value).split("it takes ")[1].split(", ")
+    torch_defaults = {f.name: f.default for f in dataclasses.fields(TrainSettings)}
+    assert "activation_checkpointing" in takes and "eval_every" not in takes
+    for key in takes:
+        assert key in torch_defaults, key  # a key the command line types and passes on
+        PretrainJob(backend="numpy", train={key: torch_defaults[key]}).settings()
+
+
+def test_a_model_that_cannot_be_saved_is_refused_before_training(tmp_path):
+    """type_vocab_size=0 has no Hugging Face BERT form: said before any batch is drawn, by the
+    API and by `bertkit pretrain` (before it reads the corpus or trains a tokenizer)."""
+    from bertkit.pretraining import PretrainJob, pretrain
+
+    model = numpy_ref.build(TINY, type_vocab_size=0)
+    with pytest.raises(BertkitError) as at_save:
+        model.save_pretrained(tmp_path / "saved")
+    drawn = []
+    batches = [as_numpy(b) for b in tiny_batches(1)]
+    with pytest.raises(BertkitError, match="cannot be saved") as at_train:
+        numpy_ref.train(model, lambda i: drawn.append(i) or {**batches[0], "token_type_ids": None}, steps=2,
+                        out=tmp_path / "run")
+    assert drawn == [] and str(at_train.value) == str(at_save.value)
+    numpy_ref.train(model, lambda i: {**batches[0], "token_type_ids": None}, steps=1)  # no out: it trains
+    job = PretrainJob(backend="numpy", corpus=str(tmp_path / "no-such-corpus.txt"), out=str(tmp_path / "cli"),
+                      architecture={"type_vocab_size": 0}, train={"steps": 1})
+    with pytest.raises(BertkitError) as at_pretrain:
+        pretrain(job)
+    assert str(at_pretrain.value) == str(at_save.value)
+
+
+def test_out_that_is_a_file_is_the_save_error(tmp_path):
+    """A file where the run folder (or one above it) would go: the one-line error save_pretrained
+    gives, before training; an existing folder is written into (train's docstring)."""
+    model = numpy_ref.build(TINY)
+    batches = [as_numpy(b) for b in tiny_batches(1)]
+    file = tmp_path / "file.txt"
+    file.write_text("not a folder")
+    for out in (file, file / "run"):
+        with pytest.raises(BertkitError) as at_save:
+            model.save_pretrained(out)
+        with pytest.raises(BertkitError) as at_train:
+            numpy_ref.train(model, batches, steps=1, out=out)
+        assert str(at_train.value) == str(at_save.value)
+    for _ in range(2):
+        numpy_ref.train(model, batches, steps=1, out=tmp_path / "run")
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1  # the second run's own log
+
+
+def test_interrupt_says_no_model_was_saved(tmp_path):
+    batches = [as_numpy(b) for b in tiny_batches(1)]
+
+    def batch_at(i):
+        if i == 2:
+            raise KeyboardInterrupt
+        return batches[0]
+
+    with pytest.raises(KeyboardInterrupt, match="at step 2; no model was saved"):
+        numpy_ref.train(numpy_ref.build(TINY), batch_at, steps=5, out=tmp_path / "run")
+    assert not (tmp_path / "run" / "model.safetensors").exists()

@@ -181,14 +181,20 @@ def from_pretrained(path: str | os.PathLike, dtype=np.float32) -> BertForMaskedL
     return BertForMaskedLM(config, dtype, params=params)
 
 
+def check_savable(config: EncoderConfig) -> None:
+    """Whether save_pretrained can write a model of this config; a trainer with an output folder
+    asks before training, so a run is not lost at its end."""
+    if config.type_vocab_size == 0:
+        raise BertkitError("this model cannot be saved in Hugging Face format: transformers' BERT always "
+                           "has token types (type_vocab_size >= 1)")
+
+
 def save_pretrained(model: BertForMaskedLM, path: str | os.PathLike, dtype: str = "float32") -> None:
     """config.json and model.safetensors in transformers' BertForMaskedLM layout, which
     `bertkit.from_pretrained` and `transformers.BertForMaskedLM.from_pretrained` load. A tied
     decoder is written once, as the word embeddings; the output bias is written under both of
     transformers' names. Files go to a temporary directory first and are moved into place."""
-    if model.config.type_vocab_size == 0:
-        raise BertkitError("this model cannot be saved in Hugging Face format: transformers' BERT always "
-                           "has token types (type_vocab_size >= 1)")
+    check_savable(model.config)
     target = output_dir(path, keep=(), flag="")  # a file there: one line, not mkdir's error
     target.mkdir(parents=True, exist_ok=True)
     state = {to_hf(name): value for name, value in model.params.items()}

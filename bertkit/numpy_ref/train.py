@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -24,9 +25,16 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import BertkitError
+from ..files import json_safe, output_dir
+from .hf_io import check_savable
 from .model import BertForMaskedLM
 from ..schedules import check_training, scheduled_factor
 from .optim import AdamW, clip_grad_norm
+
+# A diverged run overflows in every matmul: NumPy's warnings about it are silenced where the
+# trainer then says it once, as the torch trainer does (a non-finite loss stops training; a
+# non-finite held-out loss is a warning and null in the metrics files).
+QUIET = dict(over="ignore", invalid="ignore", divide="ignore")
 
 
 @dataclass(frozen=True)
@@ -55,7 +63,10 @@ class Trainer:
                  out: str | Path | None = None, eval_batches: Sequence[dict] = ()):
         self.model, self.batch_at, self.settings = model, batch_at, settings
         self.eval_batches = list(eval_batches)
-        self.out = None if out is None else Path(out)
+        self.out = None
+        if out is not None:  # checked now: a run of minutes must not end in a path or format error
+            self.out = output_dir(out, keep=(), flag="")
+            check_savable(model.config)
         self.optimizer = AdamW(model.params, settings.lr, settings.betas, settings.eps, settings.weight_decay)
         model.rng = np.random.default_rng(settings.seed)
         model.recompute = settings.recompute
@@ -73,7 +84,8 @@ class Trainer:
         """One optimizer step over `accumulation` micro-batches, each loss (a mean over its
         masked tokens) scaled by its share of the step's masked tokens, so the summed gradient is
         the gradient of the mean over all of them: that of one batch `accumulation` times bigger
-        (micro-batches mask different numbers of tokens)."""
+        (micro-batches mask different numbers of tokens). The logged loss and accuracy are that
+        same token-weighted mean (0 for a step without any masked token)."""
         s = self.settings
         lr = s.lr * scheduled_factor(s, self.step, self.elapsed)
         self.optimizer.lr = lr
@@ -84,38 +96,53 @@ class Trainer:
         counts = [int(np.sum(np.asarray(b["labels"]) != -100)) for b in batches]
         for batch, count in zip(batches, counts):
             share = count / sum(counts) if sum(counts) else 1.0 / s.accumulation
-            result = self.model.forward_backward(batch["input_ids"], batch.get("attention_mask"), batch["labels"],
-                                                 batch.get("token_type_ids"), scale=share)
+            with np.errstate(**QUIET):
+                result = self.model.forward_backward(batch["input_ids"], batch.get("attention_mask"),
+                                                     batch["labels"], batch.get("token_type_ids"), scale=share)
             if not np.isfinite(result.loss):
-                raise BertkitError(f"loss is {result.loss} at step {self.step}; stopping (lower the learning rate)")
-            loss += result.loss / s.accumulation  # logged as the torch trainer logs: a mean of the means
-            accuracy += result.accuracy / s.accumulation
+                raise BertkitError(f"loss is {result.loss} at step {self.step}; stopping (no model was saved; "
+                                   "lower the learning rate)")
+            loss += result.loss * share  # the mean over the step's masked tokens (an empty micro-batch: 0 * 0)
+            accuracy += result.accuracy * share
             mask = batch.get("attention_mask")
             self.tokens += int(np.sum(mask)) if mask is not None else int(np.size(batch["input_ids"]))
         metrics = {"step": self.step + 1, "lr": lr, "loss": loss, "mlm_loss": loss, "mlm_accuracy": accuracy}
-        if s.clip_norm is not None:
-            metrics["grad_norm"] = clip_grad_norm(self.model.grads, s.clip_norm)
-        self.optimizer.step(self.model.grads)
+        with np.errstate(**QUIET):  # diverging weights: the next step's loss says so
+            if s.clip_norm is not None:
+                metrics["grad_norm"] = clip_grad_norm(self.model.grads, s.clip_norm)
+            self.optimizer.step(self.model.grads)
         self.elapsed += time.perf_counter() - start
         self.step += 1
         metrics.update(tokens=self.tokens, elapsed=round(self.elapsed, 3))
         return metrics
 
     def evaluate(self) -> dict[str, float]:
-        """MLM loss and accuracy averaged over the held-out batches, and perplexity exp(loss)."""
+        """MLM loss and accuracy over all the held-out batches' masked tokens, as if they were one
+        batch: each batch's mean weighted by its count of masked tokens (a batch without any adds
+        nothing, rather than a loss of 0), and perplexity exp(loss). No masked token in any
+        batch: a warning and no metrics."""
         if not self.eval_batches:
             return {}
-        results = [self.model.mlm_loss(b["input_ids"], b.get("attention_mask"), b["labels"], b.get("token_type_ids"))
-                   for b in self.eval_batches]
-        loss = float(np.mean([r.loss for r in results]))
-        return {"mlm_loss": loss, "loss": loss, "mlm_accuracy": float(np.mean([r.accuracy for r in results])),
+        with np.errstate(**QUIET):
+            results = [self.model.mlm_loss(b["input_ids"], b.get("attention_mask"), b["labels"],
+                                           b.get("token_type_ids")) for b in self.eval_batches]
+        total = sum(r.predicted for r in results)
+        if total == 0:
+            warnings.warn(f"none of the {len(results)} held-out batches has a masked (labelled) token: "
+                          "no held-out metrics")
+            return {}
+        loss = sum(r.loss * r.predicted for r in results) / total
+        if not math.isfinite(loss):
+            warnings.warn(f"the held-out loss is not finite at step {self.step}: the weights diverged "
+                          "(lower the learning rate)")
+        return {"mlm_loss": loss, "loss": loss, "mlm_accuracy": sum(r.accuracy * r.predicted for r in results) / total,
                 "perplexity": math.exp(min(loss, 50.0))}
 
     def fit(self, progress: bool = False) -> list[dict[str, float]]:
         """Train to the step count or time budget. With `out`: metrics.jsonl (one line per step,
         then the held-out evaluation), the final model in Hugging Face format and metrics.json
-        (the torch trainer's keys where both have them), all at the root of `out`. `progress`
-        shows a tqdm bar with the loss and tokens/s."""
+        (the torch trainer's keys where both have them; a NaN or infinite number as null), all
+        at the root of `out`. `progress` shows a tqdm bar with the loss and tokens/s."""
         from tqdm import tqdm
 
         history = []
@@ -132,10 +159,14 @@ class Trainer:
                 bar.update(1)
                 bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{self.tokens / max(self.elapsed, 1e-9):,.0f}")
                 if log is not None:
-                    log.write(json.dumps({"split": "train", "backend": "numpy", **metrics}) + "\n")
+                    log.write(json.dumps(json_safe({"split": "train", "backend": "numpy", **metrics})) + "\n")
             final = self.evaluate()
             if log is not None and final:
-                log.write(json.dumps({"split": "eval", "backend": "numpy", "step": self.step, **final}) + "\n")
+                record = {"split": "eval", "backend": "numpy", "step": self.step, **final}
+                log.write(json.dumps(json_safe(record)) + "\n")
+        except KeyboardInterrupt:  # the CLI prints the message after "interrupted"
+            raise KeyboardInterrupt(f"at step {self.step}; no model was saved (the NumPy backend keeps no "
+                                    "checkpoints)") from None
         finally:
             bar.close()
             if log is not None:
@@ -144,7 +175,7 @@ class Trainer:
             self.model.save_pretrained(self.out)
             summary = {"step": self.step, "tokens": self.tokens, "train_seconds": round(self.elapsed, 1),
                        "backend": "numpy", **final}
-            (self.out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
+            (self.out / "metrics.json").write_text(json.dumps(json_safe(summary), indent=2) + "\n")
         return history
 
 
@@ -153,6 +184,12 @@ def train(model: BertForMaskedLM, batches: Sequence[dict] | Callable[[int], dict
           **settings) -> list[dict[str, float]]:
     """Train `model` in place for `steps` optimizer steps on `batches` (a list, cycled, or a
     function of the micro-batch index); `settings` are TrainSettings fields. Returns the
-    per-step metrics; `eval_batches` are scored once at the end (metrics.json)."""
+    per-step metrics; `eval_batches` are scored once at the end (metrics.json).
+
+    `out` is checked before training (a file there, or a model that cannot be saved in Hugging
+    Face format, is one error line). A folder that exists is written into: the files a run
+    writes (metrics.jsonl, metrics.json, config.json, model.safetensors) replace any already
+    there, other files are left alone. (`bertkit pretrain` refuses a folder holding a finished
+    run instead; this is the API, which a script may call again on purpose.)"""
     batch_at = batches if callable(batches) else (lambda i: batches[i % len(batches)])
     return Trainer(model, batch_at, TrainSettings(steps=steps, lr=lr, **settings), out, eval_batches).fit()

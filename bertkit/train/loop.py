@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import BertkitError
-from ..files import writing
+from ..files import json_safe, writing
 from . import checkpoint
 from ..schedules import check_training, scheduled_factor
 from .optim import param_groups
@@ -360,12 +360,6 @@ class Trainer:
         if self.world > 1:
             dist.barrier()
         return final
-
-
-def json_safe(record: dict) -> dict:
-    """`record` with NaN and infinite numbers as null: JSON has no NaN (Python writes a bare NaN that
-    strict parsers refuse)."""
-    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()}
 
 
 def _logged_step(line: str) -> float:
