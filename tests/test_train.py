@@ -277,6 +277,28 @@ def test_resumed_run_equals_an_uninterrupted_one_bit_for_bit(reviews, tokenizer,
     assert len(list((tmp_path / "full" / "checkpoints").glob("step-*"))) == 2  # keep=2
 
 
+@pytest.mark.parametrize("damage", ["truncated", "empty dict", "text"])
+def test_a_damaged_trainer_state_is_one_line_naming_the_intact_checkpoint(reviews, tokenizer, tmp_path, damage):
+    batch_at, _ = batches_from(reviews, tokenizer)
+
+    def trainer():
+        model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, **TINY)
+        return Trainer(MaskedLM(model), batch_at, settings(steps=4, save_every=2), tmp_path)
+
+    trainer().fit()
+    state = tmp_path / "checkpoints" / "step-00000004" / "trainer_state.pt"
+    if damage == "truncated":
+        state.write_bytes(state.read_bytes()[:1000])
+    elif damage == "empty dict":
+        torch.save({}, state)
+    else:
+        state.write_text("not a checkpoint")
+    with pytest.raises(bertkit.BertkitError, match=r"step-00000004/trainer_state.pt: (unreadable|not a trainer state) .*"
+                                           r"step-00000002 is intact: move step-00000004 aside") as e:
+        trainer().resume()
+    assert "\n" not in str(e.value)
+
+
 def test_nonfinite_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(reviews, tokenizer, tmp_path, capsys):
     batch_at, _ = batches_from(reviews, tokenizer)
     model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, **TINY)

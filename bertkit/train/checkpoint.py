@@ -17,10 +17,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import BertkitError
+from ..errors import BertkitError, first_line
 from ..files import staging_dir
 
 STATE = "trainer_state.pt"
+STATE_KEYS = ("optimizer", "step", "elapsed", "tokens", "rng")  # what Trainer.resume reads
 
 
 def save_models(models: dict, directory: Path) -> None:
@@ -98,6 +99,15 @@ def load(checkpoint: Path, models: dict) -> dict:
         with torch.no_grad():
             load_state(model, state, path, head_from_file=True)
     path = checkpoint / STATE
+    earlier = [c for c in sorted(checkpoint.parent.glob("step-*")) if c.name < checkpoint.name]
+    advice = (f"; {earlier[-1]} is intact: move {checkpoint.name} aside to resume from it" if earlier else "")
     if not path.exists():
-        raise BertkitError(f"{path}: missing; the checkpoint was not written completely")
-    return torch.load(path, weights_only=False)
+        raise BertkitError(f"{path}: missing; the checkpoint was not written completely{advice}")
+    try:
+        state = torch.load(path, weights_only=False)
+    except Exception as e:  # truncated, not a torch file, unpickling errors: one line, not a traceback
+        raise BertkitError(f"{path}: unreadable ({first_line(e)}){advice}") from None
+    missing = [k for k in STATE_KEYS if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise BertkitError(f"{path}: not a trainer state (no {', '.join(missing)}){advice}")
+    return state
