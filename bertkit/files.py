@@ -240,10 +240,16 @@ def writing(what: str, where: Path, kept: Callable[[], str] | None = None):
 
     try:
         yield
-    except (OSError, RuntimeError, SafetensorError) as e:
+    except Exception as e:
+        # `tokenizers` raises a plain Exception for an I/O error ("... (os error 28)")
+        if not isinstance(e, (OSError, RuntimeError, SafetensorError)) and "(os error" not in str(e):
+            raise
         reason = e.strerror if isinstance(e, OSError) and e.strerror else first_line(e)
         try:
-            free = f" ({shutil.disk_usage(where).free / 2**20:.1f} MiB free there)"
+            left = shutil.disk_usage(where).free / 2**20
+            # torch's own words for a full disk are an internal check ("unexpected pos ...")
+            nearly = "; the disk is nearly full" if left < 64 and "space" not in reason.lower() else ""
+            free = f" ({left:.1f} MiB free there{nearly})"
         except OSError:
             free = ""
         raise BertkitError(f"could not write {what} in {where}: {reason}{free}"

@@ -299,6 +299,42 @@ def test_a_damaged_trainer_state_is_one_line_naming_the_intact_checkpoint(review
     assert "\n" not in str(e.value)
 
 
+def test_full_disk_errors_from_every_writer_are_one_line(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    from bertkit.files import writing
+
+    with pytest.raises(bertkit.BertkitError, match=r"could not write the model in .*: No space left on device "
+                                                   r"\(os error 28\)"):
+        with writing("the model", tmp_path):  # how `tokenizers` reports it: a plain Exception
+            raise Exception("No space left on device (os error 28)")
+    with pytest.raises(ValueError):  # anything else is a bug to see, not a disk to blame
+        with writing("the model", tmp_path):
+            raise ValueError("a bug")
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10 * 2**30, 10 * 2**30 - 5 * 2**20, 5 * 2**20))
+    with pytest.raises(bertkit.BertkitError, match=r"unexpected pos 14784 vs 14676 \(5.0 MiB free there; the disk "
+                                                   r"is nearly full\)"):
+        with writing("a checkpoint", tmp_path):  # torch.save's words for it
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 14784 vs 14676")
+
+
+def test_a_loss_curve_that_cannot_be_written_is_a_warning_after_the_model_is_saved(reviews, tokenizer, tmp_path,
+                                                                                  monkeypatch):
+    from bertkit.train import loop
+
+    def full(log, png):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(loop, "plot_curves", full)
+    batch_at, _ = batches_from(reviews, tokenizer)
+    model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, **TINY)
+    with pytest.warns(UserWarning, match="could not write .*loss_curve.png: No space left on device"):
+        Trainer(MaskedLM(model), batch_at, settings(steps=2), tmp_path).fit()
+    assert (tmp_path / "metrics.json").exists() and (tmp_path / "model.safetensors").exists()
+
+
 def test_nonfinite_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(reviews, tokenizer, tmp_path, capsys):
     batch_at, _ = batches_from(reviews, tokenizer)
     model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, **TINY)

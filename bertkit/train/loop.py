@@ -26,6 +26,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -349,14 +350,17 @@ class Trainer:
         if self.final_model:
             self.save_checkpoint()
         if self.is_main and self.final_model:
-            with self._saving("the final model"):
-                checkpoint.save_final(self.objective.models(), self.out)
             summary = {"step": self.step, "tokens": self.tokens, "train_seconds": round(self.elapsed, 1),
                        "processes": self.world, **({"skipped_steps": self.skipped} if s.skip_nonfinite else {}),
                        **final}
-            (self.out / "metrics.json").write_text(json.dumps(json_safe(summary), indent=2) + "\n")
+            with self._saving("the final model"):
+                checkpoint.save_final(self.objective.models(), self.out)
+                (self.out / "metrics.json").write_text(json.dumps(json_safe(summary), indent=2) + "\n")
         if self.is_main:
-            plot_curves(self.log_path, self.out / "loss_curve.png")
+            try:
+                plot_curves(self.log_path, self.out / "loss_curve.png")
+            except OSError as e:  # the model and metrics are saved; a picture is not worth failing the run
+                warnings.warn(f"could not write {self.out / 'loss_curve.png'}: {e.strerror or e}")
         if self.world > 1:
             dist.barrier()
         return final
