@@ -219,12 +219,17 @@ def output_dir(path: str | Path, keep: tuple[str, ...] = RESULT_FILES, flag: str
 RUN_FILES = (*RESULT_FILES, "metrics.jsonl", "job.json")
 
 
-def output_file(path: str | Path, flag: str = "--out") -> Path:
+def output_file(path: str | Path, flag: str = "--out", reads: Iterable[str | Path] = ()) -> Path:
     """A file a command writes at its end, checked before it starts: not a folder, in a folder
-    that exists or can be made, and not one of a model folder's own files (RUN_FILES)."""
+    that exists or can be made, not one of a model folder's own files (RUN_FILES), and none of
+    the files the command `reads` (its data would be replaced by the results)."""
     path = Path(path).expanduser()
     if path.is_dir():
         raise BertkitError(f"{_named(flag, path)}: a folder; give a file name")
+    for source in reads:
+        source = Path(source).expanduser()
+        if path.exists() and source.exists() and path.samefile(source):
+            raise BertkitError(f"{_named(flag, path)}: that is the file this command reads; give another file name")
     if path.name in RUN_FILES and path.exists() and any((path.parent / f).exists() for f in MODEL_FILES):
         raise BertkitError(f"{_named(flag, path)}: that is the model folder's own {path.name}; give another file name")
     _writable_from(path, flag)

@@ -6,6 +6,7 @@ lines and JSON objects), cosine search, and one-line errors for bad input."""
 import csv
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -144,6 +145,11 @@ def test_evaluate_reproduces_the_dev_scores(capsys, classifier, sentiment_files,
                          "--out", classifier / "metrics.json")
     assert code == 2 and "that is the model folder's own metrics.json; give another file name" in one_error(err)
     assert (classifier / "metrics.json").read_text() == before  # the run's dev scores are kept
+    data = tmp_path / "dev.csv"  # the data, named again as --out (another spelling of its path)
+    data.write_bytes(Path(sentiment_files[1]).read_bytes())
+    code, out, err = run(capsys, "evaluate", "--model", classifier, "--data", data, "--out", tmp_path / "." / "dev.csv")
+    assert code == 2 and "that is the file this command reads" in one_error(err)
+    assert data.read_bytes() == Path(sentiment_files[1]).read_bytes()
 
 
 def test_a_model_without_a_task_head_is_told_to_be_fine_tuned(capsys, encoder_dir, sentiment_files):

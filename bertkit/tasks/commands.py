@@ -192,7 +192,7 @@ def cmd_evaluate(args) -> None:
         overrides["bf16"] = _bf16(args.precision, args.device)
     if args.limit is not None and args.limit < 1:
         raise BertkitError(f"--limit must be at least 1, got {args.limit}")
-    out = output_file(args.out) if args.out else None
+    out = output_file(args.out, reads=(args.data,)) if args.out else None
     metrics = evaluate(args.model, args.task, args.data, args.split, args.tokenizer, _columns(args), args.limit,
                        **{k: v for k, v in overrides.items() if v is not None})
     text = json.dumps(metrics, indent=2)
