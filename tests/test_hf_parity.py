@@ -491,6 +491,23 @@ def test_config_entries_for_other_tools_and_the_dtype_survive_a_round_trip(tmp_p
     assert back.sparse_prediction and (back.cls_token_id, back.sep_token_id) == (1, 2) and back.dtype == torch.float32
 
 
+def test_a_save_over_another_models_weights_leaves_none_of_them_behind(tmp_path):
+    old = hf_model("BertForMaskedLM", tiny_hf_config(), seed=1)
+    old.save_pretrained(tmp_path, max_shard_size="20KB")  # shards and their index
+    torch.save(old.state_dict(), tmp_path / "pytorch_model.bin")  # and the older format
+    (tmp_path / "notes.txt").write_text("mine")
+    assert (tmp_path / "model.safetensors.index.json").exists() and (tmp_path / "pytorch_model.bin").exists()
+    new = bertkit.from_pretrained(_saved(hf_model("BertForMaskedLM", tiny_hf_config(), seed=2), tmp_path / "src"))
+    new.save_pretrained(tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("*.bin")) == [] and not list(tmp_path.glob("*.index.json"))
+    assert sorted(p.name for p in tmp_path.glob("*.safetensors")) == ["model.safetensors"]
+    assert (tmp_path / "notes.txt").read_text() == "mine"  # only weights of another layout go
+    ref = transformers.BertForMaskedLM.from_pretrained(tmp_path)
+    ids, mask, types = make_batch(99, 2)
+    with torch.no_grad():
+        assert_same(new.eval()(ids, mask, types), reference_outputs(ref.eval(), ids, mask, types), mask)
+
+
 def test_sharded_safetensors_checkpoint_loads(tmp_path):
     ref = hf_model("BertForMaskedLM", tiny_hf_config())
     ref.save_pretrained(tmp_path, max_shard_size="20KB")

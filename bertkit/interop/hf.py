@@ -542,6 +542,9 @@ CARRIED_KEYS = ("bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id", 
                 "task_specific_params", "tokenizer_class", "sparse_prediction", "sparse_pred_ignore_index")
 
 
+# weight files of the other layouts, which a save of model.safetensors leaves stale (shards: by pattern)
+STALE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.safetensors.index.json")
+
 ST_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 
 
@@ -629,7 +632,10 @@ def hf_state_dict(model: Model) -> dict[str, torch.Tensor]:
 
 def save_pretrained(model: Model, path: str | os.PathLike) -> None:
     """Write config.json, model.safetensors and the tokenizer files. Files are written to a
-    temporary directory first and moved into place, so a failure leaves any earlier save intact."""
+    temporary directory first and moved into place, so a failure leaves any earlier save intact.
+    Weights an earlier save left in the folder in another layout (pytorch_model.bin, shards and
+    their index) are removed once the new ones are in place: a loader that prefers them would
+    read the old model beside the new config."""
     from safetensors.torch import save_file
 
     target = Path(path)
@@ -657,3 +663,7 @@ def save_pretrained(model: Model, path: str | os.PathLike) -> None:
                     os.replace(g, target / f.name / g.name)
             else:
                 os.replace(f, target / f.name)
+    for stale in target.iterdir():
+        if stale.name in STALE_WEIGHTS or re.fullmatch(r"(model|pytorch_model)-\d{5}-of-\d{5}\.(safetensors|bin)",
+                                                       stale.name):
+            stale.unlink()
