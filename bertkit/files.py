@@ -261,6 +261,54 @@ def writing(what: str, where: Path, kept: Callable[[], str] | None = None):
                            + (f"; {kept()}" if kept else "")) from None
 
 
+LOCK_FILE = ".bertkit-run.lock"
+
+
+@contextlib.contextmanager
+def run_lock(out: str | Path, flag: str = "--out"):
+    """Hold OUT for one run: a second run writing the same folder at once (its log, checkpoints and
+    model interleaved with this one's) is refused. An advisory lock (flock) on a file in OUT, which
+    the system releases when the process ends, however it ends; the file goes when the run does.
+    Under torchrun the first process holds it for all. A folder this made and left empty (a run
+    refused before it wrote anything) is removed again. Where locking is not possible (no fcntl, a
+    path that is no folder, which the run's own checks then name), the run goes on unlocked."""
+    out = Path(out).expanduser()
+    try:
+        import fcntl
+    except ImportError:
+        fcntl = None
+    if fcntl is None or int(os.environ.get("RANK", "0") or 0) != 0 or (out.exists() and not out.is_dir()):
+        yield
+        return
+    made = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        handle = open(out / LOCK_FILE, "a+")
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise BertkitError(f"{_named(flag, out)}: another bertkit run ({holder}) is writing there; "
+                               "wait for it to end or choose another folder") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()}")
+        handle.flush()
+        try:
+            yield
+        finally:
+            (out / LOCK_FILE).unlink(missing_ok=True)
+            if made and not any(out.iterdir()):
+                out.rmdir()
+    finally:
+        handle.close()
+
+
 def json_safe(record: dict) -> dict:
     """`record` with NaN and infinite numbers as null: JSON has no NaN (Python writes a bare NaN that
     strict parsers refuse). Both trainers' metrics files go through it."""

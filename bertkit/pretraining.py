@@ -26,7 +26,7 @@ from typing import Any, Iterator
 from .data import check_vocab_fits
 from .data.corpora import Corpus
 from .errors import BertkitError
-from .files import RESULT_FILES, output_dir, staging_dir
+from .files import RESULT_FILES, output_dir, run_lock, staging_dir
 from .options import seconds, typed
 
 BACKENDS = ("torch", "numpy")
@@ -252,7 +252,13 @@ def corpora(job: PretrainJob):
 
 # ---- the job --------------------------------------------------------------------------------
 def pretrain(job: PretrainJob) -> Path:
-    """Run the job; returns the output directory (final model at its root)."""
+    """Run the job; returns the output directory (final model at its root). Another run writing
+    the same folder meanwhile is refused (files.run_lock)."""
+    with run_lock(job.out_dir):
+        return _pretrain(job)
+
+
+def _pretrain(job: PretrainJob) -> Path:
     from .model import get_preset  # through model.py, which registers every family's presets
 
     preset = get_preset(job.model)  # unknown preset: the error lists the known ones

@@ -63,6 +63,22 @@ def test_run_directory_holds_model_tokenizer_metrics_curve_and_checkpoints(corpu
     assert model.tokenizer.vocab_size <= 600 == model.config.vocab_size
 
 
+def test_a_second_run_writing_the_same_folder_at_once_is_refused(corpus, tmp_path, capsys):
+    # Two runs into one --out both finished, their logs interleaved and the later model over the other's.
+    from bertkit.files import LOCK_FILE, run_lock
+
+    out = tmp_path / "run"
+    with run_lock(out):  # a run in progress (flock: another open of the file conflicts, here too)
+        assert pretrain("--corpus", str(corpus), "--out", str(out), "--steps", "2", *TINY, *FAST) == 2
+        assert f"--out {out}: another bertkit run (process {os.getpid()}) is writing there" in error_line(capsys)
+        assert main(["finetune", "--task", "classification", "--model", "mini-bert", "--train", str(corpus),
+                     "--eval", str(corpus), "--out", str(out)]) == 2
+        assert "another bertkit run" in error_line(capsys)
+    assert not out.exists()  # made for the lock, left empty: removed
+    assert pretrain("--corpus", str(corpus), "--out", str(out), "--steps", "1", *TINY, *FAST) == 0
+    assert (out / "model.safetensors").exists() and not (out / LOCK_FILE).exists()  # free once the run ends
+
+
 def test_fill_mask_on_the_run(corpus, tmp_path, capsys):
     out = tmp_path / "run"
     pretrain("--corpus", str(corpus), "--out", str(out), "--steps", "2", *TINY, *FAST)

@@ -40,7 +40,7 @@ from ..config import PRESETS
 from ..data.corpora import DataWarning
 from ..data.tokenizer import Tokenizer, check_vocab_fits, load_tokenizer
 from ..errors import BertkitError
-from ..files import RESULT_FILES, output_dir, positive_int, read_json, writing
+from ..files import RESULT_FILES, output_dir, positive_int, read_json, run_lock, writing
 from .base import TrainBatches, check_texts, check_truncation, serving_length
 from .choice import MultipleChoice
 from .classification import Regression, SequenceClassification
@@ -294,10 +294,17 @@ def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneS
     """Fine-tune `model` (a Model, a preset name, or a pre-trained directory) on `train` and
     early-stop on `eval` (lists of examples, built-in names, files, or hub names; a built-in
     name gives its train split to `train` and its dev split to `eval`). Returns the dev scores
-    of the best model, also written to out/metrics.json."""
+    of the best model, also written to out/metrics.json. Another run writing `out` meanwhile is
+    refused (files.run_lock)."""
+    out = finetune_out(out, flag="")
+    with run_lock(out, flag=""):
+        return _finetune(task, model, train, eval, out, settings, tokenizer, columns)
+
+
+def _finetune(task: str, model, train, eval, out: Path, settings: FinetuneSettings, tokenizer,
+              columns: Columns) -> dict:
     from ..train import Trainer, TrainSettings
 
-    out = finetune_out(out, flag="")
     train_examples = sample(load_examples(task, train, "train", columns), settings.train_limit, settings.seed)
     eval_examples = sample(load_examples(task, eval, "dev", columns), settings.eval_limit, settings.seed)
     if not train_examples or not eval_examples:
