@@ -270,7 +270,9 @@ def run_lock(out: str | Path, flag: str = "--out"):
     model interleaved with this one's) is refused. An advisory lock (flock) on a file in OUT, which
     the system releases when the process ends, however it ends; the file goes when the run does.
     Under torchrun the first process holds it for all. A folder this made and left empty (a run
-    refused before it wrote anything) is removed again. Where locking is not possible (no fcntl, a
+    refused before it wrote anything) is removed again, and so are the staging folders a killed
+    run left behind (.saving-*, .writing-*, checkpoints/.writing-*), which nothing else writes
+    while the lock is held. Where locking is not possible (no fcntl, a
     path that is no folder, which the run's own checks then name), the run goes on unlocked."""
     out = Path(out).expanduser()
     try:
@@ -299,6 +301,9 @@ def run_lock(out: str | Path, flag: str = "--out"):
         handle.truncate()
         handle.write(f"process {os.getpid()}")
         handle.flush()
+        for leftover in [*out.glob(".saving-*"), *out.glob(".writing-*"), *(out / "checkpoints").glob(".writing-*")]:
+            if leftover.is_dir():
+                shutil.rmtree(leftover, ignore_errors=True)
         try:
             yield
         finally:

@@ -75,8 +75,13 @@ def test_a_second_run_writing_the_same_folder_at_once_is_refused(corpus, tmp_pat
                      "--eval", str(corpus), "--out", str(out)]) == 2
         assert "another bertkit run" in error_line(capsys)
     assert not out.exists()  # made for the lock, left empty: removed
+    killed = [out / ".saving-x1", out / ".writing-x2", out / "checkpoints" / ".writing-x3"]  # a SIGKILL's leftovers
+    for folder in killed:
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(b"half")
     assert pretrain("--corpus", str(corpus), "--out", str(out), "--steps", "1", *TINY, *FAST) == 0
     assert (out / "model.safetensors").exists() and not (out / LOCK_FILE).exists()  # free once the run ends
+    assert not any(folder.exists() for folder in killed)
 
 
 def test_fill_mask_on_the_run(corpus, tmp_path, capsys):
