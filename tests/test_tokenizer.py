@@ -310,6 +310,30 @@ def test_continuation_table_marks_word_pieces(minilm_dir, roberta_files):
     assert starts.sum() == 2  # two words, whatever the pieces
 
 
+@pytest.mark.parametrize("kind", ["metaspace-bpe", "word-end-bpe"])
+def test_word_starts_come_from_the_pre_tokenizer_not_the_model_kind(corpus_texts, kind):
+    # A SentencePiece BPE in tokenizer.json form marks word starts with "▁", not "Ġ": whole-word
+    # masking read every "▁word" as continuing a word and masked 30 of 30 tokens in every row.
+    from tokenizers import Tokenizer as Backend, models, pre_tokenizers, trainers
+
+    from bertkit.data.tokenizer import Tokenizer
+
+    metaspace = kind == "metaspace-bpe"
+    suffix = {} if metaspace else {"end_of_word_suffix": "</w>"}
+    backend = Backend(models.BPE(unk_token="<unk>", **suffix))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace() if metaspace else pre_tokenizers.Whitespace()
+    backend.train_from_iterator(corpus_texts[:300], trainers.BpeTrainer(
+        vocab_size=600, special_tokens=["<unk>", "<s>"], **suffix))
+    tok = Tokenizer(backend, {"unk_token": "<unk>", "cls_token": "<s>"})
+    if not metaspace:  # "</w>" ends a word: which token starts one depends on the token before
+        with pytest.raises(bertkit.BertkitError, match="whole-word masking cannot find words"):
+            tok.continues_word()
+        return
+    ids = tok.encode_plain(["the unbelievably tokenized sentence"])[0]
+    assert len(ids) > 4  # some word is split into pieces
+    assert (~tok.continues_word()[ids]).sum() == 4  # four words start, whatever the pieces
+
+
 def test_training_refuses_empty_corpus_and_bad_settings():
     with pytest.raises(bertkit.BertkitError, match="empty"):
         train_tokenizer(["", "   "], TokenizerSettings(kind="wordpiece", vocab_size=500))
@@ -862,3 +886,51 @@ def test_xlm_roberta_tokenizer_is_rebuilt_as_transformers_rebuilds_it(xlmr_folde
     again = transformers.AutoTokenizer.from_pretrained(tmp_path / "saved")
     for text in texts:
         assert again.encode(text) == reference.encode(text), repr(text)
+
+
+def test_a_post_processor_sequence_frames_examples_as_its_template_does(saved_bases, tmp_path):
+    """tokenizers writes Sequence[ByteLevel, TemplateProcessing] for many byte-level files; the data
+    pipeline read only a bare template and refused these in finetune and pretrain."""
+    def in_sequence(spec):
+        spec["post_processor"] = {"type": "Sequence", "processors": [
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+            spec["post_processor"]]}
+
+    folder = _changed_copy(saved_bases["bpe"], tmp_path / "seq", {"tokenizer_class": "PreTrainedTokenizerFast"},
+                           json_edit=in_sequence)
+    ours = bertkit.load_tokenizer(folder)
+    reference = transformers.AutoTokenizer.from_pretrained(folder)
+    assert json.loads(ours.backend.to_str())["post_processor"]["type"] == "Sequence"
+    for a, b in PAIRS + [("a film", None)]:
+        pa, pb = ours.encode_plain([a, b or ""])
+        ids, types = ours.frame.apply(np.array(pa), np.array(pb) if b else None)
+        assert ids.tolist() == ours.encode(a, b) == reference.encode(a, b)
+        assert types.tolist() == ours.backend.encode(a, b).type_ids
+
+
+@pytest.mark.parametrize("files, cls", [("vocab.txt", "BertJapaneseTokenizer"), ("vocab.json", "HerbertTokenizerFast")])
+def test_a_vocabulary_file_of_a_class_bertkit_does_not_build_is_refused(minilm_dir, roberta_files, tmp_path, files, cls):
+    # read as BERT's WordPiece / RoBERTa's byte-level BPE, these gave other ids than transformers
+    source = minilm_dir if files == "vocab.txt" else roberta_files
+    for name in ("vocab.txt", "vocab.json", "merges.txt"):
+        if (source / name).exists():
+            shutil.copy(source / name, tmp_path / name)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": cls}))
+    with pytest.raises(bertkit.BertkitError, match=f"tokenizer_class '{cls}' is not a tokenizer bertkit builds from {files}"):
+        bertkit.load_tokenizer(tmp_path)
+
+
+def test_split_special_tokens_reads_typed_specials_as_text_as_transformers_does(minilm_dir, tmp_path):
+    import pickle
+
+    shutil.copytree(minilm_dir, tmp_path / "split")
+    config = json.loads((tmp_path / "split" / "tokenizer_config.json").read_text())
+    (tmp_path / "split" / "tokenizer_config.json").write_text(json.dumps({**config, "split_special_tokens": True}))
+    ours = bertkit.load_tokenizer(tmp_path / "split")
+    reference = transformers.AutoTokenizer.from_pretrained(tmp_path / "split")
+    text = "a [MASK] and a [SEP] typed in"
+    assert ours.encode(text) == reference.encode(text) != bertkit.load_tokenizer(minilm_dir).encode(text)
+    assert pickle.loads(pickle.dumps(ours)).encode(text) == reference.encode(text)  # what DDP workers get
+    assert ours.to_str() != bertkit.load_tokenizer(minilm_dir).to_str()  # a token cache is not shared
+    ours.save(tmp_path / "saved", "BertTokenizer", 128)
+    assert transformers.AutoTokenizer.from_pretrained(tmp_path / "saved").encode(text) == reference.encode(text)

@@ -50,7 +50,7 @@ PAD_SPELLINGS = ("[PAD]", "<pad>")  # the pad token of BERT-style and of RoBERTa
 NAMING_ORDER = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 # tokenizer_config.json's pipeline flags, kept so that `Tokenizer.save` writes them back
 CONFIG_FLAGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "add_prefix_space", "trim_offsets",
-                "split_by_punct", "keep_accents", "remove_space")
+                "split_by_punct", "keep_accents", "remove_space", "split_special_tokens")
 # config.json's model_type -> the class transformers' AutoTokenizer builds when no file names one
 # (TOKENIZER_MAPPING_NAMES in transformers/models/auto/tokenization_auto.py). ModernBERT is also in its
 # MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS: its tokenizer.json is read as is, whatever the files name.
@@ -113,6 +113,8 @@ class Tokenizer:
         self.backend.no_truncation()
         self.special_tokens = dict(special_tokens)
         self.config = dict(config or {})  # extra tokenizer_config.json fields (e.g. do_lower_case)
+        # split_special_tokens: "[MASK]" typed in a text is text, as transformers reads it then
+        self.backend.encode_special_tokens = self.config.get("split_special_tokens") is True
         self._frame: Frame | None = None
         self._continues: np.ndarray | None = None
         # Truncation is a setting of the shared backend, on for the length of one __call__: every
@@ -125,6 +127,7 @@ class Tokenizer:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self.backend.encode_special_tokens = self.config.get("split_special_tokens") is True  # not pickled
 
     # ---- special tokens -------------------------------------------------------------------
     def _special_id(self, key: str) -> int | None:
@@ -256,19 +259,26 @@ class Tokenizer:
 
     def continues_word(self) -> np.ndarray:
         """(V,) bool: True where a token continues the word of the token before it, so whole-word
-        masking can find words from ids alone (a cached corpus keeps no text). WordPiece marks
-        continuations with "##"; byte-level BPE and SentencePiece mark word *starts* (with "Ġ" /
-        "▁"), so there a token without the mark continues a word. Special tokens never do."""
+        masking can find words from ids alone (a cached corpus keeps no text). WordPiece (and a BPE
+        with a continuing prefix) marks continuations with "##"; the pre-tokenizer of byte-level
+        BPE and of SentencePiece (Unigram, or BPE in its Metaspace form) marks word *starts* (with
+        "Ġ" / "▁"), so there a token without the mark continues a word. Special tokens never do.
+        A vocabulary that marks neither (BPE with a "</w>" word-end suffix) is refused: its words
+        cannot be told from ids alone."""
         if self._continues is None:
             model = self.backend.model
             vocab = self.backend.get_vocab(with_added_tokens=True)
             table = np.zeros(max(vocab.values(), default=-1) + 1, dtype=bool)
-            if isinstance(model, models.WordPiece):
-                prefix = model.continuing_subword_prefix
+            prefix = getattr(model, "continuing_subword_prefix", None)
+            if prefix:
                 marked = [i for t, i in vocab.items() if t.startswith(prefix)]
                 table[marked] = True
             else:
-                start = METASPACE if isinstance(model, models.Unigram) else BYTE_LEVEL_SPACE
+                start = _word_start_mark(json.loads(self.backend.to_str()).get("pre_tokenizer"))
+                if start is None:
+                    raise BertkitError(f"whole-word masking cannot find words in this tokenizer's ids "
+                                       f"({type(model).__name__} without a word-start mark or a continuation "
+                                       "prefix); train without --whole-word")
                 table[:] = True
                 table[[i for t, i in vocab.items() if t.startswith(start)]] = False
             table[[i for i in self.special_ids if i < len(table)]] = False
@@ -278,8 +288,10 @@ class Tokenizer:
         return self._continues
 
     def to_str(self) -> str:
-        """The whole pipeline as JSON text: part of a token cache's key."""
-        return self.backend.to_str()
+        """The whole pipeline as JSON text: part of a token cache's key (with split_special_tokens,
+        which the JSON leaves out)."""
+        text = self.backend.to_str()
+        return text + "\nsplit_special_tokens" if self.backend.encode_special_tokens else text
 
     # ---- files ----------------------------------------------------------------------------
     def save(self, directory: str | Path, tokenizer_class: str, model_max_length: int) -> list[Path]:
@@ -346,10 +358,31 @@ def _precompiled_charsmap(spec: dict) -> bytes:
                  if n.get("type") == "Precompiled" and n.get("precompiled_charsmap")), b"")
 
 
+def _word_start_mark(pre_tokenizer: dict | None) -> str | None:
+    """The mark the pre-tokenizer (tokenizer.json's entry) puts at each word's start: "Ġ" for
+    byte-level, Metaspace's replacement ("▁"); None if it puts none."""
+    if not pre_tokenizer:
+        return None
+    if pre_tokenizer.get("type") == "Sequence":
+        return next(filter(None, map(_word_start_mark, pre_tokenizer.get("pretokenizers", []))), None)
+    if pre_tokenizer.get("type") == "ByteLevel":
+        return BYTE_LEVEL_SPACE
+    if pre_tokenizer.get("type") == "Metaspace":
+        return pre_tokenizer.get("replacement", METASPACE)
+    return None
+
+
 def _frame_of(backend: _Backend) -> Frame:
     """Read the special-token layout out of the post-processor's JSON (the Python objects do not
-    expose their templates). Handles the three kinds the families use."""
+    expose their templates). Handles the three kinds the families use, also inside a Sequence
+    (ModernBERT-style files: ByteLevel, which only trims offsets, then the template)."""
     post = json.loads(backend.to_str()).get("post_processor")
+    if post is not None and post["type"] == "Sequence":
+        framing = [p for p in post.get("processors", []) if p["type"] != "ByteLevel"]
+        if len(framing) > 1:
+            raise BertkitError("a post-processor Sequence with more than one framing step is not supported by the "
+                               f"data pipeline ({', '.join(p['type'] for p in framing)})")
+        post = framing[0] if framing else None
     if post is None:
         return Frame(single=(("A", 0),), pair=(("A", 0), ("B", 1)))
     kind = post["type"]
@@ -793,6 +826,24 @@ def _rebuilt(backend: _Backend, cls: str, config: dict, specials: dict[str, str]
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spm.model", "spiece.model")
 
 
+# The classes whose pipeline bertkit builds from a vocabulary file alone (without tokenizer.json);
+# the .model files' classes are checked by _sentencepiece_family
+SLOW_FILE_CLASSES = {"vocab.txt": ("BertTokenizer", "DistilBertTokenizer", "ElectraTokenizer"),
+                     "vocab.json": ("RobertaTokenizer", "DebertaTokenizer")}
+
+
+def _check_slow_class(path: Path, cls: str | None, config: dict) -> None:
+    """A vocabulary file whose folder names another class (HerBERT's word-end BPE over vocab.json,
+    BertJapaneseTokenizer's MeCab or character split over vocab.txt) is refused, not read as BERT's
+    or RoBERTa's: its ids would differ. A tokenizer.json is read as is by any unknown class."""
+    known = SLOW_FILE_CLASSES.get(path.name)
+    named = config.get("tokenizer_class")
+    if known and isinstance(named, str) and cls not in known:
+        raise BertkitError(f"{path.parent / 'tokenizer_config.json'}: tokenizer_class {named!r} is not a tokenizer "
+                           f"bertkit builds from {path.name} (one of {', '.join(known)}); a tokenizer.json of it "
+                           "would be read as is")
+
+
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """A tokenizer from a checkpoint directory or one of its files: tokenizer.json, vocab.txt
     (WordPiece, casing from the tokenizer_config.json beside it), vocab.json (byte-level BPE, with
@@ -818,6 +869,7 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     special = {k: _token_content(config[k]) for k in SPECIAL_KEYS if _token_content(config.get(k)) is not None}
     config = {**config, **special}  # the named tokens as plain strings for the pipelines below
     file_tokens: list[tuple[int, AddedToken]] = []
+    _check_slow_class(path, cls, config)
     if path.name.endswith(".json") and path.name != "vocab.json":
         backend, special, file_tokens = _from_tokenizer_json(path, cls, config, special)
     elif path.name == "vocab.json":
