@@ -9,6 +9,7 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 import transformers
 from hypothesis import given, settings, strategies as st
 
@@ -934,3 +935,38 @@ def test_split_special_tokens_reads_typed_specials_as_text_as_transformers_does(
     assert ours.to_str() != bertkit.load_tokenizer(minilm_dir).to_str()  # a token cache is not shared
     ours.save(tmp_path / "saved", "BertTokenizer", 128)
     assert transformers.AutoTokenizer.from_pretrained(tmp_path / "saved").encode(text) == reference.encode(text)
+
+
+def test_transformers_call_keywords_give_transformers_batches(minilm_tokenizers):
+    ours, reference = minilm_tokenizers
+    texts = ["a short one", "a much longer text that runs on for a good many words indeed", ""]
+    pairs = ["its pair", "another pair of words", "x"]
+
+    def same(kwargs, pair=False):
+        args = (texts, pairs) if pair else (texts,)
+        theirs = reference(*args, **kwargs)
+        mine = ours(*args, **kwargs)
+        for key in ("input_ids", "attention_mask", "token_type_ids"):
+            a, b = mine[key], theirs[key]
+            assert (a.tolist() if hasattr(a, "tolist") else a) == (b.tolist() if hasattr(b, "tolist") else b), (kwargs, key)
+        return mine
+
+    assert isinstance(same(dict(padding=True, truncation=True, max_length=8, return_tensors="pt"))["input_ids"],
+                      torch.Tensor)
+    assert isinstance(same(dict(padding="max_length", max_length=20, return_tensors="np"))["input_ids"], np.ndarray)
+    assert isinstance(same(dict(padding=False, return_tensors=None))["input_ids"], list)  # ragged lists
+    same(dict(padding=True, return_tensors=None))
+    for strategy, length in (("longest_first", 9), ("only_first", 9), ("only_second", 18)):
+        same(dict(padding=True, truncation=strategy, max_length=length, return_tensors="pt"), pair=True)
+    with pytest.raises(Exception, match="Truncation error"):  # the long first text leaves the second no room
+        reference(texts, pairs, truncation="only_second", max_length=9)
+    with pytest.raises(bertkit.BertkitError, match="could not truncate to max_length 9: Truncation error"):
+        ours(texts, pairs, truncation="only_second", max_length=9)
+    same(dict(padding=True, truncation=False, max_length=4, return_tensors="pt"))  # max_length without cutting
+    same(dict(padding=True, truncation=True, return_tensors="pt"))  # to model_max_length
+    assert (ours.cls_token_id, ours.sep_token_id, ours.unk_token_id) == (
+        reference.cls_token_id, reference.sep_token_id, reference.unk_token_id)
+    with pytest.raises(bertkit.BertkitError, match="different lengths: tensors need padding"):
+        ours(texts, padding=False)
+    with pytest.raises(bertkit.BertkitError, match="return_tensors must be 'pt', 'np' or None"):
+        ours(texts, return_tensors="tf")

@@ -152,6 +152,11 @@ class Tokenizer:
     def mask_token_id(self) -> int | None:
         return self._special_id("mask_token")
 
+    # transformers' names for the other named tokens (None where the tokenizer names none)
+    cls_token_id = property(lambda self: self._special_id("cls_token"))
+    sep_token_id = property(lambda self: self._special_id("sep_token"))
+    unk_token_id = property(lambda self: self._special_id("unk_token"))
+
     @property
     def vocab_size(self) -> int:
         return self.backend.get_vocab_size(with_added_tokens=True)
@@ -177,41 +182,78 @@ class Tokenizer:
         with self._lock:
             return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=False)]
 
-    def __call__(self, texts: list[str] | str, text_pairs: list[str] | None = None,
-                 max_length: int | None = None) -> dict[str, torch.Tensor]:
+    def __call__(self, texts: list[str] | str, text_pairs: list[str] | None = None, max_length: int | None = None,
+                 *, padding: bool | str = True, truncation: bool | str | None = None,
+                 return_tensors: str | None = "pt") -> dict:
         """A right-padded batch: input_ids, attention_mask, token_type_ids, each (B, T) int64.
         Longer inputs are truncated to max_length (the longest part first, for pairs), which
         must leave room for a token of text beside the special tokens. One text (and its pair)
-        may be given as strings."""
+        may be given as strings. transformers' keywords mean what they mean there: `padding`
+        True / "longest" (the default here), "max_length" (to max_length) or False (no padding:
+        lists, or tensors if the rows are of one length); `truncation` True / "longest_first",
+        "only_first", "only_second" (to max_length, else the tokenizer's model_max_length) or
+        False (max_length then only pads); `return_tensors` "pt", "np" or None (lists)."""
         if isinstance(texts, str):
             texts = [texts]
         if isinstance(text_pairs, str):  # one pair, as tokenizer("a text", "its pair")
             text_pairs = [text_pairs]
         if text_pairs is not None and len(text_pairs) != len(texts):
             raise BertkitError(f"{len(texts)} texts but {len(text_pairs)} text pairs")
-        if max_length is not None:
+        padding = {True: "longest", False: "do_not_pad"}.get(padding, padding)
+        if padding not in ("longest", "max_length", "do_not_pad"):
+            raise BertkitError(f"padding must be True, False, 'longest', 'max_length' or 'do_not_pad', got {padding!r}")
+        if return_tensors not in ("pt", "np", None):
+            raise BertkitError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}")
+        strategy = {None: "longest_first" if max_length is not None else None, True: "longest_first",
+                    False: None, "do_not_truncate": None}.get(truncation, truncation)
+        if strategy not in (None, "longest_first", "only_first", "only_second"):
+            raise BertkitError(f"truncation must be True, False, 'longest_first', 'only_first' or 'only_second', "
+                               f"got {truncation!r}")
+        if strategy == "only_second" and text_pairs is None:
+            raise BertkitError("truncation='only_second' needs text pairs")
+        if strategy is not None and max_length is None:
+            max_length = self.config.get("model_max_length")
+            if max_length is None:
+                raise BertkitError("truncation needs max_length (this tokenizer names no model_max_length)")
+            if max_length > 2**31:  # transformers' "no limit" (int(1e30)): nothing to cut at
+                max_length, strategy = None, None
+        if padding == "max_length" and max_length is None:
+            raise BertkitError("padding='max_length' needs max_length")
+        if strategy is not None:
             least = self.frame.specials(pair=text_pairs is not None) + (1 if text_pairs is None else 2)
             if not isinstance(max_length, int) or max_length < least:
                 raise BertkitError(f"max_length must be a whole number of at least {least} (the special tokens and "
                                    f"a token of each text), got {max_length!r}")
         inputs = list(zip(texts, text_pairs)) if text_pairs is not None else list(texts)
         with self._lock:
-            if max_length is not None:
-                self.backend.enable_truncation(max_length)
+            if strategy is not None:
+                self.backend.enable_truncation(max_length, strategy=strategy)
             try:
                 encodings = self.backend.encode_batch(inputs)
+            except Exception as e:  # only_first / only_second with no room left in that part
+                raise BertkitError(f"could not truncate to max_length {max_length}: {e}") from None
             finally:
                 self.backend.no_truncation()
-        T = max((len(e.ids) for e in encodings), default=0)
-        batch = {k: torch.zeros(len(encodings), T, dtype=torch.long)
-                 for k in ("input_ids", "attention_mask", "token_type_ids")}
+        keys = ("input_ids", "attention_mask", "token_type_ids")
+        rows = {"input_ids": [e.ids for e in encodings], "attention_mask": [[1] * len(e.ids) for e in encodings],
+                "token_type_ids": [e.type_ids for e in encodings]}
+        lengths = {len(ids) for ids in rows["input_ids"]}
+        if padding == "do_not_pad" and (return_tensors is None or len(lengths) > 1):
+            if return_tensors is not None:
+                raise BertkitError(f"the texts have {len(lengths)} different lengths: tensors need padding "
+                                   "(padding=True), or return_tensors=None for lists")
+            return rows
+        T = max(lengths, default=0) if padding != "max_length" else max([max_length, *lengths])
+        batch = {k: torch.zeros(len(encodings), T, dtype=torch.long) for k in keys}
         batch["input_ids"].fill_(self.pad_token_id)
         for i, e in enumerate(encodings):
             n = len(e.ids)
             batch["input_ids"][i, :n] = torch.tensor(e.ids)
             batch["attention_mask"][i, :n] = 1
             batch["token_type_ids"][i, :n] = torch.tensor(e.type_ids)
-        return batch
+        if return_tensors is None:
+            return {k: v.tolist() for k, v in batch.items()}
+        return {k: v.numpy() for k, v in batch.items()} if return_tensors == "np" else batch
 
     def encode_offsets(self, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
         """For each text, its ids without special tokens and each token's (start, end) character
