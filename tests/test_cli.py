@@ -356,7 +356,8 @@ def test_names_transformers_users_reach_for(minilm_dir):
         bertkit.from_pretrained(minilm_dir, dtype="int8")
     ours, theirs = model.tokenizer, transformers.AutoTokenizer.from_pretrained(minilm_dir)
     batch = ours(["A short text.", "Another, longer one here."])["input_ids"]
-    assert ours.batch_decode(batch) == theirs.batch_decode(batch.tolist(), skip_special_tokens=True)
+    assert ours.batch_decode(batch) == theirs.batch_decode(batch.tolist())  # specials and padding kept, as there
+    assert ours.batch_decode(batch, skip_special_tokens=True) == theirs.batch_decode(batch.tolist(), skip_special_tokens=True)
     assert ours.convert_ids_to_tokens(batch[0]) == theirs.convert_ids_to_tokens(batch[0].tolist())
     assert len(ours) == len(theirs)
     with warnings.catch_warnings(record=True) as caught:

@@ -262,8 +262,9 @@ class Tokenizer:
         with self._lock:
             return [(e.ids, e.offsets) for e in self.backend.encode_batch(texts, add_special_tokens=False)]
 
-    def decode(self, ids, skip_special_tokens: bool = True) -> str:
-        """The text of `ids` (a list, a NumPy array or a 1-D tensor)."""
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        """The text of `ids` (a list, a NumPy array or a 1-D tensor); special tokens (and padding)
+        are kept unless `skip_special_tokens`, as transformers' decode keeps them."""
         if hasattr(ids, "tolist"):
             ids = ids.tolist()
         return self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
@@ -272,7 +273,7 @@ class Tokenizer:
         return self.backend.id_to_token(i)
 
     # transformers' names for the same, for code written against its tokenizers
-    def batch_decode(self, sequences, skip_special_tokens: bool = True) -> list[str]:
+    def batch_decode(self, sequences, skip_special_tokens: bool = False) -> list[str]:
         """The text of each row of ids (a list of lists, or a (B, T) tensor or array)."""
         return [self.decode(ids, skip_special_tokens) for ids in sequences]
 
