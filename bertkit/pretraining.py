@@ -360,9 +360,9 @@ def _check_unchanged(job: PretrainJob, out: Path, settings) -> None:
     is named and refused (the batches would silently differ from an uninterrupted run's, or the
     checkpoint would not fit the model)."""
     saved = saved_job(out)
-    if saved is None:
-        say(f"{out} has no {JOB_FILE} (an older run): its settings cannot be checked against these")
-        return
+    if saved is None:  # the defaults would build another model and read other data, and fail much later
+        raise BertkitError(f"{out / JOB_FILE}: missing, so --resume does not know the run's settings (every run "
+                           f"writes it when it starts); put it back to continue this run")
     try:
         before = PretrainJob(**typed(PretrainJob, saved, str(out / JOB_FILE)))
         before_settings = before.settings()

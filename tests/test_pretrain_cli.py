@@ -328,6 +328,9 @@ def test_a_resumed_run_keeps_its_settings_and_must_have_steps_left(corpus, tmp_p
     monkeypatch.chdir(corpus.parent)  # the same corpus, named from its own folder, is the same corpus
     assert pretrain("--corpus", corpus.name, "--out", out, "--resume", "--steps", "8") == 0
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["step"] == 8
+    (tmp_path / "run" / "job.json").unlink()  # it went on with the defaults: another model, another corpus
+    assert pretrain("--out", out, "--resume", "--steps", "10") == 2
+    assert "job.json: missing, so --resume does not know the run's settings" in error_line(capsys)
 
 
 @pytest.mark.parametrize("config, words", [
