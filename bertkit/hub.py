@@ -11,8 +11,10 @@ from pathlib import Path
 from .errors import BertkitError, first_line
 
 
-def resolve(path_or_id: str | os.PathLike) -> Path:
-    """A local directory, or a Hugging Face Hub id downloaded with huggingface_hub."""
+def resolve(path_or_id: str | os.PathLike, revision: str | None = None, token: str | bool | None = None) -> Path:
+    """A local directory, or a Hugging Face Hub id downloaded with huggingface_hub (at `revision`,
+    a branch, tag or commit; with `token` for a private or gated repo, else the logged-in one or
+    HF_TOKEN)."""
     path = Path(path_or_id).expanduser()
     if path.is_dir():
         return path
@@ -23,11 +25,12 @@ def resolve(path_or_id: str | os.PathLike) -> Path:
         raise BertkitError(f"{path}: no such directory")
     try:
         from huggingface_hub import HfApi, snapshot_download
+        where = {k: v for k, v in (("revision", revision), ("token", token)) if v is not None}
         try:  # download what loading reads, not every format the repo holds
-            wanted = hub_files(HfApi().list_repo_files(text))
+            wanted = hub_files(HfApi().list_repo_files(text, **where))
         except Exception:  # offline (then the cache answers), or an error snapshot_download reports
             wanted = ["*.json", "*.safetensors", "*.bin", "*.txt", "*.model"]
-        local = snapshot_download(text, allow_patterns=wanted)
+        local = snapshot_download(text, allow_patterns=wanted, **where)
     except Exception as e:
         raise BertkitError(f"{text}: no such directory, and not downloadable from the Hugging Face Hub "
                            f"({type(e).__name__}: {first_line(e)}){_hub_advice(e, text)}") from None

@@ -41,15 +41,22 @@ def test_from_pretrained_downloads_that_list(minilm_dir, monkeypatch, tmp_path):
 
     asked = []
 
-    def download(repo, allow_patterns):
-        asked.append(allow_patterns)
+    def download(repo, allow_patterns, **where):
+        asked.append((allow_patterns, where))
         return str(minilm_dir)
 
-    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", lambda self, repo: MINILM_REPO)
+    def listing(self, repo, **where):
+        asked.append(where)
+        return MINILM_REPO
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", listing)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", download)
     monkeypatch.chdir(tmp_path)
     assert bertkit.from_pretrained("sentence-transformers/all-MiniLM-L6-v2").config.hidden_size == 384
-    assert asked == [hub_files(MINILM_REPO)]
+    assert asked == [{}, (hub_files(MINILM_REPO), {})]
+    asked.clear()  # a revision and a token, as transformers takes them, reach both calls
+    bertkit.from_pretrained("sentence-transformers/all-MiniLM-L6-v2", revision="v1.0", token="hf_x")
+    assert asked == [{"revision": "v1.0", "token": "hf_x"}, (hub_files(MINILM_REPO), {"revision": "v1.0", "token": "hf_x"})]
 
 
 @pytest.fixture

@@ -471,8 +471,10 @@ def file_dtype(hf: dict, state: dict[str, torch.Tensor], source: Path) -> torch.
 
 
 def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_labels: int | None = None,
-                    dtype: torch.dtype | str | None = None) -> Model:
-    """Load a Hugging Face-format checkpoint (or one bertkit wrote). The head comes from the
+                    dtype: torch.dtype | str | None = None, revision: str | None = None,
+                    token: str | bool | None = None) -> Model:
+    """Load a Hugging Face-format checkpoint (or one bertkit wrote), or a Hub id (downloaded at
+    `revision` with `token`, as transformers takes them). The head comes from the
     config's `architectures` unless `head` names one (then missing head weights are initialized).
     The parameters are float32 unless `dtype` says otherwise: a torch dtype, or "auto" for the
     file's own (what transformers 5 does by default; float32 here keeps fine-tuning's master
@@ -482,7 +484,7 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
     skipping a random initialization the checkpoint would overwrite (most of bert-base's load time);
     only when the file lacks some head or pooler weights is it built for real, so that those
     start from the family's initializer."""
-    root = resolve(path_or_id)
+    root = resolve(path_or_id, revision, token)
     inner = transformer_folder(root)
     directory = root / inner
     config_path = directory / "config.json"
