@@ -322,7 +322,7 @@ def _pretrain(job: PretrainJob) -> Path:
     models = objective.models()
     max_length = _max_length(job, models)
     for model in models.values():  # a distilled student has its teacher's vocabulary, whatever --tokenizer gives
-        check_vocab_fits(tokenizer, model.config.vocab_size)
+        check_vocab_fits(tokenizer, model.config.vocab_size, model.config.type_vocab_size)
         model.tokenizer = tokenizer
     data, held_out = _data(job, config.family, tokenizer, train_corpus, eval_corpus, max_length)
     trainer = Trainer(objective, data.batch_at, settings, out, held_out, device)
@@ -480,7 +480,7 @@ def _pretrain_numpy(job, config, tokenizer, train_corpus, eval_corpus, settings)
 
     if job.device not in ("auto", "cpu"):
         raise BertkitError("the NumPy backend runs on the CPU only")
-    check_vocab_fits(tokenizer, config.vocab_size)
+    check_vocab_fits(tokenizer, config.vocab_size, config.type_vocab_size)
     _write_job(job, Path(job.out_dir))  # the run's settings, as a torch run records them
     max_length = job.max_length or min(128, config.max_positions)
     if max_length > config.max_positions:

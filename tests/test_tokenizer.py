@@ -347,6 +347,10 @@ def test_vocabulary_larger_than_the_model_is_refused(minilm_dir):
     check_vocab_fits(tok, 30522)
     with pytest.raises(bertkit.BertkitError, match="30522 tokens but the model's vocabulary has 1000"):
         check_vocab_fits(tok, 1000)
+    check_vocab_fits(tok, 30522, 2)
+    check_vocab_fits(tok, 30522, 0)  # a model without token types (DeBERTa-v3, ModernBERT) reads none
+    with pytest.raises(bertkit.BertkitError, match="a text pair 2 segment ids but the model embeds 1 token type"):
+        check_vocab_fits(tok, 30522, 1)  # BERT's tokenizer beside RoBERTa's single token type
 
 
 # ---- ALBERT's spiece.model ----------------------------------------------------------------------

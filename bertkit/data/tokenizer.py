@@ -948,10 +948,17 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     return Tokenizer(backend, special, kept)
 
 
-def check_vocab_fits(tokenizer: Tokenizer, model_vocab_size: int) -> None:
+def check_vocab_fits(tokenizer: Tokenizer, model_vocab_size: int, type_vocab_size: int | None = None) -> None:
     """Raise if the tokenizer can produce an id the model has no embedding row for (an index error
-    deep inside the first forward pass otherwise, or silent garbage on some devices)."""
+    deep inside the first forward pass otherwise, or silent garbage on some devices): a token id,
+    or, given the model's `type_vocab_size` (0: it reads no token types), a pair's segment id (a
+    BERT tokenizer's 1 beside RoBERTa's single token type: every pair input of the saved model fails)."""
     if tokenizer.vocab_size > model_vocab_size:
         raise BertkitError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary has "
                            f"{model_vocab_size}; build the model with vocab_size >= {tokenizer.vocab_size} "
                            "or use the tokenizer it was trained with")
+    types = 1 + max(t for _, t in tokenizer.frame.pair)
+    if type_vocab_size and types > type_vocab_size:
+        raise BertkitError(f"the tokenizer gives a text pair {types} segment ids but the model embeds "
+                           f"{type_vocab_size} token type(s); build the model with type_vocab_size >= {types} "
+                           "(--override type_vocab_size=2) or use a tokenizer of its family")
