@@ -199,10 +199,11 @@ def test_sentence_transformers_6_files_prompts_and_normalization_are_followed(mi
     bertkit.from_pretrained(folder).save_pretrained(tmp_path / "copy")  # the length is saved back
     assert (reference(tmp_path / "copy", texts) - expected).abs().max() < 1e-5
     pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
-    (folder / "1_Pooling" / "config.json").write_text(json.dumps({**pooling, "pooling_mode": "mean",
-                                                                 "include_prompt": False}))
-    with pytest.raises(BertkitError, match=r"leaves the prompt's tokens out \(include_prompt false\)"):
-        embed(folder, texts)
+    for mode in ("mean", "cls"):  # CLS: sentence-transformers masks [CLS] with the prompt and pools the next token
+        (folder / "1_Pooling" / "config.json").write_text(json.dumps({**pooling, "pooling_mode": mode,
+                                                                     "include_prompt": False}))
+        with pytest.raises(BertkitError, match=r"leaves the prompt's tokens out \(include_prompt false\)"):
+            embed(folder, texts)
     add_dense(folder, "2_Dense", 384, 8, 0)  # listed before the last module, here the Pooling
     with pytest.raises(BertkitError, match="a Dense module before the Pooling runs on every token"):
         embed(folder, texts, pooling="mean")

@@ -326,7 +326,7 @@ def prepared(source, tokenizer=None, max_length: int | None = None, pooling: str
     if pooling not in POOLING:
         raise BertkitError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLING)}")
     prompt = saved_prompt(files)
-    if prompt and not include_prompt and pooling == "mean":
+    if prompt and not include_prompt:  # (CLS too: sentence-transformers then pools the text's first token)
         raise BertkitError(f"{files.name(ST_MODULES)}: the Pooling module leaves the prompt's tokens out "
                            "(include_prompt false), which bertkit does not; pass pooling= to embed anyway")
     lowercase = files.json(ST_CONFIG, default={}).get("do_lower_case") is True
