@@ -408,6 +408,35 @@ def test_a_multi_label_or_multi_output_regression_checkpoint_predicts_as_transfo
         assert p["score"] == max(p["scores"].values())
 
 
+@pytest.mark.parametrize("layout", ["config.json, sentence-transformers 4", "config.json, older", "settings file"])
+def test_a_cross_encoder_scores_with_the_activation_it_names_and_keeps_it_when_saved(tokenizer, tmp_path, layout):
+    # save_pretrained dropped the activation, so CrossEncoder scored the saved copy with its default
+    from sentence_transformers import CrossEncoder
+
+    model = tiny("classification", tokenizer, num_labels=1)
+    model.save_pretrained(tmp_path / "ce")
+    config = json.loads((tmp_path / "ce" / "config.json").read_text())
+    tanh = "torch.nn.modules.activation.Tanh"  # not CrossEncoder's default (a sigmoid for one output)
+    if layout == "config.json, sentence-transformers 4":
+        config["sentence_transformers"] = {"activation_fn": tanh, "version": "4.0.0"}
+    elif layout == "config.json, older":
+        config["sbert_ce_default_activation_function"] = tanh
+    (tmp_path / "ce" / "config.json").write_text(json.dumps(config))
+    if layout == "settings file":  # sentence-transformers 6 writes it in config_sentence_transformers.json
+        import torch.nn
+
+        CrossEncoder(str(tmp_path / "ce"), device="cpu", activation_fn=torch.nn.Tanh()).save(str(tmp_path / "ce"))
+        assert json.loads((tmp_path / "ce" / "config_sentence_transformers.json").read_text())["activation_fn"] == tanh
+    pairs = [("a fine film", "it was good"), ("dull", "a great movie indeed")]
+    expected = CrossEncoder(str(tmp_path / "ce"), device="cpu").predict(pairs)
+    got = classify(tmp_path / "ce", [a for a, _ in pairs], [b for _, b in pairs])
+    assert [p["score"] for p in got] == pytest.approx(expected.tolist(), abs=1e-5)
+    assert [p["score"] for p in got] == pytest.approx([np.tanh(p["value"]) for p in got])
+    bertkit.from_pretrained(tmp_path / "ce").save_pretrained(tmp_path / "copy")
+    again = CrossEncoder(str(tmp_path / "copy"), device="cpu").predict(pairs)
+    assert again.tolist() == pytest.approx(expected.tolist(), abs=1e-5)
+
+
 def test_a_checkpoint_fine_tuned_elsewhere_is_read_whole_as_transformers_pipelines_read_it(minilm_dir, tmp_path):
     """No task.json: classify and tag read up to the model's maximum (512 tokens here), in fp32,
     so a long text scores as transformers' pipeline scores it (truncation=True)."""

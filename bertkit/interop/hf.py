@@ -541,7 +541,9 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
 # config.json keys that do not change an encoder's outputs but that transformers (its training
 # code, its generation and tokenizer helpers) reads: kept from the file and written back.
 CARRIED_KEYS = ("bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id", "finetuning_task",
-                "task_specific_params", "tokenizer_class", "sparse_prediction", "sparse_pred_ignore_index")
+                "task_specific_params", "tokenizer_class", "sparse_prediction", "sparse_pred_ignore_index",
+                # a sentence-transformers CrossEncoder's score activation (older layouts keep it here)
+                "sbert_ce_default_activation_function", "sentence_transformers")
 
 
 # weight files of the other layouts, which a save of model.safetensors leaves stale (shards: by pattern)

@@ -137,6 +137,26 @@ class SequenceClassification(Task):
         return classification_scores(gold, [index[p["label"]] for p in predictions], len(labels))
 
 
+# The activations a sentence-transformers CrossEncoder folder names for its one-output score
+CROSS_ENCODER_ACTIVATIONS = {"Sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)), "Tanh": np.tanh, "Identity": None}
+
+
+def cross_encoder_activation(model):
+    """The score activation a CrossEncoder folder declares (config.json's
+    sbert_ce_default_activation_function or sentence_transformers.activation_fn, or
+    config_sentence_transformers.json's activation_fn), as a function; None without one (or for
+    Identity, or a name bertkit does not know)."""
+    import json
+
+    carried = getattr(model, "carried_config", {})
+    st_files = getattr(model, "companion_files", {})
+    settings = json.loads(st_files["config_sentence_transformers.json"]) if "config_sentence_transformers.json" in st_files else {}
+    names = [carried.get("sbert_ce_default_activation_function"),
+             (carried.get("sentence_transformers") or {}).get("activation_fn"), settings.get("activation_fn")]
+    name = next((n for n in names if isinstance(n, str)), None)
+    return None if name is None else CROSS_ENCODER_ACTIVATIONS.get(name.rpartition(".")[2])
+
+
 class Regression(SequenceClassification):
     """One real-valued output per text (pair); predictions are {"value": number}, or, from a model
     with several outputs (problem_type regression), {"values": {label: number}}."""
@@ -147,6 +167,17 @@ class Regression(SequenceClassification):
 
     def labels_of(self, examples) -> tuple[str, ...]:
         return ("score",)
+
+    def predict(self, model, examples, batch_size=64, max_length=None, bf16=False, progress=False):
+        """{"value": the output}; a sentence-transformers CrossEncoder that names its activation
+        (a sigmoid) also gives "score", the activated value CrossEncoder.predict returns."""
+        results = super().predict(model, examples, batch_size, max_length, bf16, progress)
+        activation = cross_encoder_activation(model)
+        if activation is not None:
+            for r in results:
+                if "value" in r:
+                    r["score"] = float(activation(r["value"]))
+        return results
 
     def targets(self, examples, labels, source):
         values = [e.label for e in examples]
