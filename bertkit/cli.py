@@ -78,7 +78,7 @@ def cmd_demo(args) -> None:
         return minilm_demo(args.model)
     from .pretraining import PretrainJob, pretrain
 
-    out = Path(args.out)
+    out = Path(args.out).expanduser()
     if (out / "metrics.json").exists():
         print(f"{out} holds a finished pre-training run (delete it to train again); its results:", file=sys.stderr)
     else:

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 from .data import check_vocab_fits
 from .data.corpora import Corpus
 from .errors import BertkitError
-from .files import RESULT_FILES, output_dir, run_lock, staging_dir
+from .files import RESULT_FILES, output_dir, run_lock, staging_dir, writing
 from .options import seconds, typed
 
 BACKENDS = ("torch", "numpy")
@@ -103,7 +103,8 @@ class PretrainJob:
 
     @property
     def out_dir(self) -> Path:
-        return Path(self.out) if self.out else Path("runs") / f"{self.model}-{self.objective.replace('+', '-')}"
+        # "~" expanded here, once: a literal --out=~/x (no shell expansion) split the run over two folders
+        return Path(self.out).expanduser() if self.out else Path("runs") / f"{self.model}-{self.objective.replace('+', '-')}"
 
     def settings(self):
         """The TrainSettings for this job: the given fields, and a 10-minute budget when neither a
@@ -350,8 +351,9 @@ def saved_job(out: Path) -> dict | None:
 
 def _write_job(job: PretrainJob, out: Path) -> None:
     if int(os.environ.get("RANK", "0")) == 0:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / JOB_FILE).write_text(json.dumps(job.record(), indent=2) + "\n")
+        with writing("the run's settings (job.json)", out):
+            out.mkdir(parents=True, exist_ok=True)
+            (out / JOB_FILE).write_text(json.dumps(job.record(), indent=2) + "\n")
 
 
 def _check_unchanged(job: PretrainJob, out: Path, settings) -> None:

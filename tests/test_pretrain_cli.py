@@ -84,6 +84,15 @@ def test_a_second_run_writing_the_same_folder_at_once_is_refused(corpus, tmp_pat
     assert not any(folder.exists() for folder in killed)
 
 
+def test_an_out_given_with_a_tilde_is_one_folder_in_home(corpus, tmp_path, monkeypatch):
+    # --out=~/x reaches bertkit unexpanded: the run wrote its log to ./~/x and its model to $HOME/x
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert pretrain("--corpus", str(corpus), "--out=~/run", "--steps", "1", *TINY, *FAST) == 0
+    assert not (tmp_path / "~").exists()
+    assert {"model.safetensors", "metrics.json", "job.json"} <= {p.name for p in (tmp_path / "home" / "run").iterdir()}
+
+
 def test_fill_mask_on_the_run(corpus, tmp_path, capsys):
     out = tmp_path / "run"
     pretrain("--corpus", str(corpus), "--out", str(out), "--steps", "2", *TINY, *FAST)

@@ -85,7 +85,7 @@ class Trainer:
         self.rank, self.world = _distributed(torch.device(device))
         self.batch_at = batch_at
         self.settings = settings
-        self.out = Path(out)
+        self.out = Path(out).expanduser()
         self.eval_batches = eval_batches or []
         self.device = torch.device(device)
         # Dropout and sampling differ per process (DDP copies rank 0's weights when it wraps).
