@@ -85,7 +85,7 @@ def test_saved_model_carries_a_tokenizer_transformers_loads(minilm_dir, referenc
 def test_bad_tokenizer_files_are_named(tmp_path):
     with pytest.raises(bertkit.BertkitError, match="no such file"):
         bertkit.load_tokenizer(tmp_path / "nope.json")
-    with pytest.raises(bertkit.BertkitError, match="no tokenizer.json, vocab.txt, vocab.json, spm.model, spiece.model in this directory"):
+    with pytest.raises(bertkit.BertkitError, match="no tokenizer.json, vocab.txt, vocab.json, spm.model, spiece.model, sentencepiece.bpe.model in this directory"):
         bertkit.load_tokenizer(tmp_path)
     broken = tmp_path / "tokenizer.json"
     broken.write_text("{not json")
@@ -311,14 +311,25 @@ def test_continuation_table_marks_word_pieces(minilm_dir, roberta_files):
     assert starts.sum() == 2  # two words, whatever the pieces
 
 
-@pytest.mark.parametrize("kind", ["metaspace-bpe", "word-end-bpe"])
+@pytest.mark.parametrize("kind", ["metaspace-bpe", "word-end-bpe", "normalizer-unigram"])
 def test_word_starts_come_from_the_pre_tokenizer_not_the_model_kind(corpus_texts, kind):
     # A SentencePiece BPE in tokenizer.json form marks word starts with "▁", not "Ġ": whole-word
     # masking read every "▁word" as continuing a word and masked 30 of 30 tokens in every row.
-    from tokenizers import Tokenizer as Backend, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer as Backend, models, normalizers, pre_tokenizers, trainers
 
     from bertkit.data.tokenizer import Tokenizer
 
+    if kind == "normalizer-unigram":  # "▁" put in by the normalizer, no pre-tokenizer (Llama-style files)
+        backend = Backend(models.Unigram())
+        backend.pre_tokenizer = pre_tokenizers.Metaspace()  # trained on words, then converted
+        backend.train_from_iterator(corpus_texts[:300], trainers.UnigramTrainer(
+            vocab_size=600, special_tokens=["<unk>", "<s>"], unk_token="<unk>"))
+        backend.pre_tokenizer = None
+        backend.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+        tok = Tokenizer(backend, {"unk_token": "<unk>", "cls_token": "<s>"})
+        ids = tok.encode_plain(["the unbelievably tokenized sentence"])[0]
+        assert (~tok.continues_word()[ids]).sum() == 4
+        return
     metaspace = kind == "metaspace-bpe"
     suffix = {} if metaspace else {"end_of_word_suffix": "</w>"}
     backend = Backend(models.BPE(unk_token="<unk>", **suffix))
@@ -850,19 +861,35 @@ def test_one_text_and_its_pair_as_strings_and_lengths_that_leave_no_text_are_ref
 
 
 @pytest.fixture(scope="module")
-def xlmr_folder(tmp_path_factory, corpus_texts):
-    """XLM-R's tokenizer as transformers saves it (sentencepiece.bpe.model converted by its
-    XLMRobertaTokenizer), beside a config naming model_type bert, as multilingual sentence
-    encoders (paraphrase-multilingual-MiniLM, multilingual-e5) ship it."""
+def xlmr_spm(tmp_path_factory, corpus_texts):
+    """XLM-R's slow-tokenizer folder: sentencepiece.bpe.model (SentencePiece's own ids: <unk> <s>
+    </s> first) and a config naming model_type xlm-roberta."""
     spm = pytest.importorskip("sentencepiece")
     raw = tmp_path_factory.mktemp("xlmr-spm")
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(corpus_texts[:400]), model_prefix=str(raw / "sp"), vocab_size=1000,
-        model_type="unigram", bos_id=0, pad_id=1, eos_id=2, unk_id=3, minloglevel=2)
-    shutil.copy(raw / "sp.model", raw / "sentencepiece.bpe.model")
+        model_type="unigram", minloglevel=2)
+    (raw / "sp.model").rename(raw / "sentencepiece.bpe.model")
+    (raw / "sp.vocab").unlink()
     (raw / "config.json").write_text(json.dumps({"model_type": "xlm-roberta"}))
+    return raw
+
+
+def test_xlm_roberta_sentencepiece_file_alone_is_read_with_fairseqs_ids(xlmr_spm):
+    ours = bertkit.load_tokenizer(xlmr_spm)
+    reference = transformers.AutoTokenizer.from_pretrained(xlmr_spm)
+    _assert_same_ids(ours, reference, HARD + SENTENCES + ["x </s> y <mask> z", "trailing  "])
+    assert (ours.mask_token_id, ours.pad_token_id, ours.vocab_size) == (
+        reference.mask_token_id, reference.pad_token_id, len(reference))
+
+
+@pytest.fixture(scope="module")
+def xlmr_folder(tmp_path_factory, xlmr_spm):
+    """XLM-R's tokenizer as transformers saves it (sentencepiece.bpe.model converted by its
+    XLMRobertaTokenizer), beside a config naming model_type bert, as multilingual sentence
+    encoders (paraphrase-multilingual-MiniLM, multilingual-e5) ship it."""
     folder = tmp_path_factory.mktemp("xlmr")
-    transformers.AutoTokenizer.from_pretrained(raw).save_pretrained(folder)
+    transformers.AutoTokenizer.from_pretrained(xlmr_spm).save_pretrained(folder)
     (folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
     return folder
 
@@ -913,15 +940,30 @@ def test_a_post_processor_sequence_frames_examples_as_its_template_does(saved_ba
         assert types.tolist() == ours.backend.encode(a, b).type_ids
 
 
-@pytest.mark.parametrize("files, cls", [("vocab.txt", "BertJapaneseTokenizer"), ("vocab.json", "HerbertTokenizerFast")])
-def test_a_vocabulary_file_of_a_class_bertkit_does_not_build_is_refused(minilm_dir, roberta_files, tmp_path, files, cls):
-    # read as BERT's WordPiece / RoBERTa's byte-level BPE, these gave other ids than transformers
+@pytest.mark.parametrize("files, named, where", [
+    ("vocab.txt", "BertJapaneseTokenizer", "tokenizer_config"), ("vocab.json", "HerbertTokenizerFast", "tokenizer_config"),
+    ("vocab.txt", "MPNetTokenizer", "config"), ("vocab.txt", "mpnet", "model_type"),
+    ("vocab.txt", "MobileBertTokenizer", "tokenizer_config"), ("vocab.json", "LongformerTokenizer", "tokenizer_config")])
+def test_a_vocabulary_file_of_a_class_bertkit_does_not_build_is_refused(minilm_dir, roberta_files, tmp_path, files,
+                                                                       named, where):
+    # read as BERT's WordPiece / RoBERTa's byte-level BPE, the first four gave other ids than
+    # transformers; the last two are classes transformers builds as BERT's and RoBERTa's
     source = minilm_dir if files == "vocab.txt" else roberta_files
     for name in ("vocab.txt", "vocab.json", "merges.txt"):
         if (source / name).exists():
             shutil.copy(source / name, tmp_path / name)
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": cls}))
-    with pytest.raises(bertkit.BertkitError, match=f"tokenizer_class '{cls}' is not a tokenizer bertkit builds from {files}"):
+    if where == "tokenizer_config":
+        (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": named}))
+    else:
+        (tmp_path / "config.json").write_text(json.dumps(
+            {"model_type": named} if where == "model_type" else {"model_type": "bert", "tokenizer_class": named}))
+    if named in ("MobileBertTokenizer", "LongformerTokenizer"):
+        reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
+        for text in SENTENCES[:3]:
+            assert bertkit.load_tokenizer(tmp_path).encode(text) == reference.encode(text)
+        return
+    shown = f"model_type '{named}'" if where == "model_type" else f"tokenizer_class '{named.removesuffix('Fast')}'"
+    with pytest.raises(bertkit.BertkitError, match=f"{shown}.*{files}"):
         bertkit.load_tokenizer(tmp_path)
 
 

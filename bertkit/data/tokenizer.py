@@ -43,7 +43,8 @@ DEBERTA_V3_SPECIALS = {"bos_token": "[CLS]", "eos_token": "[SEP]", "unk_token": 
 ALBERT_SPECIALS = {"bos_token": "[CLS]", "eos_token": "[SEP]", "unk_token": "<unk>", "sep_token": "[SEP]",
                    "pad_token": "<pad>", "cls_token": "[CLS]", "mask_token": "[MASK]"}
 GENERIC_TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # transformers loads its tokenizer.json verbatim
-SPM_CLASSES = {"AlbertTokenizer": "albert", "DebertaV2Tokenizer": "deberta-v3"}  # tokenizer_class -> pipeline
+SPM_CLASSES = {"AlbertTokenizer": "albert", "DebertaV2Tokenizer": "deberta-v3",  # tokenizer_class -> pipeline
+               "XLMRobertaTokenizer": "xlm-roberta"}
 SPECIAL_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token", "bos_token", "eos_token")
 PAD_SPELLINGS = ("[PAD]", "<pad>")  # the pad token of BERT-style and of RoBERTa / SentencePiece vocabularies
 # the order in which transformers registers named special tokens (SPECIAL_TOKENS_ATTRIBUTES)
@@ -318,6 +319,8 @@ class Tokenizer:
                 table[marked] = True
             else:
                 start = _word_start_mark(json.loads(self.backend.to_str()).get("pre_tokenizer"))
+                if start is None and isinstance(model, models.Unigram):  # SentencePiece's mark, put in by a
+                    start = METASPACE                                      # normalizer (Llama-style files)
                 if start is None:
                     raise BertkitError(f"whole-word masking cannot find words in this tokenizer's ids "
                                        f"({type(model).__name__} without a word-start mark or a continuation "
@@ -673,7 +676,7 @@ def _sentencepiece_family(model_file: Path, config: dict) -> str:
             raise BertkitError(f"{model_file.parent / 'tokenizer_config.json'}: tokenizer_class {name!r} is not a "
                                f"SentencePiece tokenizer bertkit reads (one of {', '.join(SPM_CLASSES)})")
         return family
-    return "albert" if model_file.name == "spiece.model" else "deberta-v3"
+    return {"spiece.model": "albert", "sentencepiece.bpe.model": "xlm-roberta"}.get(model_file.name, "deberta-v3")
 
 
 def _unigram_from_spm(model_file: Path, config: dict, specials: dict) -> tuple[_Backend, dict[str, str]]:
@@ -684,7 +687,14 @@ def _unigram_from_spm(model_file: Path, config: dict, specials: dict) -> tuple[_
     if spm.model_type != "unigram":
         raise BertkitError(f"{model_file}: a SentencePiece {spm.model_type} model; only Unigram models "
                            "(DeBERTa-v3, ALBERT) are supported")
-    if _sentencepiece_family(model_file, config) == "albert":
+    family = _sentencepiece_family(model_file, config)
+    if family == "xlm-roberta":  # fairseq's ids: <s> <pad> </s> <unk>, the model's pieces after its own three
+        specials = {**ROBERTA_SPECIALS, **specials}  # control ones, <mask> last (transformers' converter)
+        pieces = [(specials[k], 0.0) for k in ("bos_token", "pad_token", "eos_token", "unk_token")]
+        pieces += spm.pieces[3:] + [(specials["mask_token"], 0.0)]
+        scheme = "always" if config.get("add_prefix_space", True) else "never"
+        return xlm_roberta_pipeline(pieces, specials, spm.charsmap, scheme), specials
+    if family == "albert":
         backend, specials = _albert_for_class(spm.pieces, config, specials, spm.charsmap)
     else:
         backend, specials = _deberta_v2_for_class(spm.pieces, spm.unk_id, config, specials)
@@ -866,25 +876,34 @@ def _rebuilt(backend: _Backend, cls: str, config: dict, specials: dict[str, str]
     return _deberta_v2_for_class(pieces, unk_id, config, specials)
 
 
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spm.model", "spiece.model")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spm.model", "spiece.model", "sentencepiece.bpe.model")
 
 
 # The classes whose pipeline bertkit builds from a vocabulary file alone (without tokenizer.json);
 # the .model files' classes are checked by _sentencepiece_family
-SLOW_FILE_CLASSES = {"vocab.txt": ("BertTokenizer", "DistilBertTokenizer", "ElectraTokenizer"),
-                     "vocab.json": ("RobertaTokenizer", "DebertaTokenizer")}
+# (with the classes transformers 5 builds as BERT's or RoBERTa's from those files)
+SLOW_FILE_CLASSES = {"vocab.txt": ("BertTokenizer", "DistilBertTokenizer", "ElectraTokenizer", "MobileBertTokenizer",
+                                   "SqueezeBertTokenizer", "LayoutLMTokenizer", "LxmertTokenizer"),
+                     "vocab.json": ("RobertaTokenizer", "DebertaTokenizer", "LongformerTokenizer", "BartTokenizer")}
 
 
-def _check_slow_class(path: Path, cls: str | None, config: dict) -> None:
+def _check_slow_class(path: Path, cls: str | None) -> None:
     """A vocabulary file whose folder names another class (HerBERT's word-end BPE over vocab.json,
-    BertJapaneseTokenizer's MeCab or character split over vocab.txt) is refused, not read as BERT's
-    or RoBERTa's: its ids would differ. A tokenizer.json is read as is by any unknown class."""
+    BertJapaneseTokenizer's MeCab or character split, MPNet's frame over vocab.txt), in
+    tokenizer_config.json or config.json, or a model_type whose tokenizer bertkit does not know,
+    is refused, not read as BERT's or RoBERTa's: its ids would differ. A tokenizer.json is read
+    as is by any unknown class."""
     known = SLOW_FILE_CLASSES.get(path.name)
-    named = config.get("tokenizer_class")
-    if known and isinstance(named, str) and cls not in known:
-        raise BertkitError(f"{path.parent / 'tokenizer_config.json'}: tokenizer_class {named!r} is not a tokenizer "
-                           f"bertkit builds from {path.name} (one of {', '.join(known)}); a tokenizer.json of it "
-                           "would be read as is")
+    if not known:
+        return
+    if cls is not None and cls not in known:
+        raise BertkitError(f"{path.parent}: tokenizer_class {cls!r} is not a tokenizer bertkit builds from {path.name} "
+                           f"(one of {', '.join(known)}); a tokenizer.json of it would be read as is")
+    model_file = path.parent / "config.json"
+    model_type = read_json(model_file).get("model_type") if cls is None and model_file.exists() else None
+    if isinstance(model_type, str) and model_type not in MODEL_TYPE_TOKENIZERS:
+        raise BertkitError(f"{model_file}: model_type {model_type!r}: bertkit does not know how its tokenizer reads "
+                           f"{path.name}; a tokenizer.json of it would be read as is")
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
@@ -912,7 +931,7 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     special = {k: _token_content(config[k]) for k in SPECIAL_KEYS if _token_content(config.get(k)) is not None}
     config = {**config, **special}  # the named tokens as plain strings for the pipelines below
     file_tokens: list[tuple[int, AddedToken]] = []
-    _check_slow_class(path, cls, config)
+    _check_slow_class(path, cls)
     if path.name.endswith(".json") and path.name != "vocab.json":
         backend, special, file_tokens = _from_tokenizer_json(path, cls, config, special)
     elif path.name == "vocab.json":
