@@ -268,12 +268,13 @@ LOCK_FILE = ".bertkit-run.lock"
 def run_lock(out: str | Path, flag: str = "--out"):
     """Hold OUT for one run: a second run writing the same folder at once (its log, checkpoints and
     model interleaved with this one's) is refused. An advisory lock (flock) on a file in OUT, which
-    the system releases when the process ends, however it ends; the file goes when the run does.
-    Under torchrun the first process holds it for all. A folder this made and left empty (a run
-    refused before it wrote anything) is removed again, and so are the staging folders a killed
-    run left behind (.saving-*, .writing-*, checkpoints/.writing-*), which nothing else writes
-    while the lock is held. Where locking is not possible (no fcntl, a
-    path that is no folder, which the run's own checks then name), the run goes on unlocked."""
+    the system releases when the process ends, however it ends; the file goes when the run does
+    (a run that locked the file just as it went tries the new one). Under torchrun the first
+    process holds it for all. Folders this made and left empty (a run refused before it wrote
+    anything) are removed again, and so are the staging folders a killed run left behind
+    (.saving-*, .writing-*, checkpoints/.writing-*), which nothing else writes while the lock is
+    held. Where locking is not possible (no fcntl, a path that is no folder, which the run's own
+    checks then name), the run goes on unlocked."""
     out = Path(out).expanduser()
     try:
         import fcntl
@@ -282,25 +283,14 @@ def run_lock(out: str | Path, flag: str = "--out"):
     if fcntl is None or int(os.environ.get("RANK", "0") or 0) != 0 or (out.exists() and not out.is_dir()):
         yield
         return
-    made = not out.exists()
+    made = [p for p in (out, *out.parents) if not p.exists()]  # the folders mkdir makes, innermost first
     try:
         out.mkdir(parents=True, exist_ok=True)
-        handle = open(out / LOCK_FILE, "a+")
+        handle = _locked(out / LOCK_FILE, fcntl, flag)
     except OSError:
         yield
         return
     try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            raise BertkitError(f"{_named(flag, out)}: another bertkit run ({holder}) is writing there; "
-                               "wait for it to end or choose another folder") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"process {os.getpid()}")
-        handle.flush()
         for leftover in [*out.glob(".saving-*"), *out.glob(".writing-*"), *(out / "checkpoints").glob(".writing-*")]:
             if leftover.is_dir():
                 shutil.rmtree(leftover, ignore_errors=True)
@@ -308,10 +298,38 @@ def run_lock(out: str | Path, flag: str = "--out"):
             yield
         finally:
             (out / LOCK_FILE).unlink(missing_ok=True)
-            if made and not any(out.iterdir()):
-                out.rmdir()
+            for folder in made:
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
     finally:
         handle.close()
+
+
+def _locked(path: Path, fcntl, flag: str):
+    """`path` opened and flock'ed, holding this process's id; a BertkitError if another run holds it."""
+    while True:
+        handle = open(path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise BertkitError(f"{_named(flag, path.parent)}: another bertkit run ({holder}) is writing there; "
+                               "wait for it to end or choose another folder") from None
+        try:
+            current = os.stat(path)
+        except FileNotFoundError:
+            current = None
+        mine = os.fstat(handle.fileno())
+        if current is not None and (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
+            break
+        handle.close()  # the run before removed this file as it ended: lock the one now there
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"process {os.getpid()}")
+    handle.flush()
+    return handle
 
 
 def json_safe(record: dict) -> dict:

@@ -75,6 +75,9 @@ def test_a_second_run_writing_the_same_folder_at_once_is_refused(corpus, tmp_pat
                      "--eval", str(corpus), "--out", str(out)]) == 2
         assert "another bertkit run" in error_line(capsys)
     assert not out.exists()  # made for the lock, left empty: removed
+    nested = tmp_path / "a" / "b" / "c"
+    assert pretrain("--corpus", str(tmp_path / "missing.txt"), "--out", str(nested), "--steps", "1", *TINY) == 2
+    assert "missing.txt" in error_line(capsys) and not (tmp_path / "a").exists()  # each folder it made
     killed = [out / ".saving-x1", out / ".writing-x2", out / "checkpoints" / ".writing-x3"]  # a SIGKILL's leftovers
     for folder in killed:
         folder.mkdir(parents=True)
