@@ -82,7 +82,9 @@ def cmd_demo(args) -> None:
     if (out / "metrics.json").exists():
         print(f"{out} holds a finished pre-training run (delete it to train again); its results:", file=sys.stderr)
     else:
-        resume = any((out / "checkpoints").glob("step-*"))
+        from .files import checkpoint_folders
+
+        resume = bool(checkpoint_folders(out))
         # Dropout off: in a budget of minutes the extra steps it buys matter more (README; Cramming).
         pretrain(PretrainJob(out=str(out), resume=resume, train={"time_budget": args.time_budget},
                              architecture={"hidden_dropout": 0.0, "attention_dropout": 0.0}))

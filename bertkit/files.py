@@ -19,6 +19,7 @@ import gzip
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -262,6 +263,14 @@ def writing(what: str, where: Path, kept: Callable[[], str] | None = None):
 
 
 LOCK_FILE = ".bertkit-run.lock"
+
+
+def checkpoint_folders(out: Path) -> list[Path]:
+    """OUT/checkpoints/step-NNNNNNNN folders, oldest first: only names a run writes (a folder a user
+    renamed to step-00000009.bad is not a checkpoint to resume from)."""
+    folder = Path(out) / "checkpoints"
+    found = folder.glob("step-*") if folder.is_dir() else []
+    return sorted(p for p in found if re.fullmatch(r"step-\d{8}", p.name) and p.is_dir())
 
 
 @contextlib.contextmanager

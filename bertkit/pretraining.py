@@ -26,7 +26,7 @@ from typing import Any, Iterator
 from .data import check_vocab_fits
 from .data.corpora import Corpus
 from .errors import BertkitError
-from .files import RESULT_FILES, output_dir, run_lock, staging_dir, writing
+from .files import RESULT_FILES, checkpoint_folders, output_dir, run_lock, staging_dir, writing
 from .options import seconds, typed
 
 BACKENDS = ("torch", "numpy")
@@ -273,7 +273,7 @@ def _pretrain(job: PretrainJob) -> Path:
         check_savable(preset.config.replace(**job.architecture))  # the run ends by saving the model
     out = job.out_dir
     settings = job.settings()
-    checkpoints = sorted((out / "checkpoints").glob("step-*"))
+    checkpoints = checkpoint_folders(out)
     if job.resume and not checkpoints:
         raise BertkitError(f"--resume: no checkpoint in {out / 'checkpoints'} to continue from")
     if not job.resume and checkpoints:

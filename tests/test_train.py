@@ -278,7 +278,7 @@ def test_resumed_run_equals_an_uninterrupted_one_bit_for_bit(reviews, tokenizer,
 
 
 @pytest.mark.parametrize("damage", ["truncated", "empty dict", "text"])
-def test_a_damaged_trainer_state_is_one_line_naming_the_intact_checkpoint(reviews, tokenizer, tmp_path, damage):
+def test_a_damaged_trainer_state_is_one_line_naming_the_checkpoint_before_it(reviews, tokenizer, tmp_path, damage):
     batch_at, _ = batches_from(reviews, tokenizer)
 
     def trainer():
@@ -294,9 +294,14 @@ def test_a_damaged_trainer_state_is_one_line_naming_the_intact_checkpoint(review
     else:
         state.write_text("not a checkpoint")
     with pytest.raises(bertkit.BertkitError, match=r"step-00000004/trainer_state.pt: (unreadable|not a trainer state) .*"
-                                           r"step-00000002 is intact: move step-00000004 aside") as e:
+                                           r"step-00000002 is the checkpoint before it: move step-00000004 out of "
+                                           r"checkpoints/") as e:
         trainer().resume()
     assert "\n" not in str(e.value)
+    # renamed inside checkpoints/ as the advice might be read, it is no longer a checkpoint to resume from
+    (tmp_path / "checkpoints" / "step-00000004").rename(tmp_path / "checkpoints" / "step-00000004.bad")
+    resumed = trainer()
+    assert resumed.resume() and resumed.step == 2
 
 
 def test_full_disk_errors_from_every_writer_are_one_line(tmp_path, monkeypatch):

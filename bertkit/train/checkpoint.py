@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..errors import BertkitError, first_line
-from ..files import staging_dir
+from ..files import checkpoint_folders, staging_dir
 
 STATE = "trainer_state.pt"
 STATE_KEYS = ("optimizer", "step", "elapsed", "tokens", "rng")  # what Trainer.resume reads
@@ -76,13 +76,13 @@ def save(root: Path, step: int, models: dict, trainer_state: dict, keep: int) ->
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    for old in sorted(folder.glob("step-*"))[:-keep]:
+    for old in checkpoint_folders(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
 
 def latest(root: Path) -> Path | None:
-    found = sorted((root / "checkpoints").glob("step-*"))
+    found = checkpoint_folders(root)
     return found[-1] if found else None
 
 
@@ -99,8 +99,9 @@ def load(checkpoint: Path, models: dict) -> dict:
         with torch.no_grad():
             load_state(model, state, path, head_from_file=True)
     path = checkpoint / STATE
-    earlier = [c for c in sorted(checkpoint.parent.glob("step-*")) if c.name < checkpoint.name]
-    advice = (f"; {earlier[-1]} is intact: move {checkpoint.name} aside to resume from it" if earlier else "")
+    earlier = [c for c in checkpoint_folders(checkpoint.parent.parent) if c.name < checkpoint.name]
+    advice = (f"; {earlier[-1]} is the checkpoint before it: move {checkpoint.name} out of checkpoints/ to "
+              "resume from that one" if earlier else "")
     if not path.exists():
         raise BertkitError(f"{path}: missing; the checkpoint was not written completely{advice}")
     try:
