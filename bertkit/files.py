@@ -217,7 +217,7 @@ def output_dir(path: str | Path, keep: tuple[str, ...] = RESULT_FILES, flag: str
 
 # What bertkit's runs write beside a model (and the model's own files): a results file must not
 # replace one (an evaluation written over a run's metrics.json lost its dev scores and step)
-RUN_FILES = (*RESULT_FILES, "metrics.jsonl", "job.json")
+RUN_FILES = (*RESULT_FILES, "metrics.jsonl", "job.json", "loss_curve.png")
 
 
 def output_file(path: str | Path, flag: str = "--out", reads: Iterable[str | Path] = ()) -> Path:

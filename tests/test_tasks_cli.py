@@ -145,6 +145,9 @@ def test_evaluate_reproduces_the_dev_scores(capsys, classifier, sentiment_files,
                          "--out", classifier / "metrics.json")
     assert code == 2 and "that is the model folder's own metrics.json; give another file name" in one_error(err)
     assert (classifier / "metrics.json").read_text() == before  # the run's dev scores are kept
+    code, out, err = run(capsys, "evaluate", "--model", classifier, "--data", sentiment_files[1],
+                         "--out", classifier / "loss_curve.png")  # and its plot
+    assert code == 2 and "that is the model folder's own loss_curve.png" in one_error(err)
     data = tmp_path / "dev.csv"  # the data, named again as --out (another spelling of its path)
     data.write_bytes(Path(sentiment_files[1]).read_bytes())
     code, out, err = run(capsys, "evaluate", "--model", classifier, "--data", data, "--out", tmp_path / "." / "dev.csv")

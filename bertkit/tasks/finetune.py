@@ -28,6 +28,7 @@ the pipelines give them) unless bf16=True.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import warnings
@@ -304,6 +305,7 @@ def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneS
 def _finetune(task: str, model, train, eval, out: Path, settings: FinetuneSettings, tokenizer,
               columns: Columns) -> dict:
     from ..train import Trainer, TrainSettings
+    from ..train.loop import plot_curves
 
     train_examples = sample(load_examples(task, train, "train", columns), settings.train_limit, settings.seed)
     eval_examples = sample(load_examples(task, eval, "dev", columns), settings.eval_limit, settings.seed)
@@ -342,8 +344,10 @@ def _finetune(task: str, model, train, eval, out: Path, settings: FinetuneSettin
         trainer.fit()
     except KeyboardInterrupt:  # Ctrl-C: the best model evaluated so far is still the run's result
         if stopper.best_state is None:
-            raise
+            raise KeyboardInterrupt(f"at step {trainer.step}, before the first evaluation: no model was saved") from None
         interrupted = trainer.step
+        with contextlib.suppress(OSError):  # the run's end would have drawn it; the model matters more
+            plot_curves(trainer.log_path, out / "loss_curve.png")
     else:
         interrupted = None
 
