@@ -125,6 +125,44 @@ def test_n_best_alternatives_are_ranked_and_deduplicated(tokenizer):
     assert scores == sorted(scores, reverse=True) and 0 < sum(scores) <= 1
 
 
+def run_qa_best(features, starts, ends, n_best=20, max_answer_length=30):
+    """The best span and its probability as transformers' run_qa post-processing
+    (examples/pytorch/question-answering/utils_qa.py, SQuAD v1) computes them: each window's n-best
+    start and end positions over the whole window, kept where both lie in the context, every
+    window's candidates together (a span two windows propose counts twice), softmax over the n-best."""
+    candidates = []
+    for f, s_logits, e_logits in zip(features, starts, ends):
+        cs, offsets = f["context_start"], f["offsets"]
+        for s in np.argsort(s_logits)[-1:-n_best - 1:-1]:
+            for e in np.argsort(e_logits)[-1:-n_best - 1:-1]:
+                if not (cs <= s < cs + len(offsets) and cs <= e < cs + len(offsets)):
+                    continue
+                if e < s or e - s + 1 > max_answer_length:
+                    continue
+                candidates.append(((int(offsets[s - cs, 0]), int(offsets[e - cs, 1])), s_logits[s] + e_logits[e]))
+    candidates = sorted(candidates, key=lambda c: -c[1])[:n_best]
+    scores = np.array([c[1] for c in candidates])
+    probs = np.exp(scores - scores.max())
+    return candidates[0][0], float(probs[0] / probs.sum())
+
+
+def test_a_span_several_windows_propose_shares_its_probability_as_in_run_qa(tokenizer):
+    example = QAExample("q", "What?", CONTEXT)
+    features, _ = windows([example], tokenizer, SETTING)
+    assert len(features) >= 3
+    offsets = context_tokens(tokenizer, CONTEXT)
+    rng = np.random.default_rng(0)
+    starts = [rng.normal(size=len(f["input_ids"])) for f in features]  # no ties: run_qa's order is argsort's
+    ends = [rng.normal(size=len(f["input_ids"])) for f in features]
+    edge = len(features[0]["offsets"])
+    peak(features, starts, ends, offsets, edge - 3, edge - 2, score=4.0)  # the best span, in windows 0 and 1
+    [result] = best_answers([example], features, starts, ends, top_k=3)
+    span, probability = run_qa_best(features, starts, ends)
+    assert (result["start"], result["end"]) == span == (offsets[edge - 3, 0], offsets[edge - 2, 1])
+    assert result["score"] == pytest.approx(probability, abs=1e-6)
+    assert (result["start"], result["end"]) not in [(a["start"], a["end"]) for a in result["alternatives"]]
+
+
 def test_null_answers_compare_the_smallest_cls_score_with_the_best_span(tokenizer):
     example = QAExample("q", "What?", CONTEXT)
     features, _ = windows([example], tokenizer, SETTING)

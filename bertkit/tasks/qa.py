@@ -64,11 +64,14 @@ def windows(examples: list[QAExample], tokenizer, w: Windowing) -> tuple[list[di
     frame = tokenizer.frame
     before, between = _layout(frame)
     specials = frame.specials(True)
+    room = w.max_length - specials - w.max_query_length  # context tokens a window holds
+    if room < 1:
+        raise BertkitError(f"max_length {w.max_length} leaves no context after {specials} special tokens and a "
+                           f"question of up to {w.max_query_length} tokens; raise max_length or lower max_query_length")
     stride = w.stride(specials)
-    if w.max_length - specials - w.max_query_length - stride < 1:
-        raise BertkitError(f"max_length {w.max_length} leaves no context after a question of up to "
-                           f"{w.max_query_length} tokens and a doc stride of {stride}; raise max_length "
-                           "or lower doc_stride / max_query_length")
+    if stride < 0 or room - stride < 1:
+        raise BertkitError(f"a doc stride of {stride} must be at least 0 and below the {room} context tokens a window "
+                           f"holds (max_length {w.max_length}, questions up to {w.max_query_length} tokens)")
     questions = tokenizer.encode_plain([e.question for e in examples])
     contexts = tokenizer.encode_offsets([e.context for e in examples])
     features, lost = [], 0
@@ -158,13 +161,15 @@ def best_answers(examples: list[QAExample], features: list[dict], start_logits: 
                  end_logits: list[np.ndarray], d: Decoding = Decoding(), top_k: int = 1) -> list[dict]:
     """One answer per example from its windows' logits (each (T,) for its feature):
     {"id", "answer", "start", "end" (characters of the context; None for no answer), "score"
-    (softmax over the n-best and, for v2, the null answer)}; with top_k > 1 also "alternatives"."""
+    (softmax over the n-best and, for v2, the null answer)}; with top_k > 1 also "alternatives".
+    As run_qa's post-processing, the n-best holds a span once per window that proposes it (the
+    softmax shares among them); the answers listed name each span once, with its best share."""
     by_example: dict[int, list[int]] = {}
     for i, f in enumerate(features):
         by_example.setdefault(f["example"], []).append(i)
     results = []
     for k, example in enumerate(examples):
-        spans: dict[tuple[int, int], float] = {}
+        spans: list[tuple[tuple[int, int], float]] = []
         null = np.inf
         for i in by_example.get(k, []):
             f = features[i]
@@ -172,17 +177,18 @@ def best_answers(examples: list[QAExample], features: list[dict], start_logits: 
             starts = start_logits[i][cs:cs + len(offsets)]  # (W,)
             ends = end_logits[i][cs:cs + len(offsets)]      # (W,)
             null = min(null, float(start_logits[i][0] + end_logits[i][0]))
-            for s in np.argsort(-starts)[:d.n_best]:
-                for e in np.argsort(-ends)[:d.n_best]:
+            # the n-best positions of the whole window, then those in the context (as run_qa picks them)
+            best_starts = [s - cs for s in np.argsort(-start_logits[i], kind="stable")[:d.n_best] if 0 <= s - cs < len(offsets)]
+            best_ends = [e - cs for e in np.argsort(-end_logits[i], kind="stable")[:d.n_best] if 0 <= e - cs < len(offsets)]
+            for s in best_starts:
+                for e in best_ends:
                     if e < s or e - s + 1 > d.max_answer_length:
                         continue
                     span = _trim(example.context, int(offsets[s, 0]), int(offsets[e, 1]))
                     if span[1] <= span[0]:
                         continue
-                    score = float(starts[s] + ends[e])
-                    if score > spans.get(span, -np.inf):  # the same span from overlapping windows
-                        spans[span] = score
-        ranked = sorted(spans.items(), key=lambda item: -item[1])[:d.n_best]
+                    spans.append((span, float(starts[s] + ends[e])))
+        ranked = sorted(spans, key=lambda item: -item[1])[:d.n_best]  # (stable: window order in ties)
         candidates = [{"answer": example.context[s:e], "start": s, "end": e, "score": score}
                       for (s, e), score in ranked]
         if d.null_answers and np.isfinite(null):
@@ -196,8 +202,10 @@ def best_answers(examples: list[QAExample], features: list[dict], start_logits: 
         scores = np.array([c["score"] for c in candidates], dtype=np.float64)
         probs = np.exp(scores - scores.max())
         probs /= probs.sum()
-        for c, p in zip(candidates, probs):
-            c["score"] = round(float(p), 6)
+        listed: dict[tuple, dict] = {}
+        for c, p in zip(candidates, probs):  # a span overlapping windows proposed again: listed once
+            listed.setdefault((c["start"], c["end"]), {**c, "score": round(float(p), 6)})
+        candidates = list(listed.values())
         result = {"id": example.id, **candidates[0]}
         if top_k > 1:
             result["alternatives"] = candidates[1:top_k]
