@@ -265,6 +265,7 @@ def test_quick_bench_skips_bf16_rows_only_where_bf16_is_emulated(monkeypatch):
     assert dtypes(True) == (["fp32", "bf16"], False)
 
 
+@pytest.mark.slow  # two subprocesses, each importing torch and transformers: pytest -m slow
 def test_bench_memory_runs_each_side_in_its_own_process():
     from bertkit import bench
 

@@ -63,6 +63,7 @@ def test_sentence_pair_classification_learns(tokenizer, tmp_path):
     assert bertkit.from_pretrained(tmp_path).config.labels == ("in order", "swapped")
 
 
+@pytest.mark.slow  # a learning run of over a minute: pytest -m slow
 def test_regression_learns(tokenizer, tmp_path):
     train = load_examples("regression", "rotten-tomatoes", "train")  # sentiment as 0.0 / 1.0
     dev = load_examples("regression", "rotten-tomatoes", "dev")[::4]

@@ -26,6 +26,7 @@ def write_squad(path, examples):
     return path
 
 
+@pytest.mark.slow  # a learning run of over a minute: pytest -m slow
 def test_extractive_qa_learns_with_windows_and_null_answers(minilm_dir, tmp_path):
     train_file = write_squad(tmp_path / "train.json", review_questions("train", 300, unanswerable=0.3))
     dev_file = write_squad(tmp_path / "dev.json", review_questions("dev", 100, unanswerable=0.3))
