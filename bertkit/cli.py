@@ -166,7 +166,7 @@ def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, pro
     from tqdm.auto import tqdm
 
     from .model import evaluating
-    from .tasks.base import length_batches, serving
+    from .tasks.base import length_batches, report_truncated, serving
 
     tok = model.tokenizer
     if model.head is None or not model.head.predicts_tokens:
@@ -178,14 +178,22 @@ def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, pro
     if batch_size < 1:
         raise BertkitError(f"batch size must be at least 1, got {batch_size}")
     given, texts = texts, [text.replace("[MASK]", tok.mask_token) for text in texts]  # BERT's spelling, any family
+    limit = model.backbone.embeddings.max_length
     chunks = length_batches([len(text) for text in texts], batch_size)  # similar lengths pad little
-    batches = [tok([texts[i] for i in chunk], max_length=model.backbone.embeddings.max_length) for chunk in chunks]
+    batches = [tok([texts[i] for i in chunk], max_length=limit) for chunk in chunks]
     for chunk, batch in zip(chunks, batches):
         for row in (~(batch["input_ids"] == tok.mask_token_id).any(1)).nonzero().flatten().tolist():
             i = chunk[row]
             where = f"text {i + 1} of {len(texts)}: " if len(texts) > 1 else ""
             shown = given[i] if len(given[i]) <= 80 else given[i][:60] + "..." + given[i][-17:]
-            raise BertkitError(f"{where}no {tok.mask_token} in {shown!r} (or it lies past the length limit)")
+            ids = tok.encode(texts[i])
+            if tok.mask_token_id in ids:
+                raise BertkitError(f"{where}its {tok.mask_token} is token {ids.index(tok.mask_token_id) + 1} of "
+                                   f"{len(ids)}, past the model's limit of {limit} tokens: {shown!r}")
+            raise BertkitError(f"{where}no {tok.mask_token} in {shown!r}")
+    if any(int(b["attention_mask"].sum(1).max()) == limit for b in batches):  # perhaps cut: count those that were
+        lengths = [len(ids) + tok.frame.specials(pair=False) for ids in tok.encode_plain(texts)]
+        report_truncated(sum(n > limit for n in lengths), len(texts), limit)
     found: list[list[dict]] = [[] for _ in texts]
     with evaluating(model), torch.no_grad(), serving(model, len(batches)):
         for chunk, batch in tqdm(list(zip(chunks, batches)), disable=not progress, desc="filling masks",

@@ -91,6 +91,11 @@ def test_fill_mask_gives_the_token_text_transformers_pipeline_gives(tmp_path, re
 def test_fill_mask_refuses_text_without_a_mask_and_models_without_a_head(mlm_dir, minilm_dir, capsys):
     assert main(["predict", "fill-mask", "--model", str(mlm_dir), "no mask here"]) == 2
     assert "no [MASK]" in capsys.readouterr().err
+    long = "the [MASK] was " + "good " * 80  # 64 positions: the mask is in, the end is cut (it was silent)
+    assert main(["predict", "fill-mask", "--model", str(mlm_dir), "--json", long, "a [MASK] film"]) == 0
+    assert "1 of 2 texts were longer than 64 tokens and were truncated" in capsys.readouterr().err
+    assert main(["predict", "fill-mask", "--model", str(mlm_dir), "good " * 80 + "[MASK]"]) == 2
+    assert "its [MASK] is token 82 of 83, past the model's limit of 64 tokens" in capsys.readouterr().err
     assert main(["predict", "fill-mask", "--model", str(minilm_dir), "a [MASK]"]) == 2
     assert "no masked-LM head" in capsys.readouterr().err
 
