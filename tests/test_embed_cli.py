@@ -263,6 +263,38 @@ def test_search_ranks_by_the_folders_similarity_function_as_sentence_transformer
                           rtol=1e-4, atol=1e-4)
 
 
+def test_named_prompts_and_search_prompts_as_sentence_transformers_gives_them(minilm_dir, tmp_path, capsys):
+    # e5-style prompts with no default: encode(prompt_name=...), encode_query and encode_document
+    # (which take "query" and "document", empty where the model names none) put them before the texts
+    from sentence_transformers import SentenceTransformer
+
+    folder = copy_of(minilm_dir, tmp_path)
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": None}))
+    st = SentenceTransformer(str(folder), device="cpu")
+    corpus = ["A space opera with great effects.", "A dull courtroom drama.", "Cats sleep all day."]
+    queries = ["a film about space travel", "a story about pets"]
+    expected = torch.as_tensor(st.encode(queries, prompt_name="query"))
+    assert (embed(folder, queries, prompt_name="query") - expected).abs().max() < 1e-5
+    assert (embed(folder, queries) - torch.as_tensor(st.encode(queries))).abs().max() < 1e-5  # no default prompt
+    scores = st.similarity(st.encode_query(queries, convert_to_tensor=True),
+                           st.encode_document(corpus, convert_to_tensor=True))
+    hits = search(folder, queries, corpus, top_k=3)
+    got = torch.zeros_like(scores)
+    for row, found in enumerate(hits):
+        for h in found:
+            got[row, h["index"]] = h["score"]
+    assert torch.allclose(got, scores, atol=1e-5)
+    assert (embed(folder, corpus, prompt_name="passage") - torch.as_tensor(st.encode(corpus, prompt_name="passage"))
+            ).abs().max() < 1e-5
+    with pytest.raises(BertkitError, match=r"no prompt named 'doc' \(its prompts: 'query', 'document', 'passage'\)"):
+        embed(folder, queries, prompt_name="doc")
+    vectors, _ = cli_vectors(capsys, "--model", str(folder), "--prompt-name", "query", *queries)
+    assert (vectors - expected).abs().max() < 1e-5
+    assert main(["embed", "--model", str(folder), "--prompt-name", "query", "--query", "space", SHORT]) == 2
+    assert "--prompt-name is for embedding" in one_error(capsys)
+
+
 def test_an_unknown_similarity_function_is_one_error_line(minilm_dir, tmp_path, capsys):
     folder = copy_of(minilm_dir, tmp_path)
     (folder / "config_sentence_transformers.json").write_text(json.dumps({"similarity_fn_name": "jaccard"}))

@@ -283,6 +283,9 @@ def cmd_embed(args) -> None:
     # the directory: its sentence-transformers settings or task.json's max_length are the defaults
     if args.query and args.top_k < 1:
         raise BertkitError(f"--top-k must be at least 1, got {args.top_k}")
+    if args.query and args.prompt_name is not None:
+        raise BertkitError("--prompt-name is for embedding; with --query the model's query and document prompts "
+                           "are used where it has them")
     options = {"batch_size": args.batch_size, "max_length": args.max_length, "pooling": args.pooling,
                "progress": shows_progress(len(texts)), "bf16": _bf16(args.precision, None),
                "tokenizer": args.tokenizer}
@@ -292,7 +295,8 @@ def cmd_embed(args) -> None:
             hits = [[{**h, "line": lines[h["index"]]} for h in hit] for hit in hits]
         _write_lines({"query": q, "results": h} for q, h in zip(args.query, hits))
         return
-    vectors = embed(args.model, texts, normalize=False if args.no_normalize else None, **options)
+    vectors = embed(args.model, texts, normalize=False if args.no_normalize else None, prompt_name=args.prompt_name,
+                    **options)
     _write_lines({"text": t, "embedding": [round(x, 6) for x in v.tolist()]} for t, v in zip(texts, vectors))
 
 
@@ -464,6 +468,10 @@ def add_parsers(sub, predict_modes) -> None:
                                "else as fine-tuned, else the model's maximum)")
         m.add_argument("--no-normalize", dest="no_normalize", action="store_true",
                        help="raw, unnormalized vectors (a folder's Normalize module left out too)")
-        m.add_argument("--query", action="append", metavar="TEXT", help="search the inputs for TEXT (repeatable)")
+        m.add_argument("--prompt-name", dest="prompt_name", metavar="NAME",
+                       help="one of the model's prompts before each text (config_sentence_transformers.json, e.g. "
+                       "query or passage), instead of its default prompt")
+        m.add_argument("--query", action="append", metavar="TEXT", help="search the inputs for TEXT (repeatable; "
+                       "queries and inputs get the model's query and document prompts where it has them)")
         m.add_argument("--top-k", dest="top_k", type=int, default=5, help="results per query (5)")
         m.set_defaults(func=cmd_embed)

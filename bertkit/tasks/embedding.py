@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 import io
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -108,16 +108,21 @@ def saved_pooling(files: STFiles) -> tuple[str | None, bool]:
     return modes[0], config.get("include_prompt", True) is not False
 
 
-def saved_prompt(files: STFiles) -> str:
-    """The prompt sentence-transformers puts before every text: its default_prompt_name's."""
+def saved_prompts(files: STFiles) -> tuple[str, dict[str, str]]:
+    """The prompt sentence-transformers puts before every text (its default_prompt_name's, "" for
+    none) and every prompt the model names (e5's {"query": "query: ", "passage": "passage: "}),
+    with sentence-transformers' own empty "query" and "document" where the model names none."""
     config = files.json(ST_SETTINGS, default={})
+    prompts = config.get("prompts") or {}
+    if not isinstance(prompts, dict) or not all(isinstance(p, str) for p in prompts.values()):
+        raise BertkitError(f"{files.name(ST_SETTINGS)}: prompts must map names to texts")
+    prompts = {"query": "", "document": "", **prompts}
     name = config.get("default_prompt_name")
     if name is None:
-        return ""
-    prompt = (config.get("prompts") or {}).get(name)
-    if not isinstance(prompt, str):
+        return "", prompts
+    if name not in prompts:
         raise BertkitError(f"{files.name(ST_SETTINGS)}: default_prompt_name {name!r} names no prompt in prompts")
-    return prompt
+    return prompts[name], prompts
 
 
 def saved_similarity(files: STFiles) -> str:
@@ -290,6 +295,21 @@ class SentenceSettings:
     after: nn.Sequential = field(default_factory=nn.Sequential)
     listed: bool = False
     similarity: str = "cosine"
+    prompts: dict = field(default_factory=lambda: {"query": "", "document": ""})  # by name, for with_prompt
+    include_prompt: bool = True  # whether the Pooling module pools the prompt's tokens too
+
+    def with_prompt(self, name: str | None) -> SentenceSettings:
+        """These settings with the model's prompt named `name` (None: unchanged, the default prompt).
+        "query" and "document" are always there (sentence-transformers' encode_query and
+        encode_document take them, empty where the model names none)."""
+        if name is None:
+            return self
+        if name not in self.prompts:
+            raise BertkitError(f"the model has no prompt named {name!r} (its prompts: {', '.join(map(repr, self.prompts))})")
+        if self.prompts[name] and not self.include_prompt:
+            raise BertkitError(f"the Pooling module leaves the prompt's tokens out (include_prompt false), which "
+                               f"bertkit does not; prompt {name!r} cannot be used")
+        return replace(self, prompt=self.prompts[name])
 
     def read(self, texts: list[str]) -> list[str]:
         """The texts as the model reads them: the prompt before each, lowercased if asked."""
@@ -325,19 +345,19 @@ def prepared(source, tokenizer=None, max_length: int | None = None, pooling: str
     pooling = pooling or saved or "mean"
     if pooling not in POOLING:
         raise BertkitError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLING)}")
-    prompt = saved_prompt(files)
+    prompt, prompts = saved_prompts(files)
     if prompt and not include_prompt:  # (CLS too: sentence-transformers then pools the text's first token)
         raise BertkitError(f"{files.name(ST_MODULES)}: the Pooling module leaves the prompt's tokens out "
                            "(include_prompt false), which bertkit does not; pass pooling= to embed anyway")
     lowercase = files.json(ST_CONFIG, default={}).get("do_lower_case") is True
     after = saved_modules(files).to(next(model.parameters()).device)
     return model, SentenceSettings(max_length, pooling, lowercase, prompt, after, listed=bool(files.modules()),
-                                   similarity=saved_similarity(files))
+                                   similarity=saved_similarity(files), prompts=prompts, include_prompt=include_prompt)
 
 
 def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None = None,
           normalize: bool | None = None, progress: bool = False, pooling: str | None = None, bf16: bool = False,
-          tokenizer=None) -> torch.Tensor:
+          tokenizer=None, prompt_name: str | None = None) -> torch.Tensor:
     """(len(texts), H) float32 sentence embeddings. `model` is a Model that carries its tokenizer
     (or gets `tokenizer`), or a model directory. What is not given follows the model's
     sentence-transformers files (its length, Pooling, prompt, Dense and Normalize modules) or a
@@ -345,12 +365,14 @@ def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None 
     `normalize`: None follows the files (a plain model's vectors are L2-normalized), True
     normalizes, False gives the raw vectors (a Normalize module skipped). Texts longer than
     max_length are cut, with one warning that counts them. `bf16` runs the model under autocast to
-    bf16 (faster where the hardware has bf16, to about two or three significant digits)."""
+    bf16 (faster where the hardware has bf16, to about two or three significant digits).
+    `prompt_name`: one of the model's prompts (config_sentence_transformers.json) before each text
+    instead of its default one, as sentence-transformers' encode(prompt_name=...)."""
     if batch_size < 1:
         raise BertkitError(f"batch size must be at least 1, got {batch_size}")
     check_texts(texts)
     model, settings = prepared(model, tokenizer, max_length, pooling)
-    return _embed(model, texts, settings, batch_size, normalize, progress, bf16)
+    return _embed(model, texts, settings.with_prompt(prompt_name), batch_size, normalize, progress, bf16)
 
 
 @torch.no_grad()
@@ -399,7 +421,9 @@ def search(model, queries: list[str], corpus: list[str], top_k: int = 5, batch_s
     sentence-transformers folder's similarity_fn_name: cosine by default, dot, or minus the
     euclidean or manhattan distance, as its model.similarity scores), best first:
     [{"index", "text", "score"}]. `model`, `max_length`, `pooling` and `tokenizer` are as for
-    embed(); `embedding` goes to it too (progress, bf16)."""
+    embed(); `embedding` goes to it too (progress, bf16). Queries and corpus texts get the
+    model's "query" and "document" prompts (empty where it names none, not its default prompt),
+    as sentence-transformers' encode_query and encode_document give them."""
     if top_k < 1:
         raise BertkitError(f"top_k must be at least 1, got {top_k}")
     check_texts(queries, "queries")
@@ -410,7 +434,8 @@ def search(model, queries: list[str], corpus: list[str], top_k: int = 5, batch_s
         raise BertkitError(f"batch size must be at least 1, got {batch_size}")
     model, settings = prepared(model, tokenizer, max_length, pooling)  # loaded once
     options = {"progress": False, "bf16": False, **embedding, "normalize": None}  # the vectors the model gives
-    q, c = (_embed(model, texts, settings, batch_size, **options) for texts in (queries, corpus))
+    q, c = (_embed(model, texts, settings.with_prompt(name), batch_size, **options)
+            for texts, name in ((queries, "query"), (corpus, "document")))
     best = similarity(q, c, settings.similarity).topk(min(top_k, len(corpus)), dim=1)
     return [[{"index": i, "text": corpus[i], "score": round(v, 6)} for v, i in zip(vs, ix)]
             for vs, ix in zip(best.values.tolist(), best.indices.tolist())]
