@@ -664,6 +664,15 @@ def _albert_for_class(pieces: list[tuple[str, float]], config: dict, specials: d
     return backend, specials
 
 
+def _xlm_roberta_for_class(pieces: list[tuple[str, float]], config: dict, specials: dict[str, str],
+                           charsmap: bytes) -> tuple[_Backend, dict[str, str]]:
+    """XLMRobertaTokenizer's pipeline ("▁" before every word unless add_prefix_space is false)
+    and its special tokens, RoBERTa's where the files name none."""
+    specials = {**ROBERTA_SPECIALS, **specials}
+    scheme = "always" if config.get("add_prefix_space", True) else "never"
+    return xlm_roberta_pipeline(pieces, specials, charsmap, scheme), specials
+
+
 def _sentencepiece_family(model_file: Path, config: dict) -> str:
     """"albert" or "deberta-v3": which pipeline an spm file gets. tokenizer_config.json's
     tokenizer_class decides when it names one of the two; otherwise the file name does, as it does
@@ -689,11 +698,10 @@ def _unigram_from_spm(model_file: Path, config: dict, specials: dict) -> tuple[_
                            "(DeBERTa-v3, ALBERT) are supported")
     family = _sentencepiece_family(model_file, config)
     if family == "xlm-roberta":  # fairseq's ids: <s> <pad> </s> <unk>, the model's pieces after its own three
-        specials = {**ROBERTA_SPECIALS, **specials}  # control ones, <mask> last (transformers' converter)
-        pieces = [(specials[k], 0.0) for k in ("bos_token", "pad_token", "eos_token", "unk_token")]
-        pieces += spm.pieces[3:] + [(specials["mask_token"], 0.0)]
-        scheme = "always" if config.get("add_prefix_space", True) else "never"
-        return xlm_roberta_pipeline(pieces, specials, spm.charsmap, scheme), specials
+        named = {**ROBERTA_SPECIALS, **specials}  # control ones, <mask> last (transformers' converter)
+        pieces = [(named[k], 0.0) for k in ("bos_token", "pad_token", "eos_token", "unk_token")]
+        return _xlm_roberta_for_class(pieces + spm.pieces[3:] + [(named["mask_token"], 0.0)], config, specials,
+                                      spm.charsmap)
     if family == "albert":
         backend, specials = _albert_for_class(spm.pieces, config, specials, spm.charsmap)
     else:
@@ -862,9 +870,7 @@ def _rebuilt(backend: _Backend, cls: str, config: dict, specials: dict[str, str]
         return _byte_level_for_class(cls, model["vocab"], merges, config, specials)
     pieces = [tuple(p) for p in model["vocab"]]
     if cls == "XLMRobertaTokenizer":
-        specials = {**ROBERTA_SPECIALS, **specials}
-        scheme = "always" if config.get("add_prefix_space", True) else "never"
-        return xlm_roberta_pipeline(pieces, specials, _precompiled_charsmap(spec), scheme), specials
+        return _xlm_roberta_for_class(pieces, config, specials, _precompiled_charsmap(spec))
     if cls == "AlbertTokenizer":
         rebuilt, specials = _albert_for_class(pieces, config, specials, _precompiled_charsmap(spec))
         if backend.post_processor is not None:  # AlbertTokenizer sets its own before TokenizersBackend.__init__,

@@ -6,6 +6,8 @@ Shapes: B batch, T sequence length, C labels.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -146,13 +148,15 @@ def cross_encoder_activation(model):
     sbert_ce_default_activation_function or sentence_transformers.activation_fn, or
     config_sentence_transformers.json's activation_fn), as a function; None without one (or for
     Identity, or a name bertkit does not know)."""
-    import json
-
     carried = getattr(model, "carried_config", {})
-    st_files = getattr(model, "companion_files", {})
-    settings = json.loads(st_files["config_sentence_transformers.json"]) if "config_sentence_transformers.json" in st_files else {}
+    try:
+        settings = json.loads(getattr(model, "companion_files", {}).get("config_sentence_transformers.json", b"{}"))
+    except ValueError:  # not JSON: sentence-transformers could not read it either
+        settings = {}
+    nested = carried.get("sentence_transformers")
     names = [carried.get("sbert_ce_default_activation_function"),
-             (carried.get("sentence_transformers") or {}).get("activation_fn"), settings.get("activation_fn")]
+             nested.get("activation_fn") if isinstance(nested, dict) else None,
+             settings.get("activation_fn") if isinstance(settings, dict) else None]
     name = next((n for n in names if isinstance(n, str)), None)
     return None if name is None else CROSS_ENCODER_ACTIVATIONS.get(name.rpartition(".")[2])
 
