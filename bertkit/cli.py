@@ -229,15 +229,36 @@ def print_fill_mask(results: list[dict]) -> None:
         print(_table(rows, right={0, 2}) + "\n")
 
 
-def cmd_fill_mask(args) -> None:
-    from . import from_pretrained
+def _masked_lm(path):
+    """The model at `path`, with its MLM head where the file holds one though its config names no
+    architecture (DeBERTa-v3's released files): transformers' fill-mask pipeline loads those."""
+    import warnings
 
+    from . import FreshHeadWarning, UnusedHeadWarning, from_pretrained
+
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        model = from_pretrained(path)
+    if model.head_kind is None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", FreshHeadWarning)  # no MLM weights in the file: keep the encoder
+                model = from_pretrained(path, head="mlm")
+            said = [w for w in said if not issubclass(w.category, UnusedHeadWarning)]  # they are used now
+        except FreshHeadWarning:
+            pass
+    for w in said:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return model
+
+
+def cmd_fill_mask(args) -> None:
     if args.top_k < 1:
         raise BertkitError(f"--top-k must be at least 1, got {args.top_k}")
     from .tasks.commands import read_inputs, shows_progress
 
     texts = [r["text"] for r in read_inputs(args, ("text",), ("text",))]
-    model = from_pretrained(args.model)
+    model = _masked_lm(args.model)
     if model.head is None or not model.head.predicts_tokens:
         raise BertkitError(f"{args.model}: has no masked-LM head (head: {model.head_kind}); fill-mask needs one")
     results = fill_mask(model, texts, args.top_k, args.batch_size, progress=shows_progress(len(texts)))

@@ -88,6 +88,25 @@ def test_fill_mask_gives_the_token_text_transformers_pipeline_gives(tmp_path, re
     assert "Ġ" not in table and ours[0]["token_str"].strip() in table
 
 
+def test_fill_mask_uses_the_mlm_head_of_a_file_that_names_no_architecture(mlm_dir, tmp_path, capsys):
+    # as DeBERTa-v3's released configs: no "architectures", the MLM weights in the file; the
+    # pipeline loads them, and fill-mask said "has no masked-LM head (head: None)"
+    import shutil
+
+    folder = tmp_path / "bare"
+    shutil.copytree(mlm_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    del config["architectures"]
+    (folder / "config.json").write_text(json.dumps(config))
+    text = "a [MASK] film"
+    assert main(["predict", "fill-mask", "--model", str(folder), "--json", text]) == 0
+    captured = capsys.readouterr()
+    ours = json.loads(captured.out)["predictions"]
+    theirs = transformers.pipeline("fill-mask", model=str(folder))(text)
+    assert [p["id"] for p in ours] == [p["token"] for p in theirs]
+    assert "head='mlm'" not in captured.err  # the load's advice is followed, not printed
+
+
 def test_fill_mask_refuses_text_without_a_mask_and_models_without_a_head(mlm_dir, minilm_dir, capsys):
     assert main(["predict", "fill-mask", "--model", str(mlm_dir), "no mask here"]) == 2
     assert "no [MASK]" in capsys.readouterr().err
