@@ -46,6 +46,10 @@ def break_model_type(p):
     edit_config(p, model_type="gpt2")
 
 
+def break_custom_code(p):  # nomic-embed's layout: its own model code, named by auto_map
+    edit_config(p, model_type="nomic_bert", auto_map={"AutoModel": "nomic-ai/nomic-bert-2048--modeling_hf_nomic_bert.NomicBertModel"})
+
+
 def break_shape(p):
     edit_weights(p, lambda s: s.update({"bert.embeddings.word_embeddings.weight": torch.zeros(98, 32)}))
 
@@ -105,6 +109,7 @@ def break_nonexistent(p):
 CASES = {
     "missing config.json": (break_missing_config, ["no config.json"]),
     "unknown model_type": (break_model_type, ["unknown model_type 'gpt2'", "config.json"]),
+    "custom code": (break_custom_code, ["unknown model_type 'nomic_bert'", "trust_remote_code and bertkit does not run"]),
     "wrong shape": (break_shape, ["bert.embeddings.word_embeddings.weight", "(98, 32)", "(99, 32)"]),
     "no weights file": (break_no_weights, ["no weights found", "model.safetensors"]),
     "missing tensor": (break_missing_tensor, ["missing 1 tensor", "encoder.layer.1.output.dense.weight"]),

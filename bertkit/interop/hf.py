@@ -54,7 +54,9 @@ def _family_of(hf: dict, source: Path) -> HFFamily:
                 return found[0]
         raise BertkitError(f"{source}: no model_type (and no architecture bertkit recognizes)")
     if model_type not in FAMILIES:
-        raise BertkitError(f"{source}: unknown model_type {model_type!r}; bertkit loads: "
+        custom = (" (its config's auto_map points at the repository's own code, which transformers runs only with "
+                  "trust_remote_code and bertkit does not run)" if hf.get("auto_map") else "")
+        raise BertkitError(f"{source}: unknown model_type {model_type!r}{custom}; bertkit loads: "
                            f"{', '.join(sorted(FAMILIES))}")
     return FAMILIES[model_type]
 
