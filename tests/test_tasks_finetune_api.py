@@ -436,6 +436,12 @@ def test_a_cross_encoder_scores_with_the_activation_it_names_and_keeps_it_when_s
     bertkit.from_pretrained(tmp_path / "ce").save_pretrained(tmp_path / "copy")
     again = CrossEncoder(str(tmp_path / "copy"), device="cpu").predict(pairs)
     assert again.tolist() == pytest.approx(expected.tolist(), abs=1e-5)
+    if layout != "settings file":  # sentence-transformers 6 reads its settings file first, a stale key after it
+        (tmp_path / "ce" / "config_sentence_transformers.json").write_text(json.dumps(
+            {"activation_fn": "torch.nn.modules.linear.Identity", "model_type": "CrossEncoder"}))
+        expected = CrossEncoder(str(tmp_path / "ce"), device="cpu").predict(pairs)
+        got = classify(tmp_path / "ce", [a for a, _ in pairs], [b for _, b in pairs])
+        assert [p["score"] for p in got] == pytest.approx(expected.tolist(), abs=1e-5)
 
 
 def test_a_checkpoint_fine_tuned_elsewhere_is_read_whole_as_transformers_pipelines_read_it(minilm_dir, tmp_path):

@@ -7,6 +7,7 @@ Shapes: B batch, T sequence length, C labels.
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import torch
@@ -140,25 +141,34 @@ class SequenceClassification(Task):
 
 
 # The activations a sentence-transformers CrossEncoder folder names for its one-output score
-CROSS_ENCODER_ACTIVATIONS = {"Sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)), "Tanh": np.tanh, "Identity": None}
+CROSS_ENCODER_ACTIVATIONS = {"Sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)), "Tanh": np.tanh, "Identity": lambda v: v,
+                             "ReLU": lambda v: max(v, 0.0)}
 
 
 def cross_encoder_activation(model):
-    """The score activation a CrossEncoder folder declares (config.json's
-    sbert_ce_default_activation_function or sentence_transformers.activation_fn, or
-    config_sentence_transformers.json's activation_fn), as a function; None without one (or for
-    Identity, or a name bertkit does not know)."""
+    """The score activation of a sentence-transformers CrossEncoder folder, as a function, found
+    where sentence-transformers looks, in its order: config_sentence_transformers.json's
+    activation_fn, config.json's sentence_transformers.activation_fn, then its
+    sbert_ce_default_activation_function; a folder that names none but says it is a CrossEncoder
+    gets CrossEncoder's default, a sigmoid. None for any other model; a name bertkit does not
+    know is a warning and None."""
     carried = getattr(model, "carried_config", {})
     try:
         settings = json.loads(getattr(model, "companion_files", {}).get("config_sentence_transformers.json", b"{}"))
     except ValueError:  # not JSON: sentence-transformers could not read it either
         settings = {}
+    settings = settings if isinstance(settings, dict) else {}
     nested = carried.get("sentence_transformers")
-    names = [carried.get("sbert_ce_default_activation_function"),
-             nested.get("activation_fn") if isinstance(nested, dict) else None,
-             settings.get("activation_fn") if isinstance(settings, dict) else None]
+    names = [settings.get("activation_fn"), nested.get("activation_fn") if isinstance(nested, dict) else None,
+             carried.get("sbert_ce_default_activation_function")]
     name = next((n for n in names if isinstance(n, str)), None)
-    return None if name is None else CROSS_ENCODER_ACTIVATIONS.get(name.rpartition(".")[2])
+    if name is None:
+        return CROSS_ENCODER_ACTIVATIONS["Sigmoid"] if settings.get("model_type") == "CrossEncoder" else None
+    activation = CROSS_ENCODER_ACTIVATIONS.get(name.rpartition(".")[2])
+    if activation is None:
+        warnings.warn(f"the model's cross-encoder activation {name} is not one bertkit applies "
+                      f"({', '.join(CROSS_ENCODER_ACTIVATIONS)}); predictions give the raw value only")
+    return activation
 
 
 class Regression(SequenceClassification):
