@@ -943,7 +943,8 @@ def test_a_post_processor_sequence_frames_examples_as_its_template_does(saved_ba
 @pytest.mark.parametrize("files, named, where", [
     ("vocab.txt", "BertJapaneseTokenizer", "tokenizer_config"), ("vocab.json", "HerbertTokenizerFast", "tokenizer_config"),
     ("vocab.txt", "MPNetTokenizer", "config"), ("vocab.txt", "mpnet", "model_type"),
-    ("vocab.txt", "MobileBertTokenizer", "tokenizer_config"), ("vocab.json", "LongformerTokenizer", "tokenizer_config")])
+    ("vocab.txt", "MobileBertTokenizer", "tokenizer_config"), ("vocab.json", "LongformerTokenizer", "tokenizer_config"),
+    ("vocab.txt", "squeezebert", "model_type"), ("vocab.json", "longformer", "model_type")])
 def test_a_vocabulary_file_of_a_class_bertkit_does_not_build_is_refused(minilm_dir, roberta_files, tmp_path, files,
                                                                        named, where):
     # read as BERT's WordPiece / RoBERTa's byte-level BPE, the first four gave other ids than
@@ -957,7 +958,7 @@ def test_a_vocabulary_file_of_a_class_bertkit_does_not_build_is_refused(minilm_d
     else:
         (tmp_path / "config.json").write_text(json.dumps(
             {"model_type": named} if where == "model_type" else {"model_type": "bert", "tokenizer_class": named}))
-    if named in ("MobileBertTokenizer", "LongformerTokenizer"):
+    if named in ("MobileBertTokenizer", "LongformerTokenizer", "squeezebert", "longformer"):
         reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
         for text in SENTENCES[:3]:
             assert bertkit.load_tokenizer(tmp_path).encode(text) == reference.encode(text)

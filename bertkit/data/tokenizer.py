@@ -58,7 +58,12 @@ CONFIG_FLAGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "add
 MODEL_TYPE_TOKENIZERS = {"bert": "BertTokenizer", "distilbert": "BertTokenizer", "electra": "BertTokenizer",
                          "roberta": "RobertaTokenizer", "xlm-roberta": "XLMRobertaTokenizer",
                          "albert": "AlbertTokenizer", "deberta": "DebertaTokenizer",
-                         "deberta-v2": "DebertaV2Tokenizer", "modernbert": "TokenizersBackend"}
+                         "deberta-v2": "DebertaV2Tokenizer", "modernbert": "TokenizersBackend",
+                         # models of other kinds whose tokenizer is BERT's or RoBERTa's (a folder that
+                         # names no class: an old hub folder given as --tokenizer)
+                         **dict.fromkeys(("mobilebert", "squeezebert", "layoutlm", "megatron-bert", "convbert"),
+                                         "BertTokenizer"),
+                         **dict.fromkeys(("longformer", "bart"), "RobertaTokenizer")}
 # The transformers classes with their own __init__, and the tokenizers model each builds. From a tokenizer.json they
 # take only the vocabulary (BPE's merges too, and the Precompiled charsmap for ALBERT) and rebuild normalizer,
 # pre-tokenizer, decoder and post-processor from tokenizer_config.json, with the class's defaults where it is silent
