@@ -182,15 +182,18 @@ def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, pro
     chunks = length_batches([len(text) for text in texts], batch_size)  # similar lengths pad little
     batches = [tok([texts[i] for i in chunk], max_length=limit) for chunk in chunks]
     for chunk, batch in zip(chunks, batches):
-        for row in (~(batch["input_ids"] == tok.mask_token_id).any(1)).nonzero().flatten().tolist():
+        kept = (batch["input_ids"] == tok.mask_token_id).sum(1).tolist()  # masks in each (perhaps cut) row
+        for row in [r for r, n in enumerate(kept) if n == 0 or int(batch["attention_mask"][r].sum()) == limit]:
             i = chunk[row]
             where = f"text {i + 1} of {len(texts)}: " if len(texts) > 1 else ""
             shown = given[i] if len(given[i]) <= 80 else given[i][:60] + "..." + given[i][-17:]
             ids = tok.encode(texts[i])
-            if tok.mask_token_id in ids:
-                raise BertkitError(f"{where}its {tok.mask_token} is token {ids.index(tok.mask_token_id) + 1} of "
-                                   f"{len(ids)}, past the model's limit of {limit} tokens: {shown!r}")
-            raise BertkitError(f"{where}no {tok.mask_token} in {shown!r}")
+            masks = [k for k, t in enumerate(ids) if t == tok.mask_token_id]
+            if len(masks) > kept[row]:  # one the cut left out: no answer for it would be said silently
+                raise BertkitError(f"{where}its {tok.mask_token} at token {masks[kept[row]] + 1} of {len(ids)} lies "
+                                   f"past the model's limit of {limit} tokens: {shown!r}")
+            if not masks:
+                raise BertkitError(f"{where}no {tok.mask_token} in {shown!r}")
     if any(int(b["attention_mask"].sum(1).max()) == limit for b in batches):  # perhaps cut: count those that were
         lengths = [len(ids) + tok.frame.specials(pair=False) for ids in tok.encode_plain(texts)]
         report_truncated(sum(n > limit for n in lengths), len(texts), limit)

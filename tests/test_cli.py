@@ -114,7 +114,9 @@ def test_fill_mask_refuses_text_without_a_mask_and_models_without_a_head(mlm_dir
     assert main(["predict", "fill-mask", "--model", str(mlm_dir), "--json", long, "a [MASK] film"]) == 0
     assert "1 of 2 texts were longer than 64 tokens and were truncated" in capsys.readouterr().err
     assert main(["predict", "fill-mask", "--model", str(mlm_dir), "good " * 80 + "[MASK]"]) == 2
-    assert "its [MASK] is token 82 of 83, past the model's limit of 64 tokens" in capsys.readouterr().err
+    assert "its [MASK] at token 82 of 83 lies past the model's limit of 64 tokens" in capsys.readouterr().err
+    assert main(["predict", "fill-mask", "--model", str(mlm_dir), "a [MASK] " + "good " * 80 + "[MASK]"]) == 2
+    assert "its [MASK] at token 84 of 85 lies past" in capsys.readouterr().err  # the first kept, the second not
     assert main(["predict", "fill-mask", "--model", str(minilm_dir), "a [MASK]"]) == 2
     assert "no masked-LM head" in capsys.readouterr().err
 
