@@ -625,11 +625,12 @@ def test_qa_unanswerable_and_unfit_answers_point_at_cls(tokenizer):
         from bertkit.tasks.qa import QuestionAnswering
         features = QuestionAnswering(Windowing(16, 4, 4)).features([impossible, wide], tokenizer, (), 16, "train")
     assert all(f["start_positions"] == 0 and f["end_positions"] == 0 for f in features)
-    with pytest.raises(BertkitError, match="a doc stride of 12 must be at least 0 and below the 9 context tokens"):
+    with pytest.raises(BertkitError, match="a doc stride of 12 must be at least 0 and below the 11 context tokens"):
         windows([impossible], tokenizer, Windowing(16, 12, 4))
+    long_question = QAExample("z", " ".join(["why"] * 70), context)  # cut to max_query_length, 64
     with pytest.raises(BertkitError, match=r"max_length 64 leaves no context after 3 special tokens and a question "
-                                           r"of up to 64 tokens; raise max_length or lower max_query_length$"):
-        windows([impossible], tokenizer, Windowing(64, None, 64))  # (no default stride of -2 named)
+                                           r"of 64 tokens; raise max_length or lower max_query_length$"):
+        windows([long_question], tokenizer, Windowing(64, None, 64))  # (no default stride of -2 named)
 
 
 # ---- batches ----------------------------------------------------------------------------------

@@ -309,12 +309,16 @@ def test_evaluation_predicts_and_scores_every_question_of_a_file(tmp_path, token
 
 def test_a_short_window_without_a_stride_overlaps_half_its_context(tokenizer):
     """transformers' pipeline halves the stride of a short window; with run_qa's 128 a 128-token
-    window beside a 64-token question would hold no context at all."""
+    window beside a 64-token question would hold no context at all. The room is the one beside the
+    longest question there is, as run_qa budgets each window by its own question."""
     example = QAExample("0", "Where?", " ".join(f"word{i}" for i in range(300)))
     features, _ = windows([example], tokenizer, Windowing(max_length=128))
-    room = 128 - tokenizer.frame.specials(True) - 64  # beside a question of up to 64 tokens
-    assert len(features) > 1 and Windowing(max_length=128).stride(tokenizer.frame.specials(True)) == room // 2
+    question = len(tokenizer.encode_plain(["Where?"])[0])
+    room = 128 - tokenizer.frame.specials(True) - question
+    assert len(features) > 1 and Windowing(max_length=128).stride(tokenizer.frame.specials(True), question) == room // 2
     first, second = (f["offsets"] for f in features[:2])
     shared = sum(1 for span in second.tolist() if span in first.tolist())
     assert shared == room // 2
     assert Windowing(max_length=384).stride(3) == 128  # run_qa's where the window is long enough
+    short, _ = windows([example], tokenizer, Windowing(max_length=24, doc_stride=4))  # too short for a 64-token
+    assert len(short) > 1 and all(len(f["input_ids"]) <= 24 for f in short)  # question, not for this one

@@ -37,12 +37,14 @@ class Windowing:
     doc_stride: int | None = None  # tokens shared by consecutive windows; None: 128, at most half a window's context
     max_query_length: int = 64     # longer questions are cut
 
-    def stride(self, specials: int) -> int:
+    def stride(self, specials: int, question: int | None = None) -> int:
         """The doc stride: as given, else 128 (run_qa's), at most half the context a window holds
-        beside a question of max_query_length (as transformers' pipeline halves short windows)."""
+        beside a question of `question` tokens (default max_query_length), as transformers'
+        pipeline halves short windows."""
         if self.doc_stride is not None:
             return self.doc_stride
-        return min(128, (self.max_length - specials - self.max_query_length) // 2)
+        question = self.max_query_length if question is None else question
+        return min(128, (self.max_length - specials - question) // 2)
 
 
 def _layout(frame) -> tuple[int, int]:
@@ -64,15 +66,17 @@ def windows(examples: list[QAExample], tokenizer, w: Windowing) -> tuple[list[di
     frame = tokenizer.frame
     before, between = _layout(frame)
     specials = frame.specials(True)
-    room = w.max_length - specials - w.max_query_length  # context tokens a window holds
+    questions = tokenizer.encode_plain([e.question for e in examples])
+    # the longest question, as cut: run_qa budgets each window by its own question, not the cap
+    longest = min(w.max_query_length, max(map(len, questions), default=0))
+    room = w.max_length - specials - longest  # context tokens a window beside it holds
     if room < 1:
         raise BertkitError(f"max_length {w.max_length} leaves no context after {specials} special tokens and a "
-                           f"question of up to {w.max_query_length} tokens; raise max_length or lower max_query_length")
-    stride = w.stride(specials)
+                           f"question of {longest} tokens; raise max_length or lower max_query_length")
+    stride = w.stride(specials, longest)
     if stride < 0 or room - stride < 1:
         raise BertkitError(f"a doc stride of {stride} must be at least 0 and below the {room} context tokens a window "
-                           f"holds (max_length {w.max_length}, questions up to {w.max_query_length} tokens)")
-    questions = tokenizer.encode_plain([e.question for e in examples])
+                           f"holds (max_length {w.max_length}, the longest question {longest} tokens)")
     contexts = tokenizer.encode_offsets([e.context for e in examples])
     features, lost = [], 0
     for k, (example, question, (ids, offsets)) in enumerate(zip(examples, questions, contexts)):
