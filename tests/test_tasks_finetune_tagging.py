@@ -31,6 +31,7 @@ def write_conll(path, sentences):
     return path
 
 
+@pytest.mark.slow  # a learning run of half a minute: pytest -m slow
 def test_part_of_speech_style_tagging_learns_from_word_slash_tag_files(minilm_dir, tmp_path):
     train_file = write_tagged(tmp_path / "train.txt", tagged_sentences("train", 300))
     dev_file = write_tagged(tmp_path / "dev.txt", tagged_sentences("dev", 100))
