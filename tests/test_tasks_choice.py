@@ -57,7 +57,6 @@ def trained(minilm_dir, tmp_path_factory):
     return out, dev, untrained, metrics
 
 
-@pytest.mark.slow  # a learning run of half a minute: pytest -m slow
 def test_multiple_choice_learns_to_pick_the_real_ending(trained):
     out, dev, untrained, metrics = trained
     assert {len(e.choices) for e in dev} == {3, 4}
