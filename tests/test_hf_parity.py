@@ -476,13 +476,21 @@ def test_a_class_name_of_another_family_gives_the_head_its_ending_names(tmp_path
 
 def test_config_entries_for_other_tools_and_the_dtype_survive_a_round_trip(tmp_path):
     # Entries the encoder does not read (special-token ids, the fine-tuning task, ModernBERT's
-    # sparse_prediction) come back as the file had them, and the config says the stored dtype.
-    config = tiny_hf_config(bos_token_id=5, eos_token_id=6, sep_token_id=7, finetuning_task="sst2")
+    # sparse_prediction, a user's own) come back as the file had them, as transformers keeps every
+    # entry of a config it loads; the config says the stored dtype, and a model re-headed for
+    # another label count says its own labels.
+    config = tiny_hf_config(bos_token_id=5, eos_token_id=6, sep_token_id=7, finetuning_task="sst2",
+                            my_setting={"threshold": 0.3}, output_hidden_states=True,
+                            problem_type="single_label_classification")
     ours = bertkit.from_pretrained(_saved(hf_model("BertForSequenceClassification", config), tmp_path / "a"))
     ours.to(torch.bfloat16).save_pretrained(tmp_path / "b")
     back = transformers.AutoConfig.from_pretrained(tmp_path / "b")
     assert (back.bos_token_id, back.eos_token_id, back.sep_token_id, back.finetuning_task) == (5, 6, 7, "sst2")
+    assert back.my_setting == {"threshold": 0.3} and back.output_hidden_states
     assert back.dtype == torch.bfloat16
+    bertkit.from_pretrained(tmp_path / "a", num_labels=5).save_pretrained(tmp_path / "relabelled")
+    back = transformers.AutoConfig.from_pretrained(tmp_path / "relabelled")
+    assert back.num_labels == 5 and len(back.label2id) == 5 and back.my_setting == {"threshold": 0.3}
     modern = transformers.ModernBertConfig(**{**BASE, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
                                               "cls_token_id": 1, "sep_token_id": 2, "sparse_prediction": True})
     ours = bertkit.from_pretrained(_saved(hf_model("ModernBertForMaskedLM", modern), tmp_path / "c"))

@@ -494,6 +494,7 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
         raise BertkitError(f"{directory}: no config.json (not a Hugging Face model directory)")
     hf = read_json(config_path)
     config = config_from_hf(hf, config_path)
+    carried = carried_keys(hf, config, config_path)
     head_from_file = head == AUTO
     if head_from_file:
         head = head_from_architectures(hf, config_path)
@@ -536,16 +537,36 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
     if any((directory / f).exists() for f in TOKENIZER_FILES):  # RoBERTa's vocab.json, DeBERTa's spm.model too
         model.tokenizer = load_tokenizer(directory)
     model.companion_files = companion_files(root, inner)
-    model.carried_config = {key: hf[key] for key in CARRIED_KEYS if key in hf}
+    model.carried_config = carried
     return model.eval()
 
 
-# config.json keys that do not change an encoder's outputs but that transformers (its training
-# code, its generation and tokenizer helpers) reads: kept from the file and written back.
-CARRIED_KEYS = ("bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id", "finetuning_task",
-                "task_specific_params", "tokenizer_class", "sparse_prediction", "sparse_pred_ignore_index",
-                # a sentence-transformers CrossEncoder's score activation (older layouts keep it here)
-                "sbert_ce_default_activation_function", "sentence_transformers")
+# config.json keys never written back from the file: save_pretrained writes its own (labels,
+# architectures, dtype), or they describe weights or code a save does not keep
+NOT_CARRIED = frozenset({"architectures", "model_type", "id2label", "label2id", "num_labels", "problem_type",
+                         "dtype", "torch_dtype", "transformers_version", "_name_or_path", "_commit_hash",
+                         "auto_map", "quantization_config", "pruned_heads", "_attn_implementation",
+                         "attn_implementation"})
+
+
+def carried_keys(hf: dict, config: EncoderConfig, source: Path) -> dict:
+    """The keys of a config.json that bertkit does not read (bos/eos_token_id, finetuning_task,
+    task_specific_params, a CrossEncoder's activation, a user's own keys ...), kept to be written
+    back, as transformers keeps every key of a config it loads. A key is unread when the file
+    without it gives the same config."""
+    kept = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for key in hf:
+            if key in NOT_CARRIED:
+                continue
+            try:
+                unread = config_from_hf({k: v for k, v in hf.items() if k != key}, source) == config
+            except BertkitError:
+                unread = False
+            if unread:
+                kept[key] = hf[key]
+    return kept
 
 
 # weight files of the other layouts, which a save of model.safetensors leaves stale (shards: by pattern)
