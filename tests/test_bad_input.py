@@ -138,19 +138,35 @@ def test_library_raises_one_clear_error(case, good):
         assert w in message, (w, message)
 
 
+def _one_error_line(code, out, err, words):
+    assert code == 2
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("bertkit: error: "), err
+    assert all(w in lines[0] for w in words), lines[0]
+    assert out == ""
+
+
 @pytest.mark.parametrize("case", CASES)
-def test_cli_prints_one_line_and_exits_nonzero(case, good):
+def test_cli_prints_one_line_and_exits_nonzero(case, good, capsys, monkeypatch):
+    from bertkit.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    breaker, words = CASES[case]
+    breaker(good)
+    code = main(["info", str(good)])
+    _one_error_line(code, *capsys.readouterr(), words)
+
+
+@pytest.mark.parametrize("case", ["corrupt safetensors", "vocab.txt not UTF-8"])
+def test_the_command_in_its_own_process_prints_one_line_and_exits_nonzero(case, good):
+    # as a user's shell sees it: nothing else on stderr (import-time warnings), the exit status
     breaker, words = CASES[case]
     breaker(good)
     run = subprocess.run([sys.executable, "-m", "bertkit.cli", "info", str(good)],
                          capture_output=True, text=True, timeout=120,
                          env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
-    assert run.returncode == 2
-    assert "Traceback" not in run.stderr
-    lines = [line for line in run.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("bertkit: error: "), run.stderr
-    assert all(w in lines[0] for w in words), lines[0]
-    assert run.stdout == ""
+    _one_error_line(run.returncode, run.stdout, run.stderr, words)
 
 
 def test_hub_id_without_network_is_one_line(tmp_path, monkeypatch):
