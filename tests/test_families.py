@@ -111,10 +111,11 @@ def test_electra_pair_from_preset_names_uses_the_released_generator():
 
 def test_deberta_v3_base_bf16_on_512_tokens_is_finite_and_close_to_fp32():
     """bf16 must not overflow (dtypes follow the input): per-token cosine >= 0.999 to fp32,
-    mean |diff| <= 0.03 and max |diff| <= 0.3 on unit-scale hidden states."""
+    mean |diff| <= 0.03 and max |diff| <= 0.3 on unit-scale hidden states. (A small vocabulary:
+    building 128k random embeddings took longer than the rest.)"""
     torch.manual_seed(0)
-    model = bertkit.build("deberta-v3-base").eval()
-    ids = torch.randint(1, 128100, (2, 512))
+    model = bertkit.build(bertkit.PRESETS["deberta-v3-base"].config.replace(vocab_size=1000)).eval()
+    ids = torch.randint(1, 1000, (2, 512))
     mask = torch.ones(2, 512, dtype=torch.long)
     mask[1, 300:] = 0
     with torch.inference_mode():
