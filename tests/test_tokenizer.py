@@ -240,6 +240,12 @@ def test_deberta_v3_spm_model_equals_transformers(tmp_path, corpus_texts):
         assert ours.encode(a, b) == reference.encode(a, b)
         assert ours(a, [b])["token_type_ids"][0].tolist() == reference(a, b)["token_type_ids"]
     assert ours.mask_token_id == reference.mask_token_id and ours.vocab_size == len(reference)
+    # a save writes spm.model back, as transformers' save copies its vocab_file: the saved folder
+    # without its tokenizer.json still gives transformers the same tokenizer
+    ours.save(tmp_path / "saved", "DebertaV2Tokenizer", 512)
+    (tmp_path / "saved" / "tokenizer.json").unlink()
+    again = transformers.DebertaV2TokenizerFast.from_pretrained(tmp_path / "saved")
+    assert all(again.encode(text) == reference.encode(text) for text in HARD + SENTENCES)
 
 
 def test_tokenizer_settings_say_what_training_does():

@@ -123,6 +123,9 @@ class Tokenizer:
         self.backend.encode_special_tokens = self.config.get("split_special_tokens") is True
         self._frame: Frame | None = None
         self._continues: np.ndarray | None = None
+        # the folder's own vocabulary files (spm.model, vocab.json ...), written back as they were,
+        # as transformers' save copies a loaded tokenizer's vocab_file for tools that read it
+        self.source_files: dict[str, bytes] = {}
         # Truncation is a setting of the shared backend, on for the length of one __call__: every
         # encoding call holds this lock, so a call in another thread neither sees nor undoes it.
         self._lock = threading.Lock()
@@ -379,6 +382,10 @@ class Tokenizer:
             ordered = sorted(vocab, key=vocab.__getitem__)
             written.append(directory / "vocab.txt")
             written[-1].write_text("".join(t + "\n" for t in ordered), encoding="utf-8")
+        for name, data in getattr(self, "source_files", {}).items():  # a tokenizer pickled before had none
+            if directory / name not in written:
+                written.append(directory / name)
+                written[-1].write_bytes(data)
         return written
 
 
@@ -975,7 +982,15 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     kept = {k: v for k, v in config.items() if k in CONFIG_FLAGS}
     if isinstance(config.get("model_max_length"), int) and config["model_max_length"] > 0:
         kept["model_max_length"] = config["model_max_length"]  # sentence-transformers 6 keeps its length there
-    return Tokenizer(backend, special, kept)
+    tokenizer = Tokenizer(backend, special, kept)
+    tokenizer.source_files = {name: (directory / name).read_bytes() for name in VOCABULARY_FILES
+                              if (directory / name).is_file()}
+    return tokenizer
+
+
+# the vocabulary files of transformers' SentencePiece and BPE tokenizer classes (vocab.txt is
+# written from the vocabulary itself)
+VOCABULARY_FILES = ("spm.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json", "merges.txt")
 
 
 def check_vocab_fits(tokenizer: Tokenizer, model_vocab_size: int, type_vocab_size: int | None = None) -> None:
