@@ -6,8 +6,12 @@ hold the original id at chosen positions and -100 elsewhere. Whole-word masking 
 release) chooses whole words: a word's tokens are chosen or left together. ELECTRA's generator
 input (Clark et al., 2020) uses 85% [MASK] / 15% unchanged and also returns `masked_positions`.
 
-The number of chosen tokens in a row is rate * candidates, rounded up or down at random with the
-right odds, so the expected count is exactly rate * candidates even for short rows.
+Token masking chooses rate * candidates tokens in a row, rounded up or down at random with the
+right odds, so the expected count is exactly rate * candidates even for short rows. Whole-word
+masking chooses rate * (the row's words) words, rounded the same way: every token is then chosen
+with probability `rate`, whatever its word's length. (A budget of tokens filled word by word
+misses it: taking the word that crosses the budget overshoots, by 7 points on 32-token rows of
+long words; skipping it, as Google's script and transformers' collator do, favours short words.)
 
 N-gram masking (ALBERT, Lan et al., 2020, sec. 4.1, after SpanBERT, Joshi et al., 2019) chooses
 n-grams of 1..`max_ngram` consecutive whole words, n drawn with p(n) = (1/n) / sum_k (1/k), k up to
@@ -18,8 +22,8 @@ above. Every candidate lies in exactly one n-gram and the chosen ones are a unif
 so the expected masked fraction is exactly `rate` and the chosen n-grams' lengths follow p(n) but
 for the cut-short ones (on IMDB rows of 128 tokens: 0.551, 0.272, 0.177); n-grams never overlap or
 cross a special token. The price is a count per row that varies with the n-grams drawn (standard
-deviation 2.9 tokens around 18.9 there, against 0.5 for whole words and 4.0 for the per-token coin
-flips of Hugging Face's collator): a token budget would hold it within an n-gram of its target but
+deviation 2.9 tokens around 18.9 there, against 1.3 for whole words, 0.3 for tokens and 4.0 for
+the per-token coin flips of Hugging Face's collator): a token budget would hold it within an n-gram of its target but
 favour the n-grams that fit. google-research/albert's create_pretraining_data.py does that: it visits
 start words in random order, shortens an n-gram that would pass round(rate * tokens) and skips one
 that overlaps, so its n-grams lean short. There, as here, [MASK] / random / unchanged is decided per
@@ -251,24 +255,18 @@ class MaskingCollator:
         n = candidate.sum(1)  # (B,)
         if not n.any():
             return candidate  # nothing to choose (and no word to rank by)
-        if self.settings.max_ngram > 1:
-            # a token is in when its n-gram's first token is picked
-            starts = self.ngram_sizes(ids, candidate, words) > 0
+        if self.settings.whole_word:
+            # the units are whole words (or n-grams of them): rate * (the row's units) of them are
+            # chosen, so every token is chosen with probability `rate` whatever its word's length,
+            # and a token is in when its unit's first token is picked
+            starts = (self.ngram_sizes(ids, candidate, words) > 0 if self.settings.max_ngram > 1
+                      else self.word_starts(ids, candidate))
             return candidate & self.pick(starts, keys, words).reshape(-1)[first_of(starts)]
         k = np.floor(self.settings.rate * n + row_uniform(keys)).astype(np.int64)  # (B,)
         # rank score: the token word's high 32 bits, then the position in the low bits, so the
         # scores in a row are distinct and "the k lowest" is exact; non-candidates rank last
-        bits = words & _HIGH32
-        if self.settings.whole_word:
-            # every token ranks by its word's bits: a word's tokens are adjacent in rank order,
-            # its first token first, and the word is in when its first token is
-            start = first_of(self.word_starts(ids, candidate))  # (B, T)
-            bits = bits.reshape(-1)[start]
-        score = np.where(candidate, bits | np.arange(T, dtype=np.uint64), _NEVER)  # (B, T)
-        chosen = lowest(score, k)
-        if self.settings.whole_word:
-            chosen = candidate & chosen.reshape(-1)[start]
-        return chosen
+        score = np.where(candidate, (words & _HIGH32) | np.arange(T, dtype=np.uint64), _NEVER)  # (B, T)
+        return lowest(score, k)
 
     def ngram_sizes(self, ids: np.ndarray, candidate: np.ndarray, words: np.ndarray) -> np.ndarray:
         """(B, T) int: the words in the n-gram each token begins, 0 for the others, the rows'
@@ -287,8 +285,8 @@ class MaskingCollator:
         return sizes
 
     def pick(self, starts: np.ndarray, keys: np.ndarray, words: np.ndarray) -> np.ndarray:
-        """(B, T) bool: the chosen n-grams' first tokens, rate * (the row's n-grams) of the n-gram
-        starts (B, T), rounded at random, ranked like words by their first token's word."""
+        """(B, T) bool: the chosen units' (words' or n-grams') first tokens, rate * (the row's
+        units) of the unit starts (B, T), rounded at random, ranked by their first token's word."""
         T = starts.shape[1]
         k = np.floor(self.settings.rate * starts.sum(1) + row_uniform(keys)).astype(np.int64)  # (B,)
         return lowest(np.where(starts, (words & _HIGH32) | np.arange(T, dtype=np.uint64), _NEVER), k)
