@@ -448,6 +448,11 @@ def test_distill_from_a_checkpoint_teacher_with_chosen_layers(corpus, tmp_path, 
                     "--steps", "2") == 2
     assert "the tokenizer has 30522 tokens but the model's vocabulary has 1000" in error_line(capsys)
     assert not (tmp_path / "bad" / "job.json").exists()
+    # a checkpoint without a trained MLM head (an encoder alone, here MiniLM's) would teach random
+    # soft targets: refused
+    assert pretrain("--model", "distilbert-base", "--objective", "distill", "--teacher", str(minilm_dir),
+                    "--corpus", str(corpus), *FAST, "--out", str(tmp_path / "bad"), "--steps", "2") == 2
+    assert "has no trained masked-LM head" in error_line(capsys)
 
 
 def test_a_tokenizer_that_adds_no_special_tokens_is_one_error_line(corpus, tmp_path, capsys):

@@ -26,7 +26,6 @@ def build_objective(name: str, preset: str, teacher: str | None = None,
     """`overrides` change the model config (e.g. vocab_size to fit a tokenizer); distill's
     student copies the teacher's blocks `teacher_layers` (default: see below)."""
     from ..model import STUDENT_SETTINGS, build, build_electra_pair, student_from_teacher
-    from ..interop.hf import from_pretrained
 
     if name not in NAMES:
         raise BertkitError(f"unknown objective {name!r}; choose one of {', '.join(NAMES)}")
@@ -70,7 +69,7 @@ def build_objective(name: str, preset: str, teacher: str | None = None,
     if source in PRESETS and not Path(source).is_dir():
         teacher_model = build(source, head="mlm", **overrides)  # an untrained teacher: for trying it out
     else:
-        teacher_model = from_pretrained(source, head="mlm")
+        teacher_model = _trained_masked_lm(source)
     depth = teacher_model.config.num_layers
     # 12 layers: the released DistilBERT's choice; otherwise one layer out of two (sec. 3)
     layers = teacher_layers or (None if depth == 12 else tuple(range(0, depth, 2)))
@@ -80,3 +79,22 @@ def build_objective(name: str, preset: str, teacher: str | None = None,
                                f"indices in 0..{depth - 1} (the teacher has {depth} blocks)")
     own = {k: v for k, v in overrides.items() if k in STUDENT_SETTINGS}  # a checkpoint teacher's shape is fixed
     return Distillation(student_from_teacher(teacher_model, layers=layers, **own), teacher_model)
+
+
+def _trained_masked_lm(source: str):
+    """The teacher checkpoint with its masked-LM head. One whose file holds no trained head (a
+    plain BertModel, a sentence encoder) is refused: its soft targets would come from a random
+    vocabulary projection, which the student would then be taught to copy."""
+    import warnings
+
+    from ..interop.hf import FreshHeadWarning, from_pretrained
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FreshHeadWarning)
+        try:
+            return from_pretrained(source, head="mlm")
+        except FreshHeadWarning:
+            raise BertkitError(f"teacher {source}: the checkpoint has no trained masked-LM head (its MLM weights "
+                               "are missing), so its soft targets would be random; give a masked-LM checkpoint "
+                               "(e.g. BertForMaskedLM or BertForPreTraining)") from None
+
