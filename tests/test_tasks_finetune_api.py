@@ -171,6 +171,19 @@ def test_the_span_loss_leaves_padding_out_on_either_path(tmp_path):
     expected = theirs(**full, start_positions=starts[:1], end_positions=ends[:1]).loss
     got = SpanObjective(ours)({**full, "start_positions": starts[:1], "end_positions": ends[:1]}).loss
     assert got.item() == pytest.approx(expected.item(), rel=1e-5)
+    # positions past the width (an answer a window cut off) are left out and negative ones clamped
+    # to 0, as transformers does; one on a row's padding is refused (its loss would be infinite)
+    two = {k: v[:1].repeat(2, 1) for k, v in batch.items()}
+    T = two["input_ids"].shape[1]
+    starts, ends = torch.tensor([T + 5, 1]), torch.tensor([-3, T])
+    expected = theirs(**two, start_positions=starts, end_positions=ends).loss
+    got = SpanObjective(ours)({**two, "start_positions": starts, "end_positions": ends}).loss
+    assert got.item() == pytest.approx(expected.item(), rel=1e-5)
+    row = int(pad.any(1).nonzero()[0])
+    starts = torch.zeros(len(pad), dtype=torch.long)
+    starts[row] = int((~pad[row]).sum())  # the row's first pad position
+    with pytest.raises(bertkit.BertkitError, match=f"start_positions: row {row}'s position .* lies on padding"):
+        SpanObjective(ours)({**batch, "start_positions": starts, "end_positions": torch.zeros_like(starts)})
 
 
 # ---- the Trainer hook -------------------------------------------------------------------------

@@ -123,7 +123,9 @@ class SpanObjective(PerRow, Objective):
     softmax taken over each row's real tokens. (transformers' takes it over the padding too, whose
     logits are whatever pad tokens compute, so its loss changes with how much a batch is padded;
     with no padding the two are equal.) Padding scores -inf, so it is the same on the packed and the
-    padded path."""
+    padded path. As in transformers, a position past the row's width T (an answer a window cut
+    off) is clamped to T and left out of the loss, a negative one clamped to 0; one on a row's
+    padding is refused: its loss would be infinite."""
 
     def __init__(self, model):
         super().__init__()
@@ -137,10 +139,19 @@ class SpanObjective(PerRow, Objective):
     def forward(self, batch: dict[str, torch.Tensor], totals: dict[str, torch.Tensor] | None = None) -> Step:
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         pad = ~batch["attention_mask"].bool()                           # (B, T)
+        T = pad.shape[1]
+        positions = [batch[k].clamp(0, T) for k in ("start_positions", "end_positions")]  # (B,) each
+        for name, at in zip(("start_positions", "end_positions"), positions):
+            padded = F.pad(pad, (0, 1)).gather(1, at[:, None]).squeeze(1)  # (B,) on padding (T: ignored)
+            if padded.any():
+                row = int(padded.nonzero()[0])
+                raise BertkitError(f"{name}: row {row}'s position {int(at[row])} lies on padding (the row has "
+                                   f"{int((~pad[row]).sum())} real tokens)")
         start = out.start_logits.float().masked_fill(pad, float("-inf"))  # (B, T)
         end = out.end_logits.float().masked_fill(pad, float("-inf"))      # (B, T)
-        loss = (F.cross_entropy(start, batch["start_positions"]) + F.cross_entropy(end, batch["end_positions"])) / 2
-        exact = ((start.argmax(-1) == batch["start_positions"]) & (end.argmax(-1) == batch["end_positions"])).float()
+        loss = (F.cross_entropy(start, positions[0], ignore_index=T)
+                + F.cross_entropy(end, positions[1], ignore_index=T)) / 2
+        exact = ((start.argmax(-1) == positions[0]) & (end.argmax(-1) == positions[1])).float()
         return Step(self.by_rows(loss, batch, totals), {"loss": loss.detach(), "span_accuracy": exact.mean()})
 
 
