@@ -186,6 +186,24 @@ def test_the_span_loss_leaves_padding_out_on_either_path(tmp_path):
         SpanObjective(ours)({**batch, "start_positions": starts, "end_positions": torch.zeros_like(starts)})
 
 
+@pytest.mark.parametrize("cls_name", ["BertForMaskedLM", "BertForTokenClassification"])
+def test_token_losses_match_transformers_and_refuse_labels_on_padding(cls_name, tmp_path):
+    # A label on padding would be scored on the fast path's undefined (zero) pad positions: a
+    # loss that differs from the padded path's and transformers'. Labels elsewhere match.
+    from bertkit.objectives import MaskedLM
+
+    theirs, ours = reference_pair(cls_name, tmp_path)
+    objective = MaskedLM(ours) if cls_name == "BertForMaskedLM" else TaggingObjective(ours)
+    batch = padded_batch()
+    real = batch["attention_mask"] == 1
+    labels = torch.where(real & (torch.arange(real.shape[1]) % 3 == 1), batch["input_ids"] % 2, -100)
+    got = objective({**batch, "labels": labels}).metrics["loss" if cls_name != "BertForMaskedLM" else "mlm_loss"]
+    assert got.item() == pytest.approx(theirs(**batch, labels=labels).loss.item(), rel=1e-5)
+    labels[~real.all(1).nonzero()[0], -1] = 1
+    with pytest.raises(BertkitError, match=r"labels: row \d, position \d+ is labelled but is padding"):
+        objective({**batch, "labels": labels})
+
+
 # ---- the Trainer hook -------------------------------------------------------------------------
 def test_on_eval_hook_adds_scores_to_the_log_and_stops_training(tokenizer, tmp_path):
     model = tiny("classification", tokenizer)

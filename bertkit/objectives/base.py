@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..errors import BertkitError
+
 
 @dataclass
 class Step:
@@ -21,6 +23,21 @@ def share(mean: torch.Tensor, count, totals: dict[str, torch.Tensor] | None, nam
     if totals is None:
         return mean
     return mean * count / totals[name].clamp(min=1)
+
+
+def labelled_positions(labels: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """(B, T) bool: where `labels` (B, T) holds a label (not -100). A label on padding is refused:
+    the fast path leaves pad positions undefined (they come back as zeros), so its loss would
+    differ from the padded path's and from transformers'; label padding -100, as transformers'
+    collators do."""
+    labelled = labels != -100
+    if attention_mask is not None:
+        on_padding = labelled & (attention_mask == 0)
+        if on_padding.any():
+            row, position = (int(i) for i in on_padding.nonzero()[0])
+            raise BertkitError(f"labels: row {row}, position {position} is labelled but is padding "
+                               "(attention_mask 0); give padding the label -100")
+    return labelled
 
 
 class PerRow:

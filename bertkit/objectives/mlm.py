@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import BertkitError
-from .base import Objective, Step, share
+from .base import Objective, Step, labelled_positions, share
 
 
 def masked_lm_terms(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,7 +54,7 @@ class MaskedLM(Objective):
 
     def forward(self, batch: dict[str, torch.Tensor], totals: dict[str, torch.Tensor] | None = None) -> Step:
         labels = batch["labels"]
-        masked = labels != -100  # (B, T)
+        masked = labelled_positions(labels, batch.get("attention_mask"))  # (B, T)
         out = self.model(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"),
                          masked_positions=masked)
         loss, accuracy = masked_lm_terms(out.logits, labels[masked])  # logits (K, V)

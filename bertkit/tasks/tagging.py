@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import BertkitError
-from ..objectives.base import Objective, Step, share
+from ..objectives.base import Objective, Step, labelled_positions, share
 from .base import IGNORE, Task, label_index, model_max_length, ordered_labels, report_truncated, run_batches
 from .metrics import is_bio, tagging_scores
 from .readers import TaggedSentence, report
@@ -112,7 +112,7 @@ class TaggingObjective(Objective):
     def forward(self, batch: dict[str, torch.Tensor], totals: dict[str, torch.Tensor] | None = None) -> Step:
         logits = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()
         labels = batch["labels"]  # (B, T), -100 where there is no loss
-        scored = labels != IGNORE
+        scored = labelled_positions(labels, batch["attention_mask"])
         if not scored.any():  # nothing labelled (every word cut off): no loss, not NaN
             zero = logits.sum() * 0.0
             return Step(zero, {"loss": zero.detach(), "accuracy": zero.detach()})
