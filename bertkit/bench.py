@@ -1,10 +1,15 @@
 """`bertkit bench`: bertkit next to transformers, same weights, same batches, one process.
 
 Each workload builds a seeded bertkit model, saves it in Hugging Face format and loads that into
-transformers, so both sides hold identical weights. Runs alternate (ours, reference, ours, ...)
-after a warm-up; medians are reported and ratio = reference time / our time, so a ratio > 1
-always means bertkit is better. Before timing, each workload checks that both sides compute the
-same thing (max |diff| on real tokens, or of the loss).
+transformers, so both sides hold identical weights. Before timing, each workload checks that both
+sides compute the same thing (max |diff| on real tokens, or of the loss) and refuses the row when
+they differ beyond `TOLERANCE`: a fast wrong answer must not read as a win. Runs then alternate
+in ABBA order (ours, reference, reference, ours, ...) after a warm-up; medians are reported and
+ratio = reference time / our time, so a ratio > 1 always means bertkit is better. Each record
+also keeps what says how far to trust it: each side's range over the repeats, the repeat count
+and the load average when the row ended; `row_warnings` turns a wide range, a busy machine or a
+ratio past its ceiling into a line under the table. With --json the records are written after
+every row, so a failure or Ctrl-C late in a long run keeps those already measured.
 
 On CUDA (`--device cuda`) the same workloads run on the GPU: every timed call is bracketed by
 torch.cuda.synchronize(), and memory rows read the allocator's peak instead of the process's.
@@ -14,19 +19,22 @@ Shapes: B batch, T length.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import platform
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import torch
 
 from .errors import BertkitError
-from .files import output_file, write_text
+from .files import output_file
 from .layers import dense
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -49,6 +57,40 @@ class Record:
     # rows of plain BERT-shaped models, whose FLOPs `encoder_flops` counts exactly; else None).
     ceiling: float | None = None
     machine: str = ""  # where it ran: the CPU or GPU, bf16 support, torch and transformers versions
+    repeats: int | None = None  # timed runs per side (memory rows: one process per side)
+    # [slowest, fastest] of each side over the repeats, in `unit`: how much a median can be trusted
+    ours_range: list[float] | None = None
+    reference_range: list[float] | None = None
+    load_average: float | None = None  # the machine's 1-minute load average when the row ended
+    warnings: list[str] = field(default_factory=list)  # why this row's ratio may mislead (row_warnings)
+
+
+# How far bertkit's output may lie from transformers' before a row is refused, as a fraction of
+# the largest |value| of transformers' output (at least 1, so near-zero outputs get an absolute
+# floor). fp32 agrees to rounding: committed runs measured 1e-6..6e-6 on hidden states up to ~5
+# and ~1e-6 on losses of ~10. bf16 hidden states drift through the layers (bert-base: 0.05..0.12),
+# while a loss averages the rounding away (bf16 autocast: ~1e-5). Each bound leaves a margin of 4x
+# or more over those; wrong weights or a broken kernel miss them by orders of magnitude.
+TOLERANCE = {("hidden states", "fp32"): 1e-4, ("hidden states", "bf16"): 0.1,
+             ("loss", "fp32"): 1e-4, ("loss", "bf16"): 1e-3}
+
+# A side whose fastest and slowest runs differ by more than this fraction of its median was timed
+# through the machine's slow and fast spells: its median, and so the ratio, may not repeat.
+WIDE_SPREAD = 0.2
+
+
+def agreement(label: str, dtype: str, what: str, ours: torch.Tensor, reference: torch.Tensor) -> float:
+    """max |ours - reference|, refused (one BertkitError naming the row) beyond TOLERANCE[what,
+    dtype] times the largest |value| of `reference` (at least 1); NaN never agrees."""
+    ours, reference = ours.detach().float(), reference.detach().float()
+    diff = (ours - reference).abs().max().item()
+    bound = TOLERANCE[what, dtype]
+    tolerance = bound * max(1.0, reference.abs().max().item())
+    if not diff <= tolerance:
+        raise BertkitError(f"{label} [{dtype}]: bertkit's {what} and transformers' differ by {diff:.3g} (max |diff|), "
+                           f"beyond the tolerance {tolerance:.3g} ({bound:g} x the largest |value|, at least 1): "
+                           "the two sides do not compute the same thing, so the row is not timed")
+    return diff
 
 
 def machine(device: torch.device = CPU) -> str:
@@ -89,11 +131,27 @@ def pair(preset: str, head: str | None, dtype: torch.dtype, device: torch.device
 
     torch.manual_seed(0)
     ours = build(preset, head=head)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, quiet_loading():
         ours.save_pretrained(tmp)
         cls = getattr(transformers, architecture_name(ours.config.family, head))
         reference = cls.from_pretrained(tmp)
     return ours.to(device, dtype), reference.to(device, dtype)
+
+
+@contextlib.contextmanager
+def quiet_loading():
+    """transformers' "Loading weights" progress bar off while the reference loads: on every row it
+    would fill the bench's stderr (and a memory side's last line, which its error quotes). The
+    switch is process-wide, so it is put back as it was."""
+    from transformers.utils import logging
+
+    was_on = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            logging.enable_progress_bar()
 
 
 def padded_batch(lengths: list[int], vocab: int, pad: int, seed: int = 0,
@@ -119,14 +177,31 @@ def compare(fn_ours: Callable[[], None], fn_ref: Callable[[], None], repeats: in
 
 def alternate(fns: list[Callable[[], None]], repeats: int, device: torch.device = CPU) -> list[list[float]]:
     """Seconds of each call of each function: one warm-up call each, then `repeats` rounds of
-    one call each in turn, so that the machine's slow and fast spells fall on all of them."""
+    one call each in turn, so that the machine's slow and fast spells fall on all of them. Every
+    other round runs them in reverse (ABBA: a, b, b, a, a, b, ...), so that no function always
+    runs first, or always right after another (whose leftover cache contents, spinning threads
+    or freed memory it would meet every time)."""
     for fn in fns:
         fn()
     times = [[] for _ in fns]
-    for _ in range(repeats):
-        for fn, seconds in zip(fns, times):
+    for round_ in range(repeats):
+        turns = list(zip(fns, times))
+        for fn, seconds in turns if round_ % 2 == 0 else turns[::-1]:
             seconds.append(_seconds(fn, device))
     return times
+
+
+def timed_record(label: str, dtype: str, work: float, unit: str, ours: list[float], reference: list[float],
+                 max_abs_diff: float | None, **extra) -> Record:
+    """The record of a timed row: each side's rate (`work` per second: tokens, or a FLOP share) at
+    its median run, ratio = ours / reference (> 1: bertkit better), and each side's rate at its
+    slowest and fastest run."""
+    def rates(seconds: list[float]) -> tuple[float, list[float]]:
+        return work / statistics.median(seconds), [work / max(seconds), work / min(seconds)]
+
+    (o, o_range), (r, r_range) = rates(ours), rates(reference)
+    return Record(label, dtype, o, r, unit, o / r, max_abs_diff, repeats=len(ours), ours_range=o_range,
+                  reference_range=r_range, **extra)
 
 
 def inference(preset: str, lengths: list[int], dtype: str, repeats: int, label: str,
@@ -145,13 +220,12 @@ def inference(preset: str, lengths: list[int], dtype: str, repeats: int, label: 
     with torch.inference_mode():
         a = ours(ids, mask).last_hidden_state
         b = ref(input_ids=ids, attention_mask=mask).last_hidden_state
-        diff = (a[keep].float() - b[keep].float()).abs().max().item()
-        o, r = compare(lambda: ours(ids, mask), lambda: ref(input_ids=ids, attention_mask=mask), repeats, device)
-    tokens = int(mask.sum())
-    return Record(label, dtype, tokens / o, tokens / r, "tokens/s", r / o, diff,
-                  note=("ours compiled (Model.compile(freeze=True))" if compiled else
-                        "ours prepacked (Model.prepack())" if prepacked else ""),
-                  ceiling=inference_ceiling(ours.config, lengths, r, dtype, device))
+        diff = agreement(label, dtype, "hidden states", a[keep], b[keep])
+        o, r = alternate([lambda: ours(ids, mask), lambda: ref(input_ids=ids, attention_mask=mask)], repeats, device)
+    return timed_record(label, dtype, int(mask.sum()), "tokens/s", o, r, diff,
+                        note=("ours compiled (Model.compile(freeze=True))" if compiled else
+                              "ours prepacked (Model.prepack())" if prepacked else ""),
+                        ceiling=inference_ceiling(ours.config, lengths, statistics.median(r), dtype, device))
 
 
 def inference_ceiling(config, lengths: list[int], reference_seconds: float, dtype: str,
@@ -211,15 +285,14 @@ def mlm_training_step(preset: str, B: int, T: int, dtype: str, repeats: int, lab
         return run
 
     with torch.no_grad():
-        diff = abs(loss_ours().item() - loss_ref().item())
+        diff = agreement(label, dtype, "loss", loss_ours(), loss_ref())
     if dropout:
         for module, p in zip(dropouts, configured):
             module.p = p
-    o, r = compare(step(loss_ours, opt_ours), step(loss_ref, opt_ref), repeats, device)
-    tokens = B * T
+    o, r = alternate([step(loss_ours, opt_ours), step(loss_ref, opt_ref)], repeats, device)
     note = ("max_abs_diff is of the loss (dropout off)" + ("; ours compiled (Model.compile)" if compiled else "")
             + ("; timed with dropout on, as trained" if dropout else ""))
-    return Record(label, dtype, tokens / o, tokens / r, "tokens/s", r / o, diff, note=note)
+    return timed_record(label, dtype, B * T, "tokens/s", o, r, diff, note=note)
 
 
 def matmul_peak(tokens: int, hidden: int, intermediate: int, dtype: torch.dtype, repeats: int = 5,
@@ -299,15 +372,15 @@ def flop_utilization(preset: str, B: int, T: int, dtype: str, repeats: int, labe
     layer_flops, kernels = projection_kernels(B * T, c.hidden_size, c.intermediate_size, DTYPES[dtype], device)
     peak_layer, _ = fastest(kernels, 3, device)
     with torch.inference_mode():
-        diff = (ours(ids).last_hidden_state.float() - ref(input_ids=ids).last_hidden_state.float()).abs().max().item()
+        diff = agreement(label, dtype, "hidden states", ours(ids).last_hidden_state, ref(input_ids=ids).last_hidden_state)
         o, r, p = alternate([lambda: ours(ids, mask), lambda: ref(input_ids=ids, attention_mask=mask), peak_layer],
                             repeats, device)
     flops, peak, best = encoder_flops(c, B, T), layer_flops / statistics.median(p), layer_flops / min(p)
-    mfu_ours, mfu_ref = (100 * flops / statistics.median(t) / peak for t in (o, r))
-    return Record(label, dtype, mfu_ours, mfu_ref, "% of matmul peak", mfu_ours / mfu_ref, diff,
-                  note=f"ours prepacked; matmul peak {peak / 1e9:.0f} GFLOP/s (median, timed in turn with both "
-                       f"models); against its best run, {best / 1e9:.0f} GFLOP/s, ours "
-                       f"{100 * flops / statistics.median(o) / best:.0f}%")
+    # each run's utilization against the median peak: work = 100 * flops / peak per second
+    return timed_record(label, dtype, 100 * flops / peak, "% of matmul peak", o, r, diff,
+                        note=f"ours prepacked; matmul peak {peak / 1e9:.0f} GFLOP/s (median, timed in turn with both "
+                             f"models); against its best run, {best / 1e9:.0f} GFLOP/s, ours "
+                             f"{100 * flops / statistics.median(o) / best:.0f}%")
 
 
 def _status_kib(field: str) -> int:
@@ -321,17 +394,18 @@ def _memory_side(side: str, preset: str, B: int, T: int, device: torch.device = 
     the gradients' bytes (which both sides need alike). On CPU the memory is the process's
     resident set, whose peak counter (VmHWM) is reset just before the pass
     (/proc/self/clear_refs), so a higher peak while building or loading the model cannot hide the
-    pass's own; on CUDA it is the caching allocator's count of allocated bytes and its peak."""
+    pass's own; on CUDA it is the caching allocator's count of allocated bytes and its peak.
+    Either side's weights are made resident first (`resident`), so the baseline holds them."""
     from .model import build
 
     torch.manual_seed(0)
     model = build(preset, head="mlm")
     if side == "transformers":
         import transformers
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp, quiet_loading():
             model.save_pretrained(tmp)
             model = transformers.BertForMaskedLM.from_pretrained(tmp)
-    model.to(device).train()
+    resident(model.to(device).train())
     if side == "bertkit+checkpointing":
         model.backbone.encoder.checkpointing = True
     ids = torch.randint(1, model.config.vocab_size, (B, T), generator=torch.Generator().manual_seed(0)).to(device)
@@ -345,6 +419,24 @@ def _memory_side(side: str, preset: str, B: int, T: int, device: torch.device = 
     peak = _memory_peak(device)
     grads = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters() if p.grad is not None)
     return {"activation_mib": (peak - before - grads) / 2**20, "peak_mib": peak / 2**20}
+
+
+def resident(model: torch.nn.Module) -> torch.nn.Module:
+    """`model` with every parameter and buffer copied into memory of its own, written once.
+    transformers (5.x) leaves the weights it loads memory-mapped from the safetensors file, paged
+    in only when first read: in a memory row that is during the measured pass, so transformers'
+    whole weight size counted as its activations (bert-base MLM B=2 T=128: 809 MiB, 375 once
+    resident). bertkit's side, built and initialized in its process, is resident already; both
+    go through this, so both are measured alike. Tied weights stay tied (the same Parameter's
+    data is replaced); the mapping goes once nothing refers to it (gc)."""
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.data = parameter.data.clone()
+        for module in model.modules():
+            for name, buffer in module.named_buffers(recurse=False):
+                setattr(module, name, buffer.clone())
+    gc.collect()
+    return model
 
 
 def _memory_reset(device: torch.device) -> int:
@@ -367,9 +459,10 @@ def _memory_peak(device: torch.device) -> int:
 
 
 def activation_memory(preset: str, B: int, T: int, label: str, device: torch.device = CPU) -> list[Record]:
-    """Activation memory of a BERT MLM training step, each side in its own process (so no
-    allocator cache or earlier peak of one side counts for the other): transformers, bertkit,
-    and bertkit with activation checkpointing. ratio = transformers' MiB / ours."""
+    """Activation memory of a BERT MLM training step's forward + backward (no optimizer step),
+    each side in its own process (so no allocator cache or earlier peak of one side counts for
+    the other): transformers, bertkit, and bertkit with activation checkpointing.
+    ratio = transformers' MiB / ours."""
     import subprocess
     import sys
 
@@ -385,11 +478,12 @@ def activation_memory(preset: str, B: int, T: int, label: str, device: torch.dev
             raise BertkitError(f"memory run for {side} measured {mib[side]:.0f} MiB of activations; "
                                "the measurement is broken on this system")
     ref, ours, ckpt = mib["transformers"], mib["bertkit"], mib["bertkit+checkpointing"]
+    fwd_bwd = "one MLM forward + backward (no optimizer step), each side in its own process"
     return [
-        Record(label, "fp32", ours, ref, "MiB activations", ref / ours, None,
-               note="each side in its own process; lower is better, ratio = transformers / ours"),
+        Record(label, "fp32", ours, ref, "MiB activations", ref / ours, None, repeats=1,
+               note=f"{fwd_bwd}; lower is better, ratio = transformers / ours"),
         Record(label + ", activation checkpointing", "fp32", ckpt, ref, "MiB activations", ref / ckpt, None,
-               note=f"checkpointing cuts bertkit's activations {ours / ckpt:.1f}x"),
+               repeats=1, note=f"{fwd_bwd}; checkpointing cuts bertkit's activations {ours / ckpt:.1f}x"),
     ]
 
 
@@ -446,10 +540,85 @@ def workloads(quick: bool, repeats: int, device: torch.device = CPU) -> list[Wor
     return quick_set + full
 
 
+def selected(name: str, only: str | None) -> bool:
+    """Whether --only picks the workload `name`: TEXT anywhere in the name, or with =NAME the
+    whole name (case aside), for a row whose name begins its variants' names: "=bert-base
+    inference, 32 seqs, lengths in [16, 256]" is that row without its prepacked and compiled ones."""
+    if only is None:
+        return True
+    if only.startswith("="):
+        return name.lower() == only[1:].strip().lower()
+    return only.lower() in name.lower()
+
+
+def writable_json(path: str) -> Path:
+    """--json's path, checked before minutes of timing by creating and removing a file where it
+    will be written (its folder, or the nearest folder above that exists): output_file's
+    os.access check says yes to root everywhere, even on /proc or a read-only mount."""
+    path = output_file(path, "--json")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".probe")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise BertkitError(f"--json {path}: cannot write in {folder} ({e.strerror or e})") from None
+    return path
+
+
+def write_records(path: Path, records: list[Record]) -> None:
+    """Every record so far into `path`, atomically (a new file in the same folder, then renamed
+    over it): written after each row, so a failure or Ctrl-C later in the run keeps the rows
+    measured, and an interruption during the write leaves the previous complete list."""
+    text = json.dumps([asdict(r) for r in records], indent=2)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            umask = os.umask(0)  # mkstemp's file is private (0600); give it what a plain open would
+            os.umask(umask)
+            os.chmod(partial, 0o666 & ~umask)
+            os.replace(partial, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
+            raise
+    except OSError as e:
+        raise BertkitError(f"--json {path}: could not write it ({e.strerror or e})") from None
+
+
+def row_warnings(record: Record, cores: int) -> list[str]:
+    """Why `record`'s ratio may mislead, one phrase each: a side whose runs spread wider than
+    WIDE_SPREAD of its median, a load average above the machine's cores (other work competed
+    for them), a ratio past its ceiling (measured apart from the row's timings, so a slow spell
+    while measuring the peak, or a fast one during the row, puts the ratio past an upper bound)."""
+    said = []
+    for side, value, span in (("bertkit's", record.ours, record.ours_range),
+                              ("transformers'", record.reference, record.reference_range)):
+        if span and value and (span[1] - span[0]) / value > WIDE_SPREAD:
+            said.append(f"{side} {record.repeats} runs ranged {_amount(span[0])} to {_amount(span[1])} "
+                        f"{record.unit} ({100 * (span[1] - span[0]) / value:.0f}% of the median)")
+    if record.load_average is not None and record.load_average > cores:
+        said.append(f"load average {record.load_average:.1f} on {cores} cores: other work ran alongside")
+    if record.ceiling is not None and record.ratio > record.ceiling:
+        said.append(f"ratio {record.ratio:.2f} above its ceiling {record.ceiling:.2f} (an upper bound, measured "
+                    "apart from the timings): one of them caught a slow or fast spell")
+    return said
+
+
+def _amount(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
 def run(quick: bool, repeats: int, json_path: str | None, progress: Callable[[str], None] = print,
         only: str | None = None, dtype: str | None = None, device: str = "cpu") -> list[Record]:
-    """Run the workloads (those whose name contains `only` and whose dtype is `dtype`, when
-    given) on `device` (cpu, cuda, cuda:1, ...) and return their records."""
+    """Run the workloads (those --only picks, see `selected`, and whose dtype is `dtype`, when
+    given) on `device` (cpu, cuda, cuda:1, ...) and return their records, each with its load
+    average and warnings; with `json_path`, all records so far are written after each row."""
     from .pretraining import pick_device
 
     where = pick_device(device)
@@ -457,11 +626,14 @@ def run(quick: bool, repeats: int, json_path: str | None, progress: Callable[[st
         raise BertkitError(f"--device {device}: bench runs on cpu or cuda")
     if repeats < 1:
         raise BertkitError(f"--repeats must be at least 1, got {repeats}")
+    if only is not None and not only.strip(" ="):  # an empty --only would start the whole run
+        raise BertkitError(f"--only {only!r} names no workload: give part of a name, or =NAME for exactly one "
+                           "(bertkit bench without --only runs them all)")
     if json_path:
-        json_path = output_file(json_path, "--json")  # before minutes of timing, not after
+        json_path = writable_json(json_path)  # before minutes of timing, not after
     if dtype is not None and dtype not in DTYPES:
         raise BertkitError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    chosen = [w for w in workloads(quick, repeats, where) if (only is None or only.lower() in w.name.lower())
+    chosen = [w for w in workloads(quick, repeats, where) if selected(w.name, only)
               and (dtype is None or w.dtype == dtype)]
     skip_emulated = quick and dtype is None and where.type == "cpu" and bf16_emulated()
     if skip_emulated:  # minutes spent timing an emulation no one would train with
@@ -482,16 +654,27 @@ def run(quick: bool, repeats: int, json_path: str | None, progress: Callable[[st
     if skip_emulated:
         progress("  bf16 rows skipped: this CPU emulates bf16, and timing the emulation would take --quick "
                  "past 2 minutes (--dtype bf16 runs them anyway)")
-    records = []
-    for workload in chosen:
-        result = workload.run()
-        for record in result if isinstance(result, list) else [result]:
-            record.device, record.machine = str(where), here
-            records.append(record)
-            progress(f"  {record.name} [{record.dtype}]: ours {record.ours:,.0f} {record.unit}, "
-                     f"transformers {record.reference:,.0f}, ratio {record.ratio:.2f}")
-    if json_path:
-        write_text(json_path, json.dumps([asdict(r) for r in records], indent=2), "--json")
+    records, saved = [], 0
+    try:
+        for workload in chosen:
+            result = workload.run()
+            load = os.getloadavg()[0]
+            for record in result if isinstance(result, list) else [result]:
+                record.device, record.machine, record.load_average = str(where), here, load
+                record.warnings = row_warnings(record, os.cpu_count() or 1)
+                records.append(record)
+                progress(f"  {record.name} [{record.dtype}]: ours {record.ours:,.0f} {record.unit}, "
+                         f"transformers {record.reference:,.0f}, ratio {record.ratio:.2f}")
+            if json_path:
+                write_records(json_path, records)
+                saved = len(records)
+    except (BertkitError, KeyboardInterrupt) as e:
+        if not saved:
+            raise
+        kept = f"the {saved} record{'s' if saved > 1 else ''} measured before {'are' if saved > 1 else 'is'} in {json_path}"
+        if isinstance(e, KeyboardInterrupt):
+            raise KeyboardInterrupt(f"({kept})") from None
+        raise BertkitError(f"{e}; {kept}") from None
     return records
 
 

@@ -402,6 +402,9 @@ def cmd_bench(args) -> None:
               "machine's measured matmul peak (nothing else, no overhead): an upper bound")
     if any(r.dtype == "bf16" and r.device == "cpu" for r in records) and bench.bf16_emulated():
         print(f"this CPU: {bench.EMULATED_BF16}")
+    for r in records:  # noise, a busy machine, a ratio past its ceiling: rerun before quoting the ratio
+        if r.warnings:
+            print(f"warning: {r.name} [{r.dtype}]: {'; '.join(r.warnings)}")
     if args.json:
         print(f"records in {args.json}; as a bar chart: bertkit visualize bench {args.json}")
 
@@ -452,7 +455,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--quick", action="store_true", help="the mini-bert subset (under 2 minutes on 2 cores; "
                    "without its bf16 rows on a CPU that emulates bf16, unless --dtype bf16)")
     s.add_argument("--only", metavar="TEXT", help="run only the workloads whose name contains TEXT "
-                                                  "(e.g. 'memory', 'deberta', 'prepacked')")
+                   "(e.g. 'memory', 'deberta', 'prepacked'), or with '=NAME' only the one named exactly NAME "
+                   "(e.g. '=bert-base inference, 32 seqs, lengths in [16, 256]', without its prepacked and "
+                   "compiled variants)")
     s.add_argument("--dtype", choices=["fp32", "bf16"], help="run only this dtype's rows (memory rows are "
                    "fp32); e.g. fp32 on a CPU without bf16 hardware, where bf16 rows time an emulation")
     s.add_argument("--repeats", type=int, default=5, help="timed runs per side; medians are reported")
@@ -460,7 +465,8 @@ def parser() -> argparse.ArgumentParser:
                    "or auto (cuda when available); on CUDA every timing is synchronized and memory rows "
                    "read the CUDA allocator's peak")
     s.add_argument("--json", metavar="PATH", help="also write the records (name, dtype, ours, reference, "
-                                                  "unit, ratio, device, machine, ...) as a JSON list")
+                   "unit, ratio, device, machine, ...) as a JSON list, rewritten after each row so that a "
+                   "failed or interrupted run keeps the rows measured")
     s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser(

@@ -1,6 +1,7 @@
 """The `bertkit` command: models table, demo, info, embed and fill-mask."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -289,6 +290,215 @@ def test_quick_bench_skips_bf16_rows_only_where_bf16_is_emulated(monkeypatch):
     assert dtypes(False) == (["fp32"], True)
     assert dtypes(False, dtype="bf16") == (["bf16"], False)  # asked for: timed, emulated or not
     assert dtypes(True) == (["fp32", "bf16"], False)
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bertkit: error: "), err
+    return err[0]
+
+
+def fake_timing(monkeypatch, seconds=lambda: 1.0, peak=1e9):
+    """The bench's clock and matmul peak replaced: every timed call takes `seconds()` (the calls
+    still run once each as warm-up), so a test checks the bookkeeping, never a timing."""
+    from bertkit import bench
+
+    monkeypatch.setattr(bench, "_seconds", lambda fn, device=bench.CPU: seconds())
+    monkeypatch.setattr(bench, "matmul_peak", lambda *a, **k: peak)
+
+
+QUICK_INFERENCE = "mini-bert inference, 32 seqs, lengths in [8, 64], padded"
+
+
+def test_bench_refuses_a_row_whose_outputs_disagree(tmp_path, capsys, monkeypatch):
+    """bertkit returning noise fast is no win: each row checks both sides' outputs (hidden states
+    on real tokens, or the loss) against TOLERANCE before timing, and refuses in one line naming
+    the row, the difference and the tolerance."""
+    from bertkit import bench
+    from bertkit.errors import BertkitError
+
+    real_pair = bench.pair
+
+    def scrambled(*a, **k):  # the same work on bertkit's side, wrong weights
+        ours, reference = real_pair(*a, **k)
+        with torch.no_grad():
+            for p in ours.parameters():
+                p.copy_(torch.randn_like(p))
+        return ours, reference
+
+    monkeypatch.setattr(bench, "pair", scrambled)
+    monkeypatch.setattr(bench, "_seconds", lambda fn, device=None: pytest.fail("a disagreeing row was timed"))
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--quick", "--only", "inference", "--dtype", "fp32", "--json", str(out)]) == 2
+    line = one_error_line(capsys)
+    assert f"{QUICK_INFERENCE} [fp32]: bertkit's hidden states and transformers' differ by" in line
+    assert "beyond the tolerance" in line and not out.exists()
+    for dtype in ("fp32", "bf16"):
+        with pytest.raises(BertkitError, match=rf"tiny step \[{dtype}\]: bertkit's loss .* beyond the tolerance"):
+            bench.mlm_training_step("mini-bert", 2, 8, dtype, 1, "tiny step")
+    assert bench.TOLERANCE["hidden states", "fp32"] <= 1e-4 and bench.TOLERANCE["loss", "fp32"] <= 1e-4
+
+
+def test_bench_alternates_the_sides_abba():
+    """Every other round runs the sides in reverse, so neither always goes first."""
+    from bertkit import bench
+
+    calls = []
+    bench.alternate([lambda: calls.append("a"), lambda: calls.append("b")], 4)
+    assert "".join(calls) == "ab" + "abbaabba"  # the warm-up, then the rounds
+
+
+def test_bench_records_keep_their_spread_and_load_and_warn_under_the_table(tmp_path, capsys, monkeypatch):
+    """Each record keeps each side's range over the repeats, the repeat count and the load
+    average at the row's end; a wide range, a load above the cores and a ratio past its ceiling
+    each put a warning line under the table."""
+    from bertkit import bench
+
+    # rounds: ours 1 s, reference 2 s; reference 2, ours 2; ours 1, reference 2
+    seconds = iter([1.0, 2.0, 2.0, 2.0, 1.0, 2.0])
+    fake_timing(monkeypatch, seconds=lambda: next(seconds), peak=1.0)  # a peak that puts the ceiling near 0
+    monkeypatch.setattr(os, "getloadavg", lambda: (64.0, 1.0, 1.0))
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--quick", "--only", "inference", "--dtype", "fp32", "--repeats", "3",
+                 "--json", str(out)]) == 0
+    record, = json.loads(out.read_text())
+    tokens = record["ours"]  # the median run took 1 s
+    assert record["repeats"] == 3 and record["load_average"] == 64.0
+    assert record["ours_range"] == pytest.approx([tokens / 2, tokens])
+    assert record["reference_range"] == pytest.approx([tokens / 2, tokens / 2])
+    assert record["ratio"] == pytest.approx(2.0) and record["ceiling"] < 1
+    stdout = capsys.readouterr().out
+    warning, = [line for line in stdout.splitlines() if line.startswith("warning:")]
+    assert warning.startswith(f"warning: {QUICK_INFERENCE} [fp32]: bertkit's 3 runs ranged")
+    assert f"load average 64.0 on {os.cpu_count()} cores" in warning and "above its ceiling" in warning
+    lines = stdout.splitlines()
+    assert lines.index(warning) > max(i for i, line in enumerate(lines) if line.startswith(record["name"]))
+    assert record["warnings"] and all(w in warning for w in record["warnings"])
+    steady = bench.Record("x", "fp32", 100.0, 50.0, "tokens/s", 2.0, 0.0, ceiling=3.0, repeats=5,
+                          ours_range=[95.0, 105.0], reference_range=[49.0, 51.0], load_average=0.5)
+    assert bench.row_warnings(steady, cores=2) == []
+
+
+def test_bench_json_keeps_the_rows_measured_before_a_failure(tmp_path, capsys, monkeypatch):
+    """--json is rewritten (atomically) after each row: a failure or Ctrl-C in a later row keeps
+    the records already measured, and the exit is still one line, non-zero."""
+    from bertkit import bench
+    from bertkit.errors import BertkitError
+
+    fake_timing(monkeypatch)
+    out = tmp_path / "runs" / "bench.json"
+    for stop, code, said in [(BertkitError("memory run for transformers failed: (simulated)"), 2, "bertkit: error: "),
+                             (KeyboardInterrupt(), 130, "bertkit: interrupted")]:
+        def failing(*a, stop=stop, **k):
+            raise stop
+        monkeypatch.setattr(bench, "mlm_training_step", failing)
+        assert main(["bench", "--quick", "--dtype", "fp32", "--repeats", "1", "--json", str(out)]) == code
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(said) and f"the 1 record measured before is in {out}" in err[0]
+        assert [r["name"] for r in json.loads(out.read_text())] == [QUICK_INFERENCE]
+        assert [p.name for p in out.parent.iterdir()] == ["bench.json"]  # no temporary file left
+        out.unlink()
+
+
+def test_bench_json_tries_its_folder_before_timing(capsys, monkeypatch):
+    """Root passes os.access everywhere, /proc and read-only mounts included: --json's folder
+    is tried by creating and removing a file there, before any timing."""
+    from bertkit import bench
+
+    monkeypatch.setattr(os, "access", lambda *a, **k: True)  # what root is told
+    monkeypatch.setattr(bench, "inference", lambda *a, **k: pytest.fail("timed before trying --json's folder"))
+    assert main(["bench", "--quick", "--only", "inference", "--dtype", "fp32", "--json", "/proc/bench.json"]) == 2
+    assert "--json /proc/bench.json: cannot write in /proc" in one_error_line(capsys)
+
+
+def test_bench_only_takes_an_exact_name_and_refuses_an_empty_one(capsys, monkeypatch):
+    """--only =NAME picks the row named exactly NAME, whose name begins its variants' names;
+    --only TEXT still picks every row containing TEXT; an empty --only (which would start the
+    whole 22-minute run) is refused."""
+    from bertkit import bench
+
+    ran = []
+
+    def fake(label_at):
+        def run(*a, **k):
+            ran.append(a[label_at])
+            return bench.Record(a[label_at], "fp32", 1.0, 1.0, "tokens/s", 1.0, 0.0)
+        return run
+
+    for workload, label_at in (("inference", 4), ("mlm_training_step", 5), ("flop_utilization", 5),
+                               ("activation_memory", 3)):
+        monkeypatch.setattr(bench, workload, fake(label_at))
+    name = "bert-base inference, 32 seqs, lengths in [16, 256]"
+    bench.run(False, 1, None, progress=lambda line: None, only="=" + name, dtype="fp32")
+    assert ran == [name]
+    ran.clear()
+    bench.run(False, 1, None, progress=lambda line: None, only=name, dtype="fp32")
+    assert ran == [name, name + ", prepacked", name + ", compiled"]
+    ran.clear()
+    for empty in ("", "=", "  "):
+        assert main(["bench", "--only", empty]) == 2
+        assert "names no workload: give part of a name, or =NAME" in one_error_line(capsys)
+    assert ran == []
+
+
+def test_bench_loads_the_reference_without_progress_bars(capfd):
+    """transformers' "Loading weights" bars stay out of the bench's stderr; the switch, global
+    to the process, is put back."""
+    from transformers.utils import logging
+
+    from bertkit import bench
+
+    was_on = logging.is_progress_bar_enabled()
+    logging.enable_progress_bar()  # on, as in a user's process (an environment variable may turn them off)
+    try:
+        bench.pair("mini-bert", None, torch.float32)
+        assert "Loading weights" not in capfd.readouterr().err
+        assert logging.is_progress_bar_enabled()
+    finally:
+        if not was_on:
+            logging.disable_progress_bar()
+
+
+def file_backed(tensors: dict[str, torch.Tensor]) -> list[str]:
+    """The names of the tensors whose memory lies in a mapped file (/proc/self/maps: a mapping
+    with an inode), not in memory of the process's own."""
+    files = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] != "0":
+                low, high = (int(x, 16) for x in fields[0].split("-"))
+                files.append((low, high))
+    return [name for name, t in tensors.items()
+            if any(low <= t.untyped_storage().data_ptr() < high for low, high in files)]
+
+
+def test_bench_memory_baseline_already_holds_each_sides_weights(capfd, monkeypatch):
+    """transformers loads weights memory-mapped from the safetensors file, paged in only when
+    the pass reads them: the memory side makes every weight resident before it reads the
+    baseline, so the weights do not count as activations. Checked at the moment the baseline is
+    read, for both sides, in this process (the pass on a tiny model takes well under a second)."""
+    import bertkit.model
+    from bertkit import bench
+
+    loaded = []
+    real_build, real_load = bertkit.model.build, transformers.BertForMaskedLM.from_pretrained
+    monkeypatch.setattr(bertkit.model, "build", lambda *a, **k: loaded.append(real_build(*a, **k)) or loaded[-1])
+    monkeypatch.setattr(transformers.BertForMaskedLM, "from_pretrained",
+                        lambda *a, **k: loaded.append(real_load(*a, **k)) or loaded[-1])
+    at_baseline, real_reset = [], bench._memory_reset
+
+    def reset(device):
+        model = loaded[-1]  # the side's model: bertkit's, or transformers' loaded from it
+        at_baseline.append((type(model).__name__, file_backed(
+            {**dict(model.named_parameters()), **dict(model.named_buffers())})))
+        return real_reset(device)
+
+    monkeypatch.setattr(bench, "_memory_reset", reset)
+    for side in ("transformers", "bertkit"):
+        bench._memory_side(side, "mini-bert", 2, 16)
+    assert at_baseline == [("BertForMaskedLM", []), ("Model", [])]
+    assert "Loading weights" not in capfd.readouterr().err
 
 
 @pytest.mark.slow  # two subprocesses, each importing torch and transformers: pytest -m slow

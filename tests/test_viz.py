@@ -406,10 +406,24 @@ def test_bench_picture_draws_each_records_ratio_and_ceiling(tmp_path, capsys, mo
     ('[{"name": "x", "dtype": "fp32"}]', "record 1 has no ratio"),
     ('[{"name": "x", "dtype": "fp32", "ratio": 1}, 3]', "record 2 is not an object"),
     ('[{"name": "x", "dtype": "fp32", "ratio": -1}]', "ratio must be a positive number"),
+    # hand-made files: each one line naming the file, the record and the key, never a traceback
+    (b'\xff\xfe[\x00', "bench.json, line 1: not UTF-8 text"),
+    ('[{"name": "x", "dtype": "fp32", "ratio": Infinity}]', "record 1 (x): ratio must be a positive number"),
+    ('[{"name": "x", "dtype": "fp32", "ratio": 1e308}]', "record 1 (x): ratio must be a positive number"),
+    ('[{"name": "x", "dtype": "fp32", "ratio": true}]', "record 1 (x): ratio must be a positive number (finite, "
+                                                        "at most 1e+09), got true"),
+    ('[{"name": "x", "dtype": "fp32", "ratio": 1.5, "ceiling": Infinity}]',
+     "record 1 (x): ceiling must be a positive number (finite, at most 1e+09) or null, got Infinity"),
+    ('[{"name": "x", "dtype": {"a": 1}, "ratio": 1.5}]', 'record 1: dtype must be a non-empty string, got {"a": 1}'),
+    ('[{"name": "x", "dtype": "fp32", "ratio": 1.5}, {"name": null, "dtype": "fp32", "ratio": 1.5}]',
+     "record 2: name must be a non-empty string, got null"),
+    ('[{"name": "x", "dtype": "fp32", "ratio": 1.5, "machine": ["a"]}]', "record 1 (x): machine must be a string"),
 ])
 def test_bench_picture_refuses_bad_records_in_one_line(content, message, tmp_path, capsys):
     path = tmp_path / "bench.json"
-    if content is not None:
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
         path.write_text(content)
     assert main(["visualize", "bench", str(path), "--out", str(tmp_path / "o")]) == 2
     assert message in one_error_line(capsys) and not (tmp_path / "o").exists()

@@ -8,9 +8,11 @@ the bar: how much of what this machine allows the bar reaches.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from ..errors import BertkitError
+from ..files import read_text, shown
 from . import figure as F
 
 NEEDED = ("name", "dtype", "ratio")
@@ -19,13 +21,15 @@ OTHER_COLOUR = "#756bb1"
 
 
 def read_records(path: Path) -> list[dict]:
-    """The records `bertkit bench --json PATH` wrote: a JSON list of objects with at least
-    name, dtype and a positive ratio; one clear error naming the file and the record otherwise."""
+    """The records `bertkit bench --json PATH` wrote: a JSON list of objects with at least a
+    name and a dtype (non-empty strings) and a ratio (a finite positive number); a ceiling, a
+    device and a machine, where present, of their kinds. A hand-made or damaged file gets one
+    clear error naming the file, the record and the key, not a traceback from the drawing."""
     path = Path(path)
     if not path.is_file():
         raise BertkitError(f"{path}: no such file (write one with bertkit bench --json {path})")
     try:
-        records = json.loads(path.read_text())
+        records = json.loads(read_text(path))
     except json.JSONDecodeError as e:
         raise BertkitError(f"{path}: not JSON (line {e.lineno}: {e.msg})") from None
     if not isinstance(records, list) or not records:
@@ -36,14 +40,32 @@ def read_records(path: Path) -> list[dict]:
         missing = [k for k in NEEDED if k not in r]
         if missing:
             raise BertkitError(f"{path}: record {n} has no {', '.join(missing)}")
-        if not isinstance(r["ratio"], (int, float)) or not r["ratio"] > 0:
-            raise BertkitError(f"{path}: record {n} ({r['name']}): ratio must be a positive number, got {r['ratio']!r}")
+        for key in ("name", "dtype"):
+            if not isinstance(r[key], str) or not r[key].strip():
+                raise BertkitError(f"{path}: record {n}: {key} must be a non-empty string, got {shown(json.dumps(r[key]))}")
+        if not _positive(r["ratio"]):
+            raise BertkitError(f"{path}: record {n} ({shown(r['name'])}): ratio must be a positive number "
+                               f"(finite, at most {LARGEST:g}), got {shown(json.dumps(r['ratio']))}")
+        if r.get("ceiling") is not None and not _positive(r["ceiling"]):
+            raise BertkitError(f"{path}: record {n} ({shown(r['name'])}): ceiling must be a positive number "
+                               f"(finite, at most {LARGEST:g}) or null, got {shown(json.dumps(r['ceiling']))}")
+        for key in ("device", "machine"):
+            if r.get(key) is not None and not isinstance(r[key], str):
+                raise BertkitError(f"{path}: record {n} ({shown(r['name'])}): {key} must be a string, "
+                                   f"got {shown(json.dumps(r[key]))}")
     return records
 
 
-def _ceiling(record: dict) -> float | None:
-    c = record.get("ceiling")
-    return c if isinstance(c, (int, float)) and c > 0 else None
+# Past this a ratio is no measurement (bench's are ~0.1 to ~100, data_pipeline's up to ~1e4), and
+# near float's limit the axis itself overflows
+LARGEST = 1e9
+
+
+def _positive(value) -> bool:
+    """A finite number in (0, LARGEST]; JSON's true and false are Python bools, which are ints,
+    and Infinity and NaN parse as floats, so each is refused by name."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and 0 < value <= LARGEST)
 
 
 def plot_bench(records: list[dict], path: Path, subtitle: str = "") -> Path:
@@ -54,18 +76,18 @@ def plot_bench(records: list[dict], path: Path, subtitle: str = "") -> Path:
     fig = F.figure(10.0, height)
     ax = fig.subplots()
     y = list(range(len(records)))[::-1]  # the first record on top, as the table prints it
-    top = max(max(r["ratio"], _ceiling(r) or 0) for r in records)
+    top = max(max(r["ratio"], r.get("ceiling") or 0) for r in records)
     for i, r in zip(y, records):
         colour = DTYPE_COLOURS.get(r["dtype"], OTHER_COLOUR)
         ax.barh(i, r["ratio"], color=colour, height=0.7)
         inside = r["ratio"] > 0.12 * top  # the value inside the bar's end, clear of a ceiling mark
         ax.text(r["ratio"] - 0.01 * top if inside else r["ratio"], i, f" {r['ratio']:.2f} ", va="center",
                 ha="right" if inside else "left", color="white" if inside else "black", fontsize=7.5)
-        if _ceiling(r):
-            ax.plot([_ceiling(r)] * 2, [i - 0.38, i + 0.38], color="black", lw=1.4)
+        if r.get("ceiling"):
+            ax.plot([r["ceiling"]] * 2, [i - 0.38, i + 0.38], color="black", lw=1.4)
     ax.axvline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xlim(0, top * 1.15)
-    labels = [f"{r['name']} [{r['dtype']}]" + (f" ({r['device']})" if r.get("device", "cpu") != "cpu" else "")
+    labels = [f"{r['name']} [{r['dtype']}]" + (f" ({r['device']})" if (r.get("device") or "cpu") != "cpu" else "")
               for r in records]
     ax.set_yticks(y, labels, fontsize=7.5)
     ax.set_xlabel("ratio, bertkit / transformers (> 1: bertkit better; dashed: even; black mark: ceiling)",
