@@ -295,6 +295,23 @@ def test_trained_tokenizers_round_trip_through_transformers(kind, lowercase, cor
         assert bertkit.load_tokenizer(out / "vocab.txt").encode(text) == ids
 
 
+@pytest.mark.parametrize("family, model_type", [("albert", "albert"), ("bert", "bert"), ("deberta-v3", "deberta-v2"),
+                                               ("roberta", "roberta")])
+def test_a_trained_tokenizer_gives_transformers_the_pairs_segments(family, model_type, corpus_texts, tmp_path):
+    # what `bertkit pretrain` saves: ALBERT's trained Unigram is saved generic (AlbertTokenizer
+    # would rebuild it otherwise), and transformers' generic class returns no token_type_ids unless
+    # the saved config lists them: a pair's second text reached the model as segment 0
+    from bertkit.interop.hf_names import FAMILIES
+
+    tok = train_tokenizer(corpus_texts[:300], TokenizerSettings.for_family(family, vocab_size=800))
+    tok.save(tmp_path, FAMILIES[model_type].tokenizer_class, 128)
+    reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    pair = reference("the film", "was good")
+    ours = tok(["the film"], ["was good"])
+    assert pair["input_ids"] == ours["input_ids"][0].tolist()
+    assert pair.get("token_type_ids", [0] * len(pair["input_ids"])) == ours["token_type_ids"][0].tolist()
+
+
 def test_a_wordpiece_vocabulary_trained_twice_is_the_same(corpus_texts):
     # The trainer orders its alphabet and tied pieces by hash, differently on every run; the ids
     # must not follow (a run's tokenizer is cached, but a fresh cache or machine trains it again).

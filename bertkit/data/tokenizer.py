@@ -295,6 +295,13 @@ class Tokenizer:
     def __len__(self) -> int:
         return self.vocab_size
 
+    def _pairs_have_segments(self) -> bool:
+        """Whether a pair's framing gives some token a segment id other than 0."""
+        try:
+            return any(type_id != 0 for _, type_id in self.frame.pair)
+        except BertkitError:  # a post-processor the data pipeline does not read: transformers reads it as is
+            return False
+
     # ---- what the data pipeline needs ------------------------------------------------------
     @property
     def frame(self) -> Frame:
@@ -374,6 +381,10 @@ class Tokenizer:
                     for keep in (False, True)] if tokenizer_class == "AlbertTokenizer" else [config])
         config = next((c for c in choices if _rebuilds_alike(self.backend, tokenizer_class, c, self.special_tokens)),
                       {**config, "tokenizer_class": GENERIC_TOKENIZER_CLASS})
+        if config["tokenizer_class"] == GENERIC_TOKENIZER_CLASS and self._pairs_have_segments():
+            # the generic class returns no token_type_ids unless told to: a pair's second text
+            # would reach the model as segment 0 (an ALBERT pre-trained with SOP on segment 1)
+            config["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
         written[1].write_text(json.dumps(config, indent=2) + "\n")
         specials_map = {**self.special_tokens, **({"additional_special_tokens": extra} if extra else {})}
         written[2].write_text(json.dumps(specials_map, indent=2) + "\n")
