@@ -231,6 +231,25 @@ def test_a_resumed_run_equals_an_uninterrupted_one_bit_for_bit(reviews, tokenize
         assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x), name
 
 
+@pytest.mark.parametrize("name", ["electra-small", "electra-base", "electra-large"])
+def test_an_electra_generator_keeps_its_presets_fraction_of_an_overridden_width(name):
+    # Without overrides the pair is the two presets; a narrower discriminator (a small test run,
+    # --override hidden_size=...) keeps a generator that fraction of its width, with its head
+    # size, not one as wide as itself (Clark et al., 2020, sec. 3.2: 1/4 to 1/2 works best).
+    from bertkit.models.electra import GENERATOR_FOR
+
+    with torch.device("meta"):
+        preset = build_objective("rtd", name)
+        narrow = build_objective("rtd", name, hidden_size=384, num_heads=6, intermediate_size=1536, num_layers=2)
+    assert preset.generator.config == bertkit.PRESETS[GENERATOR_FOR[name]].config
+    assert preset.discriminator.config == bertkit.PRESETS[name].config
+    full, small = bertkit.PRESETS[name].config, bertkit.PRESETS[GENERATOR_FOR[name]].config
+    g, d = narrow.generator.config, narrow.discriminator.config
+    assert (d.hidden_size, d.num_heads, g.num_layers) == (384, 6, 2)
+    assert g.hidden_size / d.hidden_size == pytest.approx(small.hidden_size / full.hidden_size, abs=0.1)
+    assert g.hidden_size // g.num_heads == 64 and g.intermediate_size == 4 * g.hidden_size
+
+
 def test_rtd_fits_electra_and_deberta_v3_presets_only():
     small = dict(TINY, vocab_size=200)
     electra = build_objective("rtd", "electra-small", **{k: v for k, v in small.items() if k != "position_buckets"})
