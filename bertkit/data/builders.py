@@ -14,8 +14,9 @@
   swapped half the time (label 1 = swapped).
 - "segments" (ELECTRA, Clark et al., 2020; ExampleBuilder in the released
   build_pretraining_dataset.py): whole sentences of one document up to the length, framed as
-  A and B with no label. 10% of examples are one segment (as single-text tasks are); the others
-  give A the first sentences up to about half the target and B the rest. 5% aim for a random
+  A and B with no label. 10% of examples aim for one segment (as single-text tasks are); the
+  others give A the first sentences up to about half the target and B the rest (a chunk of one
+  sentence is one segment whatever it aims for, so more than 10% are). 5% aim for a random
   shorter length. B's tokens have segment id 1, so the type-1 embedding that fine-tuned pair
   tasks read is trained (packed rows, all type 0, would leave it at its initialization). One
   change: the script can put a short sentence back into A after B has begun (its test for A does
