@@ -288,12 +288,16 @@ TRAIN_KEYS = ("steps", "time_budget", "lr", "warmup", "schedule", "weight_decay"
               "compile", "progress")
 
 
-def _train_values(values: dict, where: str) -> dict:
-    """TrainSettings values typed; a time budget may be written as a duration ("10m")."""
+def _train_values(values: dict, where: str, loss: dict) -> dict:
+    """TrainSettings values typed; a time budget may be written as a duration ("10m"). The
+    objectives' loss settings (LossSettings: temperature, rtd_weight ...) among them go, typed,
+    into `loss`."""
+    from .objectives.registry import LOSS_FIELDS, LossSettings
     from .options import seconds, typed
     from .train import TrainSettings
 
-    values = dict(values)
+    loss.update(typed(LossSettings, {k: v for k, v in values.items() if k in LOSS_FIELDS}, where))
+    values = {k: v for k, v in values.items() if k not in LOSS_FIELDS}
     budget = values.pop("time_budget", "absent")
     out = typed(TrainSettings, values, where)
     if budget != "absent":
@@ -309,7 +313,7 @@ def pretrain_job(args):
     from .pretraining import PretrainJob, saved_job
 
     given = vars(args)
-    job, train, architecture = {}, {}, {}
+    job, train, architecture, loss = {}, {}, {}, {}
     if given.get("config"):
         data = dict(read_config(args.config))
         train = data.pop("train", None) or {}
@@ -319,10 +323,10 @@ def pretrain_job(args):
                 raise BertkitError(f"{args.config}: [{name}] must be a table of settings")
         _check_top_level(data, args.config)
         job = typed(PretrainJob, data, str(args.config)) if data else {}
-        train = _train_values(train, f"{args.config} [train]")
+        train = _train_values(train, f"{args.config} [train]", loss)
     job.update(typed(PretrainJob, {k: given[k] for k in JOB_KEYS if k in given}, "flags"))
-    train.update(_train_values({k: given[k] for k in TRAIN_KEYS if k in given}, "flags"))
-    train.update(_train_values(key_values(given.get("set") or [], "--set"), "--set"))
+    train.update(_train_values({k: given[k] for k in TRAIN_KEYS if k in given}, "flags", loss))
+    train.update(_train_values(key_values(given.get("set") or [], "--set"), "--set", loss))
     if architecture or given.get("override"):
         from .model import get_preset  # registers the presets
 
@@ -331,13 +335,14 @@ def pretrain_job(args):
             architecture = typed(config_type, architecture, f"{args.config} [architecture]")
         architecture.update(typed(config_type, key_values(given.get("override") or [], "--override"), "--override"))
     if job.get("resume"):  # what is not given again comes from the run itself, not from the defaults
-        saved = saved_job(PretrainJob(**job, train=train, architecture=architecture).out_dir)
+        saved = saved_job(PretrainJob(**job, train=train, architecture=architecture, loss=loss).out_dir)
         if saved is not None:
-            job = {**typed(PretrainJob, {k: v for k, v in saved.items() if k not in ("train", "architecture")},
+            job = {**typed(PretrainJob, {k: v for k, v in saved.items() if k not in ("train", "architecture", "loss")},
                            "job.json"), **job}
             train = {**saved.get("train", {}), **train}
             architecture = {**saved.get("architecture", {}), **architecture}
-    return PretrainJob(**job, train=train, architecture=architecture)
+            loss = {**saved.get("loss", {}), **loss}
+    return PretrainJob(**job, train=train, architecture=architecture, loss=loss)
 
 
 def _check_top_level(data: dict, path) -> None:
@@ -541,7 +546,8 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
                    "20 in a row stop the run)")
     g.add_argument("--set", action="append", metavar="KEY=VALUE", default=S,
                    help="any other training setting, typed; repeatable. AdamW runs with RoBERTa's betas=0.9,0.98 "
-                   "and eps=1e-6 unless set (BERT's: betas=0.9,0.999 eps=1e-6)")
+                   "and eps=1e-6 unless set (BERT's: betas=0.9,0.999 eps=1e-6). Also the objective's loss "
+                   "weights: distill's temperature=2 alpha_ce=5 alpha_mlm=2 alpha_cos=1, rtd's rtd_weight=50")
     g = s.add_argument_group("output")
     g.add_argument("--out", default=S, help="run directory (default runs/MODEL-OBJECTIVE)")
     g.add_argument("--resume", action="store_true", default=S,

@@ -66,12 +66,14 @@ class PretrainJob:
     resume: bool = False
     train: dict[str, Any] = dataclasses.field(default_factory=dict)         # TrainSettings fields
     architecture: dict[str, Any] = dataclasses.field(default_factory=dict)  # model config overrides
+    loss: dict[str, Any] = dataclasses.field(default_factory=dict)          # objectives.LossSettings fields
 
     def __post_init__(self) -> None:
-        from .objectives.registry import NAMES
+        from .objectives.registry import NAMES, check_loss
 
         if self.objective not in NAMES:
             raise BertkitError(f"unknown objective {self.objective!r}; choose one of {', '.join(NAMES)}")
+        check_loss(self.objective, self.loss)
         for name, value, choices in (("backend", self.backend, BACKENDS), ("precision", self.precision, PRECISIONS)):
             if value not in choices:
                 raise BertkitError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
@@ -319,7 +321,7 @@ def _pretrain(job: PretrainJob) -> Path:
         settings = dataclasses.replace(settings, bf16=True)
     torch.manual_seed(settings.seed)  # the initial weights
     objective = build_objective(job.objective, job.model, teacher=job.teacher, teacher_layers=job.teacher_layers,
-                                **architecture)
+                                loss=job.loss, **architecture)
     models = objective.models()
     max_length = _max_length(job, models)
     for model in models.values():  # a distilled student has its teacher's vocabulary, whatever --tokenizer gives

@@ -478,3 +478,27 @@ def test_a_run_whose_held_out_loss_is_not_finite_still_reports(corpus, tmp_path,
     assert metrics["skipped_steps"] >= 1 and metrics["mlm_loss"] is None  # the weights are gone: said, not hidden
     printed = capsys.readouterr().out
     assert "mlm_loss n/a" in printed and f"skipped steps (non-finite loss): {metrics['skipped_steps']}" in printed
+
+
+def test_loss_settings_reach_the_objective_and_are_refused_for_another(capsys, tmp_path):
+    # distill's temperature and term weights and rtd's discriminator weight are --set like any
+    # training setting, kept in job.json (so --resume keeps them), and refused for an objective
+    # that has no such term
+    from bertkit.cli import parser, pretrain_job
+    from bertkit.objectives import build_objective
+
+    job = pretrain_job(parser().parse_args(["pretrain", "--model", "distilbert-base", "--objective", "distill",
+                                            "--teacher", "bert-base", "--set", "temperature=4", "--set",
+                                            "alpha_cos=0", "--set", "lr=1e-4"]))
+    assert job.loss == {"temperature": 4.0, "alpha_cos": 0.0} and job.train["lr"] == 1e-4
+    assert job.record()["loss"] == job.loss
+    tiny = dict(num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64, vocab_size=100)
+    distill = build_objective("distill", "distilbert-base", teacher="bert-base", loss=job.loss, **tiny)
+    rtd = build_objective("rtd", "electra-small", loss={"rtd_weight": 20}, **tiny)
+    assert (distill.temperature, distill.alpha_cos, distill.alpha_ce) == (4.0, 0.0, 5.0) and rtd.weight == 20
+    assert pretrain("--set", "temperature=4", "--out", str(tmp_path / "x")) == 2
+    assert "temperature is a setting of objective distill, not mlm" in error_line(capsys)
+    assert pretrain("--model", "distilbert-base", "--objective", "distill", "--teacher", "bert-base",
+                    "--set", "temperature=0", "--out", str(tmp_path / "x")) == 2
+    assert "temperature must be a finite number above 0, got 0.0" in error_line(capsys)
+    assert not (tmp_path / "x").exists()

@@ -12,6 +12,9 @@ hub id or preset; default an untrained bert-base, for trying the objective out).
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, fields
+
 from ..errors import BertkitError
 from .base import Objective
 from .distill import Distillation
@@ -21,14 +24,50 @@ from .rtd import ReplacedTokenDetection
 NAMES = ("mlm", "mlm+nsp", "mlm+sop", "rtd", "distill")
 
 
+@dataclass(frozen=True)
+class LossSettings:
+    """The weights inside an objective's loss (`bertkit pretrain --set temperature=4`, or in a
+    job file's [train] table): distill's temperature and the weights of its soft-target, MLM and
+    cosine terms (DistilBERT's released script: 2, 5, 2, 1), and rtd's weight of the
+    discriminator's loss against the generator's (ELECTRA's lambda, 50)."""
+    temperature: float = 2.0
+    alpha_ce: float = 5.0
+    alpha_mlm: float = 2.0
+    alpha_cos: float = 1.0
+    rtd_weight: float = 50.0
+
+
+LOSS_KEYS = {"distill": ("temperature", "alpha_ce", "alpha_mlm", "alpha_cos"), "rtd": ("rtd_weight",)}
+LOSS_FIELDS = tuple(f.name for f in fields(LossSettings))
+
+
+def check_loss(name: str, loss: dict) -> None:
+    """Refuse a loss setting objective `name` does not have, and values that make no loss: a
+    temperature must be positive and a weight at least 0 (all finite)."""
+    for key, value in loss.items():
+        if key not in LOSS_KEYS.get(name, ()):
+            owner = next((o for o, keys in LOSS_KEYS.items() if key in keys), None)
+            raise BertkitError(f"{key} is a setting of objective {owner}, not {name}" if owner else
+                               f"unknown loss setting {key!r}; known: {', '.join(LOSS_FIELDS)}")
+        if not (isinstance(value, (int, float)) and math.isfinite(value)) or value < 0 or \
+                (key == "temperature" and value == 0):
+            raise BertkitError(f"{key} must be a finite number {'above' if key == 'temperature' else 'of at least'} 0, "
+                               f"got {value!r}")
+
+
 def build_objective(name: str, preset: str, teacher: str | None = None,
-                    teacher_layers: tuple[int, ...] | None = None, **overrides) -> Objective:
+                    teacher_layers: tuple[int, ...] | None = None, loss: dict | None = None,
+                    **overrides) -> Objective:
     """`overrides` change the model config (e.g. vocab_size to fit a tokenizer); distill's
-    student copies the teacher's blocks `teacher_layers` (default: see below)."""
+    student copies the teacher's blocks `teacher_layers` (default: see below); `loss` sets the
+    objective's LossSettings (those LOSS_KEYS gives it)."""
     from ..model import STUDENT_SETTINGS, build, build_electra_pair, student_from_teacher
 
     if name not in NAMES:
         raise BertkitError(f"unknown objective {name!r}; choose one of {', '.join(NAMES)}")
+    loss = dict(loss or {})
+    check_loss(name, loss)
+    weight = {"weight": loss.pop("rtd_weight")} if "rtd_weight" in loss else {}
     if name == "mlm":
         return MaskedLM(build(preset, head="mlm", **overrides))
     if name in ("mlm+nsp", "mlm+sop"):
@@ -50,13 +89,13 @@ def build_objective(name: str, preset: str, teacher: str | None = None,
         if preset in V3_PRESETS:
             from .gdes import build_pair
 
-            return ReplacedTokenDetection(*build_pair(get_preset(preset).config.replace(**overrides)))
+            return ReplacedTokenDetection(*build_pair(get_preset(preset).config.replace(**overrides)), **weight)
         if preset not in GENERATOR_FOR:
             fits = ", ".join(sorted(GENERATOR_FOR) + list(V3_PRESETS))
             raise BertkitError("objective rtd trains an ELECTRA pair or a DeBERTa-v3 pair (gradient-disentangled "
                                f"embedding sharing); choose one of {fits}")
         disc = get_preset(preset).config.replace(**overrides)
-        return ReplacedTokenDetection(*build_electra_pair(disc, generator_config(preset, disc, overrides)))
+        return ReplacedTokenDetection(*build_electra_pair(disc, generator_config(preset, disc, overrides)), **weight)
     # distill: the student's shape comes from the teacher (every other layer, sec. 3)
     from pathlib import Path
 
@@ -77,7 +116,7 @@ def build_objective(name: str, preset: str, teacher: str | None = None,
             raise BertkitError(f"teacher layers {','.join(map(str, teacher_layers))}: give increasing block "
                                f"indices in 0..{depth - 1} (the teacher has {depth} blocks)")
     own = {k: v for k, v in overrides.items() if k in STUDENT_SETTINGS}  # a checkpoint teacher's shape is fixed
-    return Distillation(student_from_teacher(teacher_model, layers=layers, **own), teacher_model)
+    return Distillation(student_from_teacher(teacher_model, layers=layers, **own), teacher_model, **loss)
 
 
 def _trained_masked_lm(source: str):
