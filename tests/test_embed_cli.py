@@ -1,7 +1,8 @@
 """`bertkit embed` and `embed()` given a model directory run it as the tool that made it does:
-sentence-transformers' max_seq_length and Pooling module (checked against sentence-transformers
-itself), a fine-tuned model's task.json length; a cut text is counted in one warning; a bad
---max-length is one error line. And `save_pretrained` onto a file is one error line."""
+sentence-transformers' max_seq_length, Pooling module, truncate_dim, the module folder it runs and
+the module types it accepts (checked against sentence-transformers itself), a fine-tuned model's
+task.json length; a cut text is counted in one warning; a bad --max-length is one error line. And
+`save_pretrained` onto a file is one error line."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 
 import bertkit
 from bertkit.cli import main
+from conftest import randomize
 from bertkit.errors import BertkitError
 from bertkit.tasks import embed, search
 from tasks_support import add_dense, copy_of
@@ -32,6 +34,29 @@ def reference(directory, texts) -> torch.Tensor:
     from sentence_transformers import SentenceTransformer
 
     return torch.as_tensor(SentenceTransformer(str(directory), device="cpu").encode(texts, convert_to_numpy=True))
+
+
+def st_folder(minilm_dir, path, pooling="mean", after=(), seed=0, max_seq_length=48, **settings):
+    """A small sentence-transformers folder that sentence-transformers writes itself: a random
+    2-layer, 32-wide BERT with MiniLM's tokenizer, its Pooling module (`pooling`), the modules
+    `after` it (Dense, Normalize ...) and SentenceTransformer's `settings` (truncate_dim ...)."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from transformers import BertConfig, BertModel
+
+    base = path.parent / f"{path.name}-base"
+    bert = BertModel(BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                intermediate_size=64, max_position_embeddings=64))
+    randomize(bert, seed)
+    bert.save_pretrained(base)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(minilm_dir / name, base / name)
+    modules = [Transformer(str(base), max_seq_length=max_seq_length), Pooling(32, pooling_mode=pooling), *after]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        SentenceTransformer(modules=modules, device="cpu", **settings).save(str(path))
+    return path
 
 
 def cli_vectors(capsys, *argv) -> tuple[torch.Tensor, str]:
@@ -73,7 +98,10 @@ def test_the_directorys_pooling_module_is_used(minilm_dir, tmp_path, capsys):
     expected = reference(folder, [SHORT, LONG])
     got = embed(folder, [SHORT, LONG])
     assert cosine(got, expected).min() > 0.9999
-    assert cosine(embed(folder, [SHORT], pooling="mean"), expected[:1]).item() < 0.99  # an explicit choice wins
+    with pytest.warns(UserWarning, match=f"^pooling mean replaces the cls pooling of {pooling}; "
+                                         "the vectors are not sentence-transformers' for this folder$"):
+        chosen = embed(folder, [SHORT], pooling="mean")  # an explicit choice wins, said once
+    assert cosine(chosen, expected[:1]).item() < 0.99
     capsys.readouterr()
     cli, _ = cli_vectors(capsys, "--model", folder, SHORT)  # the command follows the folder too
     assert cosine(cli, expected[:1]).item() > 0.9999
@@ -81,7 +109,8 @@ def test_the_directorys_pooling_module_is_used(minilm_dir, tmp_path, capsys):
     pooling.write_text(json.dumps({**config, "pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": True}))
     with pytest.raises(BertkitError, match="1_Pooling/config.json: pooling mode max is not one bertkit has"):
         embed(folder, [SHORT])
-    assert embed(folder, [SHORT], pooling="mean").shape == (1, 384)
+    with pytest.warns(UserWarning, match="pooling mean replaces the max pooling of"):
+        assert embed(folder, [SHORT], pooling="mean").shape == (1, 384)
 
 
 @QUIET
@@ -166,7 +195,7 @@ def test_dense_modules_after_pooling_run_as_in_sentence_transformers(minilm_dir,
      "linear.bias has shape (8,), expected (9,)"),
     (lambda f: (f / "modules.json").write_text(json.dumps(
         json.loads((f / "modules.json").read_text()) + [{"path": "x", "type": "sentence_transformers.models.LSTM"}])),
-     "module 'LSTM' is not one bertkit runs"),
+     "module type 'sentence_transformers.models.LSTM' is not one bertkit runs"),
 ])
 def test_sentence_transformers_modules_bertkit_cannot_run_are_one_error(change, message, minilm_dir, tmp_path):
     folder = copy_of(minilm_dir, tmp_path)
@@ -341,3 +370,143 @@ def test_a_folder_keeping_its_transformer_in_a_subfolder_loads_and_saves_as_sent
     assert json.loads((tmp_path / "saved" / "modules.json").read_text())[0]["path"] == ""
     assert not (tmp_path / "saved" / "0_Transformer").exists()
     assert torch.allclose(reference(tmp_path / "saved", texts), expected, atol=1e-5)
+
+
+def test_truncate_dim_keeps_the_dimensions_sentence_transformers_keeps(minilm_dir, tmp_path, capsys):
+    """truncate_dim (SentenceTransformer(..., truncate_dim=8) saves it): encode, encode_query /
+    encode_document and so search keep the first 8 dimensions, cut after every module, Normalize
+    too (the cut vectors are not unit length); normalize_embeddings normalizes after the cut."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Dense, Normalize
+
+    folder = st_folder(minilm_dir, tmp_path / "st", after=[Dense(32, 16, activation_function=torch.nn.Tanh()),
+                                                           Normalize()], truncate_dim=8)
+    st = SentenceTransformer(str(folder), device="cpu")
+    texts = [SHORT, LONG, "The film was great.", "Rockets and stars."]
+    expected = torch.as_tensor(st.encode(texts))
+    assert expected.shape == (4, 8) and (expected.norm(dim=-1) < 0.99).all()
+    with pytest.warns(UserWarning, match="longer than 48 tokens"):
+        assert (embed(folder, texts) - expected).abs().max() < 1e-5
+        assert (embed(bertkit.from_pretrained(folder), texts) - expected).abs().max() < 1e-5
+        unit = torch.as_tensor(st.encode(texts, normalize_embeddings=True))
+        assert (embed(folder, texts, normalize=True) - unit).abs().max() < 1e-5
+        assert embed(folder, texts, normalize=False).shape == (4, 8)
+    capsys.readouterr()
+    cli, _ = cli_vectors(capsys, "--model", folder, *texts[2:])
+    assert (cli - expected[2:]).abs().max() < 1e-5
+
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(  # dot: the cut vectors' lengths count
+        {**json.loads((folder / "config_sentence_transformers.json").read_text()), "similarity_fn_name": "dot"}))
+    st = SentenceTransformer(str(folder), device="cpu")
+    queries, corpus = ["a film about space travel", "a dull story"], texts[2:] + ["A dull courtroom drama."]
+    scores = st.similarity(st.encode_query(queries, convert_to_tensor=True),
+                           st.encode_document(corpus, convert_to_tensor=True))
+    hits = search(folder, queries, corpus, top_k=3)
+    got = torch.tensor([[h["score"] for h in row] for row in hits])
+    assert [[h["index"] for h in row] for row in hits] == scores.topk(3, dim=1).indices.tolist()
+    assert torch.allclose(got, scores.topk(3, dim=1).values, atol=1e-5)
+    assert main(["embed", "--model", str(folder), "--query", queries[0], "--top-k", "1", *corpus]) == 0
+    best = json.loads(capsys.readouterr().out)["results"][0]
+    assert best["index"] == hits[0][0]["index"] and best["score"] == pytest.approx(hits[0][0]["score"], abs=1e-6)
+
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({"truncate_dim": 0}))
+    assert main(["embed", "--model", str(folder), SHORT]) == 2
+    assert one_error(capsys).endswith("config_sentence_transformers.json: truncate_dim must be a positive whole "
+                                      "number, got 0")
+
+
+@QUIET
+def test_a_transformer_in_a_subfolder_is_the_model_even_beside_one_at_the_top(minilm_dir, tmp_path):
+    """modules.json's Transformer path names the folder sentence-transformers loads the model from,
+    here enc/ (another model, cut at 16 tokens as its own files say) although the top holds a
+    whole model too; it is loaded, embedded and saved back as that one."""
+    folder = st_folder(minilm_dir, tmp_path / "st", seed=0)
+    other = st_folder(minilm_dir, tmp_path / "other", seed=1, max_seq_length=16)
+    texts = [SHORT, LONG]
+    top = reference(folder, texts)
+    (folder / "enc").mkdir()
+    for name in ("config.json", "model.safetensors", "sentence_bert_config.json", "tokenizer.json",
+                 "tokenizer_config.json"):
+        shutil.copy(other / name, folder / "enc" / name)
+    modules = json.loads((folder / "modules.json").read_text())
+    modules[0]["path"] = "enc"
+    (folder / "modules.json").write_text(json.dumps(modules))
+    expected = reference(folder, texts)
+    assert (expected - reference(other, texts)).abs().max() < 1e-5 and (cosine(expected, top) < 0.99).all()
+    assert (embed(folder, texts) - expected).abs().max() < 1e-5
+    model = bertkit.from_pretrained(folder)
+    assert (embed(model, texts) - expected).abs().max() < 1e-5
+    model.save_pretrained(tmp_path / "saved")  # the current layout: the model at the top, path ""
+    assert json.loads((tmp_path / "saved" / "modules.json").read_text())[0]["path"] == ""
+    assert not (tmp_path / "saved" / "enc").exists()
+    for got in (reference(tmp_path / "saved", texts), embed(tmp_path / "saved", texts)):
+        assert (got - expected).abs().max() < 1e-5
+
+
+def test_module_types_are_the_ones_sentence_transformers_resolves_not_just_their_last_name(
+        minilm_dir, tmp_path, capsys):
+    """sentence-transformers imports a module by its whole type: its own under the names it has
+    written (models.Normalize before 5.4, base.modules.normalize.Normalize in 6.2 ...), and a
+    class of someone else's (my_package.layers.Normalize) only as trusted custom code, which
+    bertkit refuses rather than running its own Normalize in its place."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from sentence_transformers.util.misc import import_module_class
+
+    folder = st_folder(minilm_dir, tmp_path / "st", after=[Normalize()])
+    modules = json.loads((folder / "modules.json").read_text())
+    texts = [SHORT, "The film was great."]
+    expected = reference(folder, texts)
+    (folder / "modules.json").write_text(json.dumps(  # as sentence-transformers before 5.4 wrote them
+        [{**m, "type": f"sentence_transformers.models.{m['type'].rpartition('.')[2]}"} for m in modules]))
+    assert (reference(folder, texts) - expected).abs().max() < 1e-6
+    assert (embed(folder, texts) - expected).abs().max() < 1e-5
+
+    for entry, written in ((-1, "my_package.layers.Normalize"), (0, "my_package.Transformer")):
+        custom = [dict(m) for m in modules]
+        custom[entry]["type"] = written
+        (folder / "modules.json").write_text(json.dumps(custom))
+        with pytest.raises(ValueError, match="not part of Sentence Transformers"):
+            SentenceTransformer(str(folder), device="cpu")
+        message = f"{folder}/modules.json: module type '{written}' is custom code, not a sentence-transformers module"
+        with pytest.raises(BertkitError, match=re.escape(message)):
+            embed(folder, texts)
+        capsys.readouterr()  # sentence-transformers' loading bars
+        assert main(["embed", "--model", str(folder), SHORT]) == 2
+        assert message in one_error(capsys)
+
+    from bertkit.interop.hf import ST_MODULE_TYPES
+
+    classes = {"Transformer": Transformer, "Pooling": Pooling, "Dense": Dense, "Normalize": Normalize}
+    for written, kind in ST_MODULE_TYPES.items():  # each spelling bertkit takes is that module in sentence-transformers
+        assert import_module_class(written, str(folder)) is classes[kind], written
+
+
+def test_a_modules_json_without_a_pooling_module_is_refused_as_sentence_transformers_fails_on_it(
+        minilm_dir, tmp_path, capsys):
+    """Transformer alone gives sentence-transformers token vectors but no sentence vector (encode
+    fails): bertkit does not invent one (mean, unnormalized, as it did) unless pooling is asked
+    for, which it then follows with a warning."""
+    from sentence_transformers import SentenceTransformer
+
+    folder = st_folder(minilm_dir, tmp_path / "st")
+    modules = json.loads((folder / "modules.json").read_text())
+    (folder / "modules.json").write_text(json.dumps(modules[:1]))
+    texts = [SHORT, "The film was great."]
+    st = SentenceTransformer(str(folder), device="cpu")
+    with pytest.raises(KeyError, match="sentence_embedding"):
+        st.encode(texts)
+    message = f"{folder}/modules.json lists no Pooling module, so sentence-transformers makes no sentence vector"
+    with pytest.raises(BertkitError, match=re.escape(message)):
+        embed(folder, texts)
+    with pytest.raises(BertkitError, match=re.escape(message)):
+        search(folder, ["a film"], texts)
+    capsys.readouterr()
+    assert main(["embed", "--model", str(folder), SHORT]) == 2
+    assert message in one_error(capsys)
+    with pytest.warns(UserWarning, match=re.escape(f"pooling mean pools a model whose {folder}/modules.json lists "
+                                                   "no Pooling module")):
+        got = embed(folder, texts, pooling="mean")
+    tokens = st.encode(texts, output_value="token_embeddings")  # each text's real tokens
+    assert (got - torch.stack([t.mean(0) for t in tokens])).abs().max() < 1e-5

@@ -19,6 +19,7 @@ from bertkit.tasks import Columns, FinetuneSettings, TextExample, embed, evaluat
 from bertkit.tasks.contrastive import PairObjective, SentenceEmbedding, collate_pairs, encode_pairs
 from bertkit.tasks.finetune import load_model
 from tasks_support import FAST_BF16, add_dense, copy_of, minilm_lower_layers
+from test_embed_cli import st_folder
 
 pytestmark = pytest.mark.filterwarnings("ignore::bertkit.data.DataWarning")
 
@@ -251,8 +252,6 @@ def test_unusable_settings_and_data_are_refused_before_training(minilm_dir, tmp_
         finetune("embedding", minilm_dir, pairs, pairs, tmp_path / "a", FinetuneSettings(truncation="tail"))
     with pytest.raises(BertkitError, match="pooling is a setting of the embedding task, not of classification"):
         finetune("classification", minilm_dir, pairs, pairs, tmp_path / "a", FinetuneSettings(pooling="cls"))
-    with pytest.raises(BertkitError, match="pools by mean, not cls"):
-        finetune("embedding", minilm_dir, pairs, pairs, tmp_path / "b", FinetuneSettings(pooling="cls"))
     with pytest.raises(BertkitError, match="example 2 is not a pair"):
         finetune("embedding", minilm_dir, pairs, [pairs[0], TextExample("alone")], tmp_path / "c")
     with pytest.raises(BertkitError, match="some pairs have a score and some do not"):
@@ -268,7 +267,7 @@ def test_unusable_settings_and_data_are_refused_before_training(minilm_dir, tmp_
     mlm = minilm_lower_layers(minilm_dir, "mlm", layers=1)
     with pytest.raises(BertkitError, match="embedding needs an encoder without a head"):
         finetune("embedding", mlm, pairs, pairs, tmp_path / "g")
-    assert not any((tmp_path / d).exists() and any((tmp_path / d).iterdir()) for d in "abcdefg")
+    assert not any((tmp_path / d).exists() and any((tmp_path / d).iterdir()) for d in "acdefg")
 
 
 def test_finetune_command_trains_embeddings(minilm_dir, tmp_path, capsys):
@@ -320,3 +319,67 @@ def test_dev_evaluations_leave_dropout_on_for_the_rest_of_training(minilm_dir, t
 def test_a_sentence_transformers_folder_is_evaluated_as_embeddings_without_naming_the_task(minilm_dir):
     pairs = scored("test", 12)
     assert evaluate(minilm_dir, None, pairs, progress=False) == evaluate(minilm_dir, "embedding", pairs, progress=False)
+
+
+def test_truncate_dim_is_followed_in_dev_scores_and_kept_by_the_fine_tuned_folder(minilm_dir, tmp_path):
+    """sentence-transformers' evaluators score model.encode's vectors, which truncate_dim cuts (its
+    losses see them whole): bertkit's dev scores are theirs, and the fine-tuned folder keeps
+    truncate_dim, so both embed it alike."""
+    from sentence_transformers.base.modules import Normalize
+    from sentence_transformers.sentence_transformer.evaluation import (EmbeddingSimilarityEvaluator,
+                                                                        InformationRetrievalEvaluator)
+
+    def reference_scores(path, data):
+        st = sentence_transformer(path)
+        if data[0].label is not None:
+            s = EmbeddingSimilarityEvaluator([e.text for e in data], [e.text_pair for e in data],
+                                             [e.label for e in data], write_csv=False)(st)
+            return {"spearman": s["spearman_cosine"], "pearson": s["pearson_cosine"]}
+        corpus = list(dict.fromkeys(e.text_pair for e in data))
+        s = InformationRetrievalEvaluator({str(i): e.text for i, e in enumerate(data)}, dict(enumerate(corpus)),
+                                          {str(i): {corpus.index(e.text_pair)} for i, e in enumerate(data)},
+                                          write_csv=False)(st)
+        return {"accuracy": s["cosine_accuracy@1"], "mrr": s["cosine_mrr@10"]}
+
+    folder = st_folder(minilm_dir, tmp_path / "st", after=[Normalize()], truncate_dim=8)
+    pairs, rated = halves("dev", 24), scored("dev", 24)
+    for data in (rated, pairs):
+        ours, theirs = evaluate(folder, "embedding", data, progress=False), reference_scores(folder, data)
+        assert {k: ours[k] for k in theirs} == pytest.approx(theirs, abs=1e-5)
+    out = tmp_path / "out"
+    metrics = finetune("embedding", folder, halves("train", 32), pairs, out,
+                       FinetuneSettings(steps=2, batch_size=8, lr=1e-3, progress=False))
+    assert json.loads((out / "config_sentence_transformers.json").read_text())["truncate_dim"] == 8
+    assert {k: metrics[k] for k in ("accuracy", "mrr")} == pytest.approx(reference_scores(out, pairs), abs=1e-5)
+    texts = [e.text for e in pairs[:6]]
+    reference = torch.from_numpy(sentence_transformer(out).encode(texts))
+    assert reference.shape == (6, 8) and (embed(out, texts) - reference).abs().max() < 1e-5
+
+
+def test_finetune_pooling_replaces_the_folders_own_as_embed_does(minilm_dir, tmp_path, capsys):
+    """--pooling given for a folder whose Pooling module bertkit cannot run (max) trains with it,
+    says so once, and saves a folder whose Pooling module says it; without it the error names the
+    folder's file on disk."""
+    folder = st_folder(minilm_dir, tmp_path / "max", pooling="max")
+    train = write_csv(tmp_path / "train.csv", [(e.text, e.text_pair) for e in halves("train", 16)],
+                      ("text", "text_pair"))
+    dev = write_csv(tmp_path / "dev.csv", [(e.text, e.text_pair) for e in halves("dev", 8)], ("text", "text_pair"))
+    argv = ["finetune", "--task", "embedding", "--model", str(folder), "--train", str(train), "--eval", str(dev),
+            "--out", str(tmp_path / "out"), "--steps", "1", "--batch-size", "8", "--precision", "fp32",
+            "--no-progress"]
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"bertkit: error: {folder}/1_Pooling/config.json: pooling mode max is not one bertkit has (mean, cls); "
+        "choose one with pooling= (--pooling)")
+    assert main([*argv, "--pooling", "mean"]) in (0, None)
+    warned = [line for line in capsys.readouterr().err.splitlines() if line.startswith("bertkit: warning: pooling")]
+    assert warned == [f"bertkit: warning: pooling mean replaces the max pooling of {folder}/1_Pooling/config.json; "
+                      "the fine-tuned folder is saved pooling by mean"]
+    pooling = json.loads((tmp_path / "out" / "1_Pooling" / "config.json").read_text())
+    assert pooling["pooling_mode"] == "mean"
+    texts = [e.text for e in halves("dev", 4)]
+    reference = torch.from_numpy(sentence_transformer(tmp_path / "out").encode(texts))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the saved folder pools by mean itself: nothing to say
+        assert (embed(tmp_path / "out", texts) - reference).abs().max() < 1e-5

@@ -574,6 +574,38 @@ STALE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.saf
 
 ST_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 
+# The modules.json `type` spellings that sentence-transformers 6.2 resolves to the four modules
+# bertkit runs: the packages that export each class (`sentence_transformers.models`, the layout
+# before 5.4 and still mapped by its deprecated-import table, also as the old module file
+# `models.Pooling.Pooling`), the files that define it, and the older file the table maps
+# (`sentence_transformer.modules.normalize`, Normalize's home in 5.x). It imports any other
+# `sentence_transformers.*` path too, but only these name the classes; a type outside its namespace
+# is custom code it runs only with trust_remote_code.
+ST_MODULE_TYPES = {f"sentence_transformers.{path}": kind for kind, paths in {
+    "Transformer": ("models.Transformer", "models.Transformer.Transformer", "base.modules.Transformer",
+                    "base.modules.transformer.Transformer", "sentence_transformer.modules.Transformer",
+                    "cross_encoder.modules.Transformer", "sparse_encoder.modules.Transformer",
+                    "sparse_encoder.models.Transformer"),
+    "Pooling": ("models.Pooling", "models.Pooling.Pooling", "sentence_transformer.modules.Pooling",
+                "sentence_transformer.modules.pooling.Pooling"),
+    "Dense": ("models.Dense", "models.Dense.Dense", "base.modules.Dense", "base.modules.dense.Dense",
+              "sentence_transformer.modules.Dense", "cross_encoder.modules.Dense", "sparse_encoder.modules.Dense",
+              "sparse_encoder.models.Dense"),
+    "Normalize": ("models.Normalize", "models.Normalize.Normalize", "base.modules.Normalize",
+                  "base.modules.normalize.Normalize", "sentence_transformer.modules.Normalize",
+                  "sentence_transformer.modules.normalize.Normalize"),
+}.items() for path in paths}
+
+
+class FolderFiles(dict):
+    """A model's sentence-transformers files (relative path -> bytes) that remember the folder
+    they were read from, so that a message about one of them names it on disk, also after the
+    model was handed on as an object (to fine-tuning, which saves them back)."""
+
+    def __init__(self, files: dict[str, bytes], folder: Path):
+        super().__init__(files)
+        self.folder = folder
+
 
 def _modules(directory: Path) -> list:
     """The entries of a sentence-transformers folder's modules.json; [] without one."""
@@ -589,40 +621,38 @@ def _module_folder(entry) -> str:
 
 
 def _is_transformer(entry) -> bool:
-    return isinstance(entry, dict) and str(entry.get("type", "")).rpartition(".")[2] == "Transformer"
+    """Whether a modules.json entry is sentence-transformers' own Transformer module, spelled as it
+    resolves it (a custom class that is also called Transformer is not)."""
+    return isinstance(entry, dict) and ST_MODULE_TYPES.get(str(entry.get("type", ""))) == "Transformer"
 
 
 def transformer_folder(directory: Path) -> str:
     """Where a sentence-transformers folder keeps its Transformer module's files (config.json,
-    weights, tokenizer): "" for the folder itself, as sentence-transformers has saved them since
-    version 2, or the subfolder modules.json names (0_Transformer/) in folders saved before,
-    which sentence-transformers still loads. Those folders have a config.json of their own at the
-    top, holding only sentence-transformers' version: a model's config names its model_type."""
-    top = directory / "config.json"
-    if top.exists():
-        try:
-            config = json.loads(top.read_bytes())
-        except (ValueError, UnicodeDecodeError):
-            return ""  # reading it as the model's config gives the error that names the problem
-        if not isinstance(config, dict) or "model_type" in config or "architectures" in config:
-            return ""
-    return next((folder for entry in _modules(directory) if _is_transformer(entry)
-                 and (folder := _module_folder(entry)) and (directory / folder / "config.json").is_file()), "")
+    weights, tokenizer), as sentence-transformers finds them: in the folder modules.json gives
+    the Transformer entry, "" for the folder itself (as sentence-transformers has saved them since
+    version 2) or a subfolder (0_Transformer/ in folders saved before, which it still loads; or
+    any other name, even beside a model of its own at the top, which sentence-transformers then
+    ignores). A subfolder without a config.json holds no model: "" then, as without modules.json."""
+    entry = next((entry for entry in _modules(directory) if _is_transformer(entry)), None)
+    folder = _module_folder(entry)
+    return folder if folder and (directory / folder / "config.json").is_file() else ""
 
 
-def companion_files(directory: Path, inner: str = "") -> dict[str, bytes]:
+def companion_files(directory: Path, inner: str = "") -> FolderFiles:
     """sentence-transformers' files in a model folder: its settings and the folders of the modules
     modules.json lists after the Transformer (1_Pooling, 2_Dense, 2_Normalize ...), as relative
     path -> bytes. Nothing of them is a parameter here; they are kept to be written back. From a
     folder whose Transformer sits in a subfolder, they are kept as the current layout has them:
-    the Transformer at the top (path ""), with its sentence_bert_config.json, as save_pretrained
-    writes the model. `inner`: that subfolder (`transformer_folder`), "" for none."""
+    the Transformer at the top (path ""), with the subfolder's sentence_bert_config.json (the
+    only one sentence-transformers reads for it: the top's, if any, is left out), as
+    save_pretrained writes the model. `inner`: that subfolder (`transformer_folder`), "" for none."""
     files = {name: (directory / name).read_bytes() for name in ST_FILES if (directory / name).is_file()}
     listed = _modules(directory)
     if inner:
         listed = [{**entry, "path": ""} if _is_transformer(entry) else entry for entry in listed]
         files["modules.json"] = (json.dumps(listed, indent=2) + "\n").encode()
         inner_config = directory / inner / "sentence_bert_config.json"
+        files.pop("sentence_bert_config.json", None)
         if inner_config.is_file():
             files["sentence_bert_config.json"] = inner_config.read_bytes()
     for entry in listed:
@@ -631,7 +661,7 @@ def companion_files(directory: Path, inner: str = "") -> dict[str, bytes]:
             for f in sorted((directory / folder).iterdir()):
                 if f.is_file():
                     files[f"{folder}/{f.name}"] = f.read_bytes()
-    return files
+    return FolderFiles(files, directory)
 
 
 # ---------------------------------------------------------------------------------------------

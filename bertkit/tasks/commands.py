@@ -386,8 +386,9 @@ def add_parsers(sub, predict_modes) -> None:
                    help="allow empty answers (SQuAD v2; default: when the training data has them)")
     g.add_argument("--null-threshold", dest="null_threshold", type=float, help="margin the null answer needs (0)")
     g = s.add_argument_group("sentence embeddings")
-    g.add_argument("--pooling", choices=("mean", "cls"), help="the sentence vector of a model without "
-                   "sentence-transformers files (mean); a folder's Pooling module is kept")
+    g.add_argument("--pooling", choices=("mean", "cls"), help="the sentence vector: without it a "
+                   "sentence-transformers folder's Pooling module, else mean; given, it replaces the folder's "
+                   "(with a warning) and the saved folder pools by it")
     s.set_defaults(func=cmd_finetune)
 
     s = sub.add_parser("evaluate", help="score a fine-tuned model on labelled data (JSON metrics)",
@@ -461,7 +462,8 @@ def add_parsers(sub, predict_modes) -> None:
         m.add_argument("--precision", default="fp32", help="fp32 (default: the checkpoint's numbers), bf16 "
                        "(autocast: faster where the hardware has bf16, to two or three digits) or auto")
         m.add_argument("--pooling", choices=("mean", "cls"), help="mean or cls (default: the model's "
-                       "sentence-transformers Pooling module, else mean)")
+                       "sentence-transformers Pooling module, else mean; given, it replaces the folder's, with a "
+                       "warning: the vectors are then not sentence-transformers')")
         for action in m._actions:  # the shared --max-length help speaks of fine-tuned models
             if action.dest == "max_length":
                 action.help = ("tokens per text (default: the model's sentence-transformers max_seq_length, "

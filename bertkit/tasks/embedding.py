@@ -4,18 +4,20 @@ classifier reads it), then L2-normalized; and search of a corpus for the nearest
 or by the similarity function a sentence-transformers folder names).
 
 A model loaded from a sentence-transformers folder embeds as sentence-transformers runs it
-(`prepared`): its length, pooling, prompt, Dense layers and normalization come from the folder's
-files. all-MiniLM-L6-v2 was trained and is run at 256 tokens although its position table has
-512, and a text cut at 512 gives another vector.
+(`prepared`): its length, pooling, prompt, Dense layers, normalization and truncate_dim come from
+the folder's files. all-MiniLM-L6-v2 was trained and is run at 256 tokens although its position
+table has 512, and a text cut at 512 gives another vector.
 
 Shapes: B batch, T sequence length, H hidden size.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 import io
 import json
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..errors import BertkitError, first_line
-from ..files import decode_text, parse_json, positive_int
+from ..files import decode_text, parse_json, positive_int, shown
 from .base import check_texts, length_batches, report_truncated, serving
 
 POOLING = ("mean", "cls")
@@ -48,11 +50,15 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
 
 class STFiles:
     """A model's sentence-transformers files (Model.companion_files: relative path -> bytes, kept
-    from the folder it was loaded from), read with errors that name the file. `where` names the
-    folder in messages, or says that they came with a loaded model."""
+    from the folder it was loaded from), read with errors that name the file: in the folder they
+    were read from where they remember it (interop.hf.FolderFiles), else `where` (a model's
+    files built in memory)."""
 
     def __init__(self, files: dict[str, bytes], where: str):
-        self.files, self.where = files, where
+        from ..interop.hf import FolderFiles
+
+        self.files = files
+        self.where = str(files.folder) if isinstance(files, FolderFiles) else where
 
     def name(self, relative: str) -> str:
         return f"{self.where}/{relative}"
@@ -63,10 +69,34 @@ class STFiles:
         return parse_json(decode_text(self.files[relative], self.name(relative)), self.name(relative), expect)
 
     def modules(self) -> list[tuple[str, str]]:
-        """modules.json as (type's last name, folder) pairs, in order; [] without one."""
-        listed = self.json(ST_MODULES, list, [])
-        return [(str(m.get("type", "")).rpartition(".")[2], str(m.get("path", ""))) if isinstance(m, dict)
-                else (repr(m), "") for m in listed]
+        """modules.json as (kind, folder) pairs, in order, kind one of the modules bertkit runs
+        (ST_RUN); [] without one. A module is known by its whole type, as sentence-transformers
+        imports it (interop.hf.ST_MODULE_TYPES): "my_package.layers.Normalize" is someone's own
+        code, which sentence-transformers refuses to run without trust_remote_code, not its
+        Normalize. Any other module is an error naming its type, rather than a vector bertkit
+        cannot reproduce."""
+        from ..interop.hf import ST_MODULE_TYPES
+
+        modules = []
+        for entry in self.json(ST_MODULES, list, []):
+            written = entry.get("type") if isinstance(entry, dict) else None
+            if not isinstance(written, str):
+                raise BertkitError(f"{self.name(ST_MODULES)}: {shown(json.dumps(entry))} is not a module entry "
+                                   "with a type")
+            if written not in ST_MODULE_TYPES:
+                raise BertkitError(self._unknown(written))
+            modules.append((ST_MODULE_TYPES[written], str(entry.get("path", ""))))
+        return modules
+
+    def _unknown(self, written: str) -> str:
+        """The error line for a module type bertkit does not run: one of sentence-transformers'
+        others (LSTM, Dropout ...), or custom code that only looks like one of its four."""
+        if written.startswith("sentence_transformers."):
+            return (f"{self.name(ST_MODULES)}: module type {written!r} is not one bertkit runs "
+                    f"(sentence-transformers' {', '.join(ST_RUN)})")
+        return (f"{self.name(ST_MODULES)}: module type {written!r} is custom code, not a sentence-transformers "
+                f"module (sentence-transformers runs it only with trust_remote_code); bertkit runs "
+                f"sentence-transformers' {', '.join(ST_RUN)}")
 
 
 def saved_max_length(files: STFiles, directory: Path | None, tokenizer) -> int | None:
@@ -86,26 +116,112 @@ def saved_max_length(files: STFiles, directory: Path | None, tokenizer) -> int |
     return length
 
 
-def saved_pooling(files: STFiles) -> tuple[str | None, bool]:
-    """The pooling of a sentence-transformers model, from the config of the Pooling module that
-    modules.json lists (pooling_mode, or the pooling_mode_* flags before sentence-transformers 6),
-    and its include_prompt; (None, True) without one. A mode bertkit does not have (max, several
-    concatenated, ...) is an error rather than a silently different vector."""
+def _pooling_module(files: STFiles) -> tuple[str, dict] | None:
+    """The config of the Pooling module modules.json lists (its relative name, its contents);
+    None where it lists none."""
     folders = [folder for kind, folder in files.modules() if kind == "Pooling"]
     if not folders:
-        return None, True
+        return None
     name = f"{folders[0]}/config.json"
     config = files.json(name)
     if config is None:
         raise BertkitError(f"{files.name(ST_MODULES)} lists a Pooling module but {files.name(name)} is missing")
+    return name, config
+
+
+def _pooling_modes(config: dict) -> list[str]:
+    """A Pooling config's modes (pooling_mode, or the pooling_mode_* flags before
+    sentence-transformers 6; mean where it names none), several where they are concatenated."""
     modes = config.get("pooling_mode")
     if modes is None:
         modes = [mode for key, mode in ST_POOLING_FLAGS.items() if config.get(key) is True] or ["mean"]
-    modes = [modes] if isinstance(modes, str) else list(modes)
+    return [modes] if isinstance(modes, str) else list(modes)
+
+
+def _converted(files: STFiles) -> bool:
+    """Whether the folder is another sentence-transformers model type's save (a CrossEncoder's:
+    config_sentence_transformers.json names its model_type), which SentenceTransformer loads as
+    its default Transformer -> mean Pooling, whatever modules.json lists."""
+    return files.json(ST_SETTINGS, default={}).get("model_type", "SentenceTransformer") != "SentenceTransformer"
+
+
+def saved_pooling(files: STFiles) -> tuple[str | None, bool]:
+    """The pooling of a sentence-transformers model, from the config of the Pooling module that
+    modules.json lists, and its include_prompt; (None, True) for a model without
+    sentence-transformers modules. A mode bertkit does not have (max, several concatenated, ...)
+    is an error rather than a silently different vector; so is a modules.json that lists no
+    Pooling module at all, for which sentence-transformers makes no sentence vector (its encode
+    fails: it gives token vectors only), unless the folder is another model type's save
+    (`_converted`: mean)."""
+    if not files.modules():
+        return None, True
+    found = _pooling_module(files)
+    if found is None and _converted(files):
+        return "mean", True
+    if found is None:
+        raise BertkitError(f"{files.name(ST_MODULES)} lists no Pooling module, so sentence-transformers makes no "
+                           "sentence vector of this model (only token vectors); choose a pooling with pooling= "
+                           "(--pooling) to pool its tokens anyway")
+    name, config = found
+    modes = _pooling_modes(config)
     if len(modes) != 1 or modes[0] not in POOLING:
         raise BertkitError(f"{files.name(name)}: pooling mode {' + '.join(map(str, modes))} is not one bertkit "
                            f"has ({', '.join(POOLING)}); choose one with pooling= (--pooling)")
     return modes[0], config.get("include_prompt", True) is not False
+
+
+def replaced_pooling(files: STFiles, pooling: str) -> str | None:
+    """What the caller's `pooling` replaces in a sentence-transformers folder, said in words (the
+    start of a warning: sentence-transformers does not pool that folder so); None where the
+    folder pools so itself or has no sentence-transformers modules."""
+    if not files.modules():
+        return None
+    found = _pooling_module(files)
+    if found is not None:
+        name, config = found
+        modes, of = _pooling_modes(config), files.name(name)
+    elif _converted(files):
+        model_type = files.json(ST_SETTINGS)["model_type"]
+        modes, of = ["mean"], f"{files.where} (a {model_type} save)"
+    else:
+        return f"pooling {pooling} pools a model whose {files.name(ST_MODULES)} lists no Pooling module"
+    if modes == [pooling]:
+        return None
+    return f"pooling {pooling} replaces the {' + '.join(map(str, modes))} pooling of {of}"
+
+
+def _pooling_config(hidden_size: int, pooling: str) -> bytes:
+    """A Pooling module's config.json for `pooling`, in the flags every sentence-transformers
+    version reads."""
+    flags = {key: mode == pooling for key, mode in ST_POOLING_FLAGS.items()}
+    return json.dumps({"word_embedding_dimension": hidden_size, **flags, "include_prompt": True}, indent=2).encode()
+
+
+def _pooling_files(files: STFiles, pooling: str, hidden_size: int) -> dict[str, bytes]:
+    """The files that make a sentence-transformers folder pool by `pooling`: its Pooling module's
+    config with that mode, written as the file had it (pooling_mode, or the flags); or, where
+    modules.json lists no Pooling module, one added right after the Transformer."""
+    found = _pooling_module(files)
+    if found is not None:
+        name, config = found
+        kept = {k: v for k, v in config.items() if k != "pooling_mode" and k not in ST_POOLING_FLAGS}
+        mode = {"pooling_mode": pooling} if "pooling_mode" in config else \
+            {key: m == pooling for key, m in ST_POOLING_FLAGS.items()}
+        return {name: json.dumps({**kept, **mode}, indent=2).encode()}
+    listed = files.json(ST_MODULES, list)
+    at = next((i + 1 for i, (kind, _) in enumerate(files.modules()) if kind == "Transformer"), 0)
+    folder = f"{at}_Pooling"
+    listed.insert(at, {"idx": at, "name": folder, "path": folder, "type": "sentence_transformers.models.Pooling"})
+    listed = [{**entry, "idx": i} for i, entry in enumerate(listed)]
+    return {ST_MODULES: json.dumps(listed, indent=2).encode(),
+            f"{folder}/config.json": _pooling_config(hidden_size, pooling)}
+
+
+def saved_truncate_dim(files: STFiles) -> int | None:
+    """How many leading dimensions of the model's vectors sentence-transformers keeps: the
+    truncate_dim it saves for SentenceTransformer(..., truncate_dim=...) (a Matryoshka model read
+    at a smaller size); None keeps them all."""
+    return positive_int(files.json(ST_SETTINGS, default={}), "truncate_dim", files.name(ST_SETTINGS))
 
 
 def saved_prompts(files: STFiles) -> tuple[str, dict[str, str]]:
@@ -149,15 +265,18 @@ def sentence_files(model, max_length: int, pooling: str | None = None) -> dict[s
     """The sentence-transformers files a model trained for embeddings is saved with, so that
     sentence-transformers loads the folder and embeds as bertkit does: the model's own (its
     max_seq_length set to `max_length`), or for a model without them Transformer -> Pooling
-    (`pooling`, mean by default) -> Normalize, the layout of all-MiniLM-L6-v2. `pooling` other than
-    the model's own Pooling module's is refused: the folder would describe another model."""
-    files = dict(model.companion_files)
+    (`pooling`, mean by default) -> Normalize, the layout of all-MiniLM-L6-v2. A `pooling` other
+    than the folder's own Pooling module's replaces it, as it does in embed(), with a warning
+    (sentence-transformers pools the original folder otherwise); the saved folder's Pooling module
+    says `pooling`, so that it describes the model as trained."""
+    files = copy.copy(model.companion_files)  # a copy that still knows its folder, for messages
     listed = STFiles(files, "(the model's files)")
     if listed.modules():
-        saved, _ = saved_pooling(listed)
-        if pooling is not None and saved is not None and pooling != saved:
-            raise BertkitError(f"the model's sentence-transformers Pooling module pools by {saved}, not {pooling}; "
-                               "leave pooling out to train it as it is")
+        if pooling is None:
+            saved_pooling(listed)  # the folder's own, which training follows: one bertkit has
+        elif (replaced := replaced_pooling(listed, pooling)) is not None:
+            warnings.warn(f"{replaced}; the fine-tuned folder is saved pooling by {pooling}", stacklevel=2)
+            files.update(_pooling_files(listed, pooling, model.config.hidden_size))
         config = listed.json(ST_CONFIG, default={})
     else:
         pooling = pooling or "mean"
@@ -165,9 +284,7 @@ def sentence_files(model, max_length: int, pooling: str | None = None) -> dict[s
         files[ST_MODULES] = json.dumps([{"idx": i, "name": str(i), "path": path,
                                          "type": f"sentence_transformers.models.{kind}"}
                                         for i, path, kind in modules], indent=2).encode()
-        flags = {key: mode == pooling for key, mode in ST_POOLING_FLAGS.items()}
-        files["1_Pooling/config.json"] = json.dumps({"word_embedding_dimension": model.config.hidden_size, **flags,
-                                                     "include_prompt": True}, indent=2).encode()
+        files["1_Pooling/config.json"] = _pooling_config(model.config.hidden_size, pooling)
         config = {"do_lower_case": False}
     files[ST_CONFIG] = json.dumps({**config, "max_seq_length": max_length}, indent=2).encode()
     return files
@@ -253,7 +370,7 @@ def with_dense_weights(files: dict[str, bytes], after: nn.Sequential) -> dict[st
     looks first."""
     from safetensors.torch import save
 
-    files = dict(files)
+    files = copy.copy(files)  # still knowing its folder
     for dense in (m for m in after if isinstance(m, Dense)):
         files.pop(f"{dense.folder}/pytorch_model.bin", None)
         state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in dense.state_dict().items()}
@@ -263,13 +380,11 @@ def with_dense_weights(files: dict[str, bytes], after: nn.Sequential) -> dict[st
 
 def saved_modules(files: STFiles) -> nn.Sequential:
     """What sentence-transformers runs after pooling, in modules.json's order: Dense layers
-    (read with their weights) and Normalize. Any other module, or a Dense before the Pooling
-    (it would run on every token), gives a vector bertkit cannot reproduce, so it is an error
-    rather than a silently different embedding."""
+    (read with their weights) and Normalize. Any other module (STFiles.modules), or a Dense
+    before the Pooling (it would run on every token), gives a vector bertkit cannot reproduce, so
+    it is an error rather than a silently different embedding."""
     after, pooled = [], False
     for kind, folder in files.modules():
-        if kind not in ST_RUN:
-            raise BertkitError(f"{files.name(ST_MODULES)}: module {kind!r} is not one bertkit runs ({', '.join(ST_RUN)})")
         pooled = pooled or kind == "Pooling"
         if kind == "Dense" and not pooled:
             raise BertkitError(f"{files.name(ST_MODULES)}: a Dense module before the Pooling runs on every token; "
@@ -286,8 +401,10 @@ class SentenceSettings:
     """How a model turns a text into one vector, as its sentence-transformers files (or the
     caller) say: the text gets `prompt` before it (and is lowercased with `lowercase`), is cut to
     `max_length` tokens, its token vectors pooled (`pooling`: "mean" or "cls") and passed through
-    `after` (Dense layers, Normalize). `listed`: sentence-transformers modules decide these (so
-    also whether the vector is normalized). `similarity`: how search compares vectors."""
+    `after` (Dense layers, Normalize), then cut to its first `truncate_dim` dimensions (None: all),
+    where sentence-transformers cuts it, after every module, Normalize too, so a normalized
+    model's cut vectors are no longer unit length. `listed`: sentence-transformers modules decide
+    these (so also whether the vector is normalized). `similarity`: how search compares vectors."""
     max_length: int
     pooling: str
     lowercase: bool = False
@@ -297,6 +414,7 @@ class SentenceSettings:
     similarity: str = "cosine"
     prompts: dict = field(default_factory=lambda: {"query": "", "document": ""})  # by name, for with_prompt
     include_prompt: bool = True  # whether the Pooling module pools the prompt's tokens too
+    truncate_dim: int | None = None
 
     def with_prompt(self, name: str | None) -> SentenceSettings:
         """These settings with the model's prompt named `name` (None: unchanged, the default prompt).
@@ -320,13 +438,21 @@ class SentenceSettings:
         """(B, T, H) token vectors -> (B, H): the mean over real tokens, or the first token's."""
         return mean_pool(hidden, attention_mask) if self.pooling == "mean" else hidden[:, 0]
 
+    def vector(self, pooled: torch.Tensor, after: nn.Module) -> torch.Tensor:
+        """(B, H) pooled -> (B, H'): through `after` (the modules, or some of them), then cut to
+        truncate_dim, as sentence-transformers' encode gives it (its training losses see the
+        whole vector)."""
+        return after(pooled)[:, :self.truncate_dim]
+
 
 def prepared(source, tokenizer=None, max_length: int | None = None, pooling: str | None = None):
     """(model, SentenceSettings) checked for embedding: `source` a Model or a directory (or hub
     id). What is not given comes from the model's sentence-transformers files, which a Model
     loaded from a folder carries (Model.companion_files), then from a directory's task.json (a
     fine-tuned model's length, where those files give none); else the model's maximum length
-    and mean pooling."""
+    and mean pooling. A `pooling` that replaces a folder's own (or pools one that lists no
+    Pooling module) is followed, with a warning: the vectors are then not sentence-transformers'
+    for that folder."""
     from ..interop.hf import resolve
     from ..model import Model
     from .finetune import load_model
@@ -341,18 +467,26 @@ def prepared(source, tokenizer=None, max_length: int | None = None, pooling: str
         raise BertkitError(f"max length must be between 1 and the model's maximum of {most} tokens, got {max_length}")
     if max_length <= model.tokenizer.frame.specials(pair=False):
         raise BertkitError(f"max length {max_length} leaves no room for text beside the special tokens")
-    saved, include_prompt = saved_pooling(files) if pooling is None else (None, True)
-    pooling = pooling or saved or "mean"
-    if pooling not in POOLING:
+    replaced = None
+    if pooling is None:
+        saved, include_prompt = saved_pooling(files)
+        pooling = saved or "mean"
+    elif pooling not in POOLING:
         raise BertkitError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLING)}")
+    else:
+        include_prompt, replaced = True, replaced_pooling(files, pooling)
     prompt, prompts = saved_prompts(files)
     if prompt and not include_prompt:  # (CLS too: sentence-transformers then pools the text's first token)
         raise BertkitError(f"{files.name(ST_MODULES)}: the Pooling module leaves the prompt's tokens out "
                            "(include_prompt false), which bertkit does not; pass pooling= to embed anyway")
     lowercase = files.json(ST_CONFIG, default={}).get("do_lower_case") is True
     after = saved_modules(files).to(next(model.parameters()).device)
+    compare, truncate_dim = saved_similarity(files), saved_truncate_dim(files)
+    if replaced is not None:  # said once everything else is known to be usable
+        warnings.warn(f"{replaced}; the vectors are not sentence-transformers' for this folder", stacklevel=3)
     return model, SentenceSettings(max_length, pooling, lowercase, prompt, after, listed=bool(files.modules()),
-                                   similarity=saved_similarity(files), prompts=prompts, include_prompt=include_prompt)
+                                   similarity=compare, prompts=prompts, include_prompt=include_prompt,
+                                   truncate_dim=truncate_dim)
 
 
 def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None = None,
@@ -360,13 +494,15 @@ def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None 
           tokenizer=None, prompt_name: str | None = None) -> torch.Tensor:
     """(len(texts), H) float32 sentence embeddings. `model` is a Model that carries its tokenizer
     (or gets `tokenizer`), or a model directory. What is not given follows the model's
-    sentence-transformers files (its length, Pooling, prompt, Dense and Normalize modules) or a
-    fine-tuned directory's max_length; otherwise the model's maximum length and mean pooling.
-    `normalize`: None follows the files (a plain model's vectors are L2-normalized), True
-    normalizes, False gives the raw vectors (a Normalize module skipped). Texts longer than
-    max_length are cut, with one warning that counts them. `bf16` runs the model under autocast to
-    bf16 (faster where the hardware has bf16, to about two or three significant digits).
-    `prompt_name`: one of the model's prompts (config_sentence_transformers.json) before each text
+    sentence-transformers files (its length, Pooling, prompt, Dense and Normalize modules, and
+    truncate_dim: only the first dimensions are kept) or a fine-tuned directory's max_length;
+    otherwise the model's maximum length and mean pooling. `normalize`: None follows the files (a
+    plain model's vectors are L2-normalized), True normalizes (after truncate_dim's cut, as
+    sentence-transformers' normalize_embeddings), False gives the raw vectors (a Normalize module
+    skipped). Texts longer than max_length are cut, with one warning that counts them. `bf16`
+    runs the model under autocast to bf16 (faster where the hardware has bf16, to about two or
+    three significant digits). `pooling` replaces a folder's own with a warning (the vectors are
+    then not sentence-transformers' for it). `prompt_name`: one of the model's prompts (config_sentence_transformers.json) before each text
     instead of its default one, as sentence-transformers' encode(prompt_name=...)."""
     if batch_size < 1:
         raise BertkitError(f"batch size must be at least 1, got {batch_size}")
@@ -406,8 +542,8 @@ def _embed_eval(model, texts: list[str], settings: SentenceSettings, batch_size:
                 # the encoder alone: a head's work (an MLM head's vocabulary projection of every
                 # token) would be thrown away, and a multiple-choice head wants (B, C, T) inputs
                 hidden = model.backbone(ids, mask, types).last_hidden_state.float()
-            chunks.append(after(settings.pool(hidden, mask)).cpu())
-    width = after(torch.zeros(1, model.config.hidden_size, device=device)).shape[-1]
+            chunks.append(settings.vector(settings.pool(hidden, mask), after).cpu())
+    width = settings.vector(torch.zeros(1, model.config.hidden_size, device=device), after).shape[-1]
     vectors = torch.cat(chunks) if chunks else torch.zeros(0, width)
     result = torch.empty_like(vectors)
     result[torch.tensor([i for batch_of in batches for i in batch_of], dtype=torch.long)] = vectors
