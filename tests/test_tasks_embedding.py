@@ -356,6 +356,29 @@ def test_truncate_dim_is_followed_in_dev_scores_and_kept_by_the_fine_tuned_folde
     assert reference.shape == (6, 8) and (embed(out, texts) - reference).abs().max() < 1e-5
 
 
+@pytest.mark.parametrize("compared", ["dot", "euclidean"])
+def test_dev_scores_compare_vectors_by_the_folders_similarity_as_sentence_transformers(compared, minilm_dir,
+                                                                                        tmp_path):
+    """sentence-transformers' evaluators compare model.encode's vectors (here not normalized: no
+    Normalize module) by the model's similarity_fn_name: so do bertkit's dev scores."""
+    from sentence_transformers.sentence_transformer.evaluation import (EmbeddingSimilarityEvaluator,
+                                                                        InformationRetrievalEvaluator)
+
+    folder = st_folder(minilm_dir, tmp_path / "st", similarity_fn_name=compared)
+    st = sentence_transformer(folder)
+    rated, pairs = scored("dev", 24), halves("dev", 24)
+    s = EmbeddingSimilarityEvaluator([e.text for e in rated], [e.text_pair for e in rated], [e.label for e in rated],
+                                     write_csv=False)(st)
+    corpus = list(dict.fromkeys(e.text_pair for e in pairs))
+    r = InformationRetrievalEvaluator({str(i): e.text for i, e in enumerate(pairs)}, dict(enumerate(corpus)),
+                                      {str(i): {corpus.index(e.text_pair)} for i, e in enumerate(pairs)},
+                                      write_csv=False)(st)
+    theirs = {"spearman": s[f"spearman_{compared}"], "pearson": s[f"pearson_{compared}"],
+              "accuracy": r[f"{compared}_accuracy@1"], "mrr": r[f"{compared}_mrr@10"]}
+    ours = {**evaluate(folder, "embedding", rated, progress=False), **evaluate(folder, "embedding", pairs, progress=False)}
+    assert {k: ours[k] for k in theirs} == pytest.approx(theirs, abs=1e-5)
+
+
 def test_finetune_pooling_replaces_the_folders_own_as_embed_does(minilm_dir, tmp_path, capsys):
     """--pooling given for a folder whose Pooling module bertkit cannot run (max) trains with it,
     says so once, and saves a folder whose Pooling module says it; without it the error names the

@@ -19,8 +19,9 @@ sentence-transformers trains them; the saved folder holds the new Dense weights.
 Transformer -> Pooling -> Normalize), so `embed` and sentence-transformers read it alike.
 
 Dev scores, chosen by the dev data: scored pairs give spearman (the main score, as
-sentence-transformers' EmbeddingSimilarityEvaluator) and pearson of cosine against score; pairs
-without a score give retrieval among the dev set's distinct second texts (and negatives):
+sentence-transformers' EmbeddingSimilarityEvaluator) and pearson of the similarity against
+score; pairs without a score give retrieval among the dev set's distinct second texts (and
+negatives); both compare vectors by the folder's similarity function, as its evaluators do:
 `accuracy` (a text's own pair ranks first) and `mrr` (mean reciprocal rank of it, 0 beyond
 rank 10).
 
@@ -37,7 +38,8 @@ import torch.nn.functional as F
 from ..errors import BertkitError
 from ..objectives.base import Objective, Step
 from .base import Task, keep_part, model_max_length, report_truncated
-from .embedding import POOLING, STFiles, _embed, prepared, saved_max_length, sentence_files, with_dense_weights
+from .embedding import (POOLING, STFiles, _embed, prepared, saved_max_length, sentence_files, similarity,
+                        with_dense_weights)
 from .metrics import regression_scores
 from .readers import TextExample
 
@@ -150,6 +152,7 @@ class SentenceEmbedding(Task):
             raise BertkitError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLING)}")
         self.pooling = pooling
         self.sentence = None  # the model's SentenceSettings, once prepare() has seen it
+        self.compared = "cosine"  # the similarity the last predictions were scored with
 
     def prepare(self, model, max_length: int | None) -> int:
         """The length: `max_length`, else the model's sentence-transformers length, else 128; and
@@ -215,20 +218,24 @@ class SentenceEmbedding(Task):
         model.companion_files = with_dense_weights(model.companion_files, self.sentence.after)
 
     def predict(self, model, examples, batch_size=64, max_length=None, bf16=False, progress=False):
-        """{"score": the cosine of the pair's two vectors, "vectors": the two unit vectors} per
-        pair (the vectors are what retrieval scores are computed from). In training, the Dense
-        modules being trained; otherwise the model's own."""
+        """{"score": the similarity of the pair's two vectors, "vectors": the two vectors} per pair
+        (the vectors are what retrieval scores are computed from), as sentence-transformers'
+        evaluators compute them: the vectors its encode gives (normalized where the folder says)
+        compared by the folder's similarity_fn_name (cosine unless it names dot, euclidean or
+        manhattan). In training, the Dense modules being trained; otherwise the model's own."""
         if self.sentence is not None and (max_length is None or max_length == self.sentence.max_length):
             settings = self.sentence
         else:
             model, settings = prepared(model, max_length=max_length)
+        self.compared = settings.similarity
         texts = sorted({t for e in examples for t in example_texts(e)})
-        vectors = _embed(model, texts, settings, batch_size, True, progress, bf16).numpy()
+        vectors = _embed(model, texts, settings, batch_size, None, progress, bf16)
         row = {t: i for i, t in enumerate(texts)}
         results = []
         for e in examples:
             own = [vectors[row[t]] for t in example_texts(e)]
-            results.append({"score": float(own[0] @ own[1]), "vectors": own})
+            score = similarity(own[0][None], own[1][None], self.compared).item()
+            results.append({"score": score, "vectors": [v.numpy() for v in own]})
         return results
 
     def score(self, examples, predictions, labels):
@@ -239,19 +246,21 @@ class SentenceEmbedding(Task):
         for k in (1, 2):
             candidates.update({example_texts(e)[k]: p["vectors"][k]
                                for e, p in zip(examples, predictions) if k < len(p["vectors"])})
-        return retrieval_scores([p["vectors"][0] for p in predictions], candidates, [e.text_pair for e in examples])
+        return retrieval_scores([p["vectors"][0] for p in predictions], candidates, [e.text_pair for e in examples],
+                                self.compared)
 
 
 def retrieval_scores(queries: list[np.ndarray], candidates: dict[str, np.ndarray],
-                     right_texts: list[str]) -> dict[str, float]:
-    """Each query searches the candidates (text -> unit vector) by cosine: accuracy = how often
-    its right text ranks first, mrr = the mean of 1 / its rank (0 beyond rank 10). Candidates
-    that tie with the right one rank before it, so a collapsed model that gives every text the
-    same vector scores worst, not best (sentence-transformers' evaluator breaks ties by corpus
-    order instead)."""
+                     right_texts: list[str], compared: str = "cosine") -> dict[str, float]:
+    """Each query searches the candidates (text -> vector) by the similarity `compared` (the
+    folder's similarity_fn_name, as sentence-transformers' InformationRetrievalEvaluator ranks):
+    accuracy = how often its right text ranks first, mrr = the mean of 1 / its rank (0 beyond
+    rank 10). Candidates that tie with the right one rank before it, so a collapsed model that
+    gives every text the same vector scores worst, not best (sentence-transformers' evaluator
+    breaks ties by corpus order instead)."""
     position = {t: i for i, t in enumerate(candidates)}
-    corpus = np.stack(list(candidates.values()))  # (M, H)
-    sims = np.stack(queries) @ corpus.T  # (N, M)
+    corpus = torch.from_numpy(np.stack(list(candidates.values())))  # (M, H)
+    sims = similarity(torch.from_numpy(np.stack(queries)), corpus, compared).numpy()  # (N, M)
     right = np.array([position[t] for t in right_texts])
     rank = (sims >= sims[np.arange(len(right)), right][:, None]).sum(1)  # 1 = first; the right one counts itself
     reciprocal = np.where(rank <= MRR_AT, 1.0 / rank, 0.0)
