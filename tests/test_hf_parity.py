@@ -49,6 +49,11 @@ FAMILIES = {
                                    "ForQuestionAnswering"], {
         "pad1-2types": dict(BASE, max_position_embeddings=26, type_vocab_size=2, pad_token_id=1, layer_norm_eps=1e-5),
     }),
+    # CamemBERT: the same, under its own names
+    "camembert": ("Camembert", ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification",
+                                "ForQuestionAnswering"], {
+        "pad1-1type": dict(BASE, max_position_embeddings=26, type_vocab_size=1, pad_token_id=1, layer_norm_eps=1e-5),
+    }),
     "albert": ("Albert", ["Model", "ForPreTraining", "ForMaskedLM", "ForSequenceClassification",
                           "ForTokenClassification", "ForQuestionAnswering"], {
         "one-shared-block": dict(BASE, embedding_size=16, num_hidden_layers=3),

@@ -921,7 +921,8 @@ def _transformers_4_xlmr_json(spec):
     """The tokenizer.json transformers 4's XLMRobertaConverter wrote: spaces squeezed by the
     normalizer, words split by Metaspace alone (XLMRobertaTokenizer 5 rebuilds both)."""
     spec["normalizer"] = {"type": "Sequence", "normalizers": [
-        spec["normalizer"], {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]}
+        *([spec["normalizer"]] if spec["normalizer"] else []),
+        {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]}
     spec["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}
 
 
@@ -941,6 +942,48 @@ def test_xlm_roberta_tokenizer_is_rebuilt_as_transformers_rebuilds_it(xlmr_folde
     again = transformers.AutoTokenizer.from_pretrained(tmp_path / "saved")
     for text in texts:
         assert again.encode(text) == reference.encode(text), repr(text)
+
+
+@pytest.fixture(scope="module")
+def camembert_folder(tmp_path_factory, xlmr_folder):
+    """CamemBERT's tokenizer as transformers saves it: CamembertTokenizer around a fairseq-style
+    vocabulary (its NOTUSED pieces first; <unk> not at XLM-R's fixed id 3), beside a config naming
+    model_type camembert."""
+    pieces = [tuple(p) for p in json.loads((xlmr_folder / "tokenizer.json").read_text())["model"]["vocab"]]
+    words = [p for p in pieces if p[0] not in ("<s>", "<pad>", "</s>", "<unk>", "<mask>")]
+    vocab = [("<s>NOTUSED", 0.0), ("<pad>", 0.0), ("</s>NOTUSED", 0.0), ("<unk>NOTUSED", -100.0), ("<unk>", 0.0),
+             ("<s>", 0.0), ("</s>", 0.0), *words, ("<mask>", 0.0)]
+    folder = tmp_path_factory.mktemp("camembert")
+    transformers.CamembertTokenizer(vocab=vocab).save_pretrained(folder)
+    (folder / "config.json").write_text(json.dumps({"model_type": "camembert"}))
+    return folder
+
+
+@pytest.mark.parametrize("layout", ["as-saved", "transformers-4", "no-class"])
+def test_camembert_tokenizer_is_rebuilt_as_transformers_rebuilds_it(camembert_folder, layout, tmp_path):
+    # "no-class": tokenizer_config.json names no class, so config.json's model_type picks it
+    folder = _changed_copy(camembert_folder, tmp_path / "camembert",
+                           {"tokenizer_class": DROP} if layout == "no-class" else None,
+                           json_edit=_transformers_4_xlmr_json if layout == "transformers-4" else None)
+    ours = bertkit.load_tokenizer(folder)
+    reference = transformers.AutoTokenizer.from_pretrained(folder)
+    assert type(reference).__name__ == "CamembertTokenizer"
+    texts = HARD + SENTENCES + ["hello ", "trailing  spaces   ", "x </s> y <mask> z", "a <s>NOTUSED b", "zzqx"]
+    _assert_same_ids(ours, reference, texts)
+    assert (ours.mask_token_id, ours.pad_token_id, ours.unk_token_id, ours.vocab_size) == (
+        reference.mask_token_id, reference.pad_token_id, reference.unk_token_id, len(reference))
+    assert ours.decode(ours.encode("hello world"), skip_special_tokens=True) == "hello world"
+    ours.save(tmp_path / "saved", "CamembertTokenizer", 128)  # declared as the class, which rebuilds it alike
+    assert json.loads((tmp_path / "saved" / "tokenizer_config.json").read_text())["tokenizer_class"] == "CamembertTokenizer"
+    again = transformers.AutoTokenizer.from_pretrained(tmp_path / "saved")
+    assert all(again.encode(text) == reference.encode(text) for text in texts)
+
+
+def test_camembert_sentencepiece_file_alone_is_refused_not_read_as_xlm_roberta(xlmr_spm, tmp_path):
+    shutil.copy(xlmr_spm / "sentencepiece.bpe.model", tmp_path / "sentencepiece.bpe.model")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "camembert"}))
+    with pytest.raises(bertkit.BertkitError, match="CamemBERT's tokenizer from its tokenizer.json"):
+        bertkit.load_tokenizer(tmp_path)
 
 
 def test_a_post_processor_sequence_frames_examples_as_its_template_does(saved_bases, tmp_path):

@@ -57,6 +57,7 @@ CONFIG_FLAGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "add
 # MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS: its tokenizer.json is read as is, whatever the files name.
 MODEL_TYPE_TOKENIZERS = {"bert": "BertTokenizer", "distilbert": "BertTokenizer", "electra": "BertTokenizer",
                          "roberta": "RobertaTokenizer", "xlm-roberta": "XLMRobertaTokenizer",
+                         "camembert": "CamembertTokenizer",
                          "albert": "AlbertTokenizer", "deberta": "DebertaTokenizer",
                          "deberta-v2": "DebertaV2Tokenizer", "modernbert": "TokenizersBackend",
                          # models of other kinds whose tokenizer is BERT's or RoBERTa's (a folder that
@@ -72,7 +73,8 @@ MODEL_TYPE_TOKENIZERS = {"bert": "BertTokenizer", "distilbert": "BertTokenizer",
 # DistilBertTokenizer only restates do_lower_case=True.
 REBUILDING_CLASSES = {"BertTokenizer": "WordPiece", "DistilBertTokenizer": "WordPiece", "ElectraTokenizer": "WordPiece",
                       "RobertaTokenizer": "BPE", "DebertaTokenizer": "BPE",
-                      "DebertaV2Tokenizer": "Unigram", "AlbertTokenizer": "Unigram", "XLMRobertaTokenizer": "Unigram"}
+                      "DebertaV2Tokenizer": "Unigram", "AlbertTokenizer": "Unigram", "XLMRobertaTokenizer": "Unigram",
+                      "CamembertTokenizer": "Unigram"}
 # Where [CLS] A [SEP] B [SEP] puts a pair: BERT's segment ids 0 then 1; DeBERTa v1 (DebertaTokenizer) uses
 # RoBERTa's double separator and segment 0 throughout
 BERT_PAIR = "{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1"
@@ -631,14 +633,15 @@ def albert_pipeline(pieces: list[tuple[str, float]], unk_id: int, specials: dict
 
 
 def xlm_roberta_pipeline(pieces: list[tuple[str, float]], specials: dict[str, str], charsmap: bytes = b"",
-                         prepend_scheme: str = "always") -> _Backend:
+                         prepend_scheme: str = "always", unk_id: int = 3) -> _Backend:
     """XLM-R's SentencePiece Unigram as `transformers`' (v5) XLMRobertaTokenizer builds it around a
     vocabulary: the model's precompiled normalization map only, words split on whitespace (so runs
     of spaces and a trailing space make no piece), "▁" before each word, unk_id 3 (fairseq's
     order <s> <pad> </s> <unk>), and RoBERTa's frame <s> A </s></s> B </s> with segment 0 throughout.
     Multilingual sentence encoders (paraphrase-multilingual-MiniLM, multilingual-e5) put this
-    tokenizer beside a BERT model."""
-    backend = _Backend(models.Unigram(pieces, unk_id=3, byte_fallback=False))
+    tokenizer beside a BERT model. CamemBERT's class builds the same around its vocabulary, with
+    its own unk_id (`_camembert_for_class`)."""
+    backend = _Backend(models.Unigram(pieces, unk_id=unk_id, byte_fallback=False))
     if charsmap:
         backend.normalizer = normalizers.Precompiled(charsmap)
     backend.pre_tokenizer = pre_tokenizers.Sequence([
@@ -694,6 +697,26 @@ def _xlm_roberta_for_class(pieces: list[tuple[str, float]], config: dict, specia
     specials = {**ROBERTA_SPECIALS, **specials}
     scheme = "always" if config.get("add_prefix_space", True) else "never"
     return xlm_roberta_pipeline(pieces, specials, charsmap, scheme), specials
+
+
+# CamembertTokenizer's extra special tokens where its files name none: pieces of the fairseq
+# dictionary that no text should produce
+CAMEMBERT_EXTRA = ("<s>NOTUSED", "</s>NOTUSED", "<unk>NOTUSED")
+
+
+def _camembert_for_class(pieces: list[tuple[str, float]], config: dict, specials: dict[str, str],
+                         charsmap: bytes) -> tuple[_Backend, dict[str, str]]:
+    """CamembertTokenizer's pipeline: XLMRobertaTokenizer's, with the unknown piece found by its
+    name in the vocabulary, the mask token taking the space before it (lstrip), and its extra
+    special tokens (CAMEMBERT_EXTRA) unless tokenizer_config.json lists others."""
+    specials = {**ROBERTA_SPECIALS, **specials}
+    unk_id = next((i for i, (piece, _) in enumerate(pieces) if piece == specials["unk_token"]), 0)
+    scheme = "always" if config.get("add_prefix_space", True) else "never"
+    backend = xlm_roberta_pipeline(pieces, specials, charsmap, scheme, unk_id)
+    backend.add_special_tokens([AddedToken(specials["mask_token"], lstrip=True, special=True)])
+    extra = config.get("additional_special_tokens") or config.get("extra_special_tokens") or CAMEMBERT_EXTRA
+    backend.add_special_tokens([t for t in map(_token_content, extra) if t])
+    return backend, specials
 
 
 def _sentencepiece_family(model_file: Path, config: dict) -> str:
@@ -894,6 +917,8 @@ def _rebuilt(backend: _Backend, cls: str, config: dict, specials: dict[str, str]
     pieces = [tuple(p) for p in model["vocab"]]
     if cls == "XLMRobertaTokenizer":
         return _xlm_roberta_for_class(pieces, config, specials, _precompiled_charsmap(spec))
+    if cls == "CamembertTokenizer":
+        return _camembert_for_class(pieces, config, specials, _precompiled_charsmap(spec))
     if cls == "AlbertTokenizer":
         rebuilt, specials = _albert_for_class(pieces, config, specials, _precompiled_charsmap(spec))
         if backend.post_processor is not None:  # AlbertTokenizer sets its own before TokenizersBackend.__init__,
@@ -961,6 +986,9 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     config = {**config, **special}  # the named tokens as plain strings for the pipelines below
     file_tokens: list[tuple[int, AddedToken]] = []
     _check_slow_class(path, cls)
+    if path.suffix == ".model" and cls == "CamembertTokenizer":  # its fairseq ids differ from XLM-R's
+        raise BertkitError(f"{path}: bertkit reads CamemBERT's tokenizer from its tokenizer.json, not from the "
+                           "SentencePiece file alone")
     if path.name.endswith(".json") and path.name != "vocab.json":
         backend, special, file_tokens = _from_tokenizer_json(path, cls, config, special)
     elif path.name == "vocab.json":

@@ -140,6 +140,8 @@ ROBERTA = HFFamily(
 XLM_ROBERTA = replace(ROBERTA, model_type="xlm-roberta", class_prefix="XLMRoberta",
                       defaults={"vocab_size": 30522, "pad_token_id": 1},  # XLMRobertaConfig's
                       tokenizer_class="XLMRobertaTokenizer")
+# and CamemBERT's (French RoBERTa; SentencePiece Unigram with fairseq's ids)
+CAMEMBERT = replace(XLM_ROBERTA, model_type="camembert", class_prefix="Camembert", tokenizer_class="CamembertTokenizer")
 
 ALBERT_BLOCK = [
     ("attention.query.{p}", "attn.query.{p}"),
@@ -475,4 +477,4 @@ MODERNBERT = HFFamily(
     config_in=modernbert_config_in, config_out=modernbert_config_out,
 )
 
-FAMILIES = {f.model_type: f for f in (BERT, ROBERTA, XLM_ROBERTA, ALBERT, DISTILBERT, ELECTRA, DEBERTA_V2, DEBERTA, MODERNBERT)}
+FAMILIES = {f.model_type: f for f in (BERT, ROBERTA, XLM_ROBERTA, CAMEMBERT, ALBERT, DISTILBERT, ELECTRA, DEBERTA_V2, DEBERTA, MODERNBERT)}

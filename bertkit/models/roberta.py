@@ -59,6 +59,8 @@ register_family(Family("roberta", EncoderConfig, build_backbone, build_head))
 # XLM-R (Conneau et al., 2020): RoBERTa's model and recipe on 100 languages, with a 250k-piece
 # SentencePiece vocabulary; its checkpoints load and save under their own model_type.
 register_family(Family("xlm-roberta", EncoderConfig, build_backbone, build_head))
+# CamemBERT (Martin et al., 2020): the same for French, under its own model_type too.
+register_family(Family("camembert", EncoderConfig, build_backbone, build_head))
 
 IDEA = "BERT trained better: dynamic masking, no NSP, byte-level BPE; positions skip padding"
 # fairseq's roberta.base / roberta.large: 50,265 BPE tokens, 514 positions (512 + the two
