@@ -309,6 +309,7 @@ def _train_values(values: dict, where: str, loss: dict) -> dict:
 def pretrain_job(args):
     """The job from defaults < config file < flags; every value typed, unknown keys named. With
     --resume, the run's own job.json takes the defaults' place."""
+    from .objectives.registry import LossSettings
     from .options import key_values, read_config, typed
     from .pretraining import PretrainJob, saved_job
 
@@ -318,11 +319,13 @@ def pretrain_job(args):
         data = dict(read_config(args.config))
         train = data.pop("train", None) or {}
         architecture = data.pop("architecture", None) or {}
-        for name, table in (("train", train), ("architecture", architecture)):
-            if not isinstance(table, dict):
+        table = data.pop("loss", None) or {}  # as job.json records them; [train] takes them too
+        for name, values in (("train", train), ("architecture", architecture), ("loss", table)):
+            if not isinstance(values, dict):
                 raise BertkitError(f"{args.config}: [{name}] must be a table of settings")
         _check_top_level(data, args.config)
         job = typed(PretrainJob, data, str(args.config)) if data else {}
+        loss.update(typed(LossSettings, table, f"{args.config} [loss]"))
         train = _train_values(train, f"{args.config} [train]", loss)
     job.update(typed(PretrainJob, {k: given[k] for k in JOB_KEYS if k in given}, "flags"))
     train.update(_train_values({k: given[k] for k in TRAIN_KEYS if k in given}, "flags", loss))
@@ -335,7 +338,8 @@ def pretrain_job(args):
             architecture = typed(config_type, architecture, f"{args.config} [architecture]")
         architecture.update(typed(config_type, key_values(given.get("override") or [], "--override"), "--override"))
     if job.get("resume"):  # what is not given again comes from the run itself, not from the defaults
-        saved = saved_job(PretrainJob(**job, train=train, architecture=architecture, loss=loss).out_dir)
+        # (the loss settings wait for the saved objective: checked against the default's, they would be refused)
+        saved = saved_job(PretrainJob(**job, train=train, architecture=architecture).out_dir)
         if saved is not None:
             job = {**typed(PretrainJob, {k: v for k, v in saved.items() if k not in ("train", "architecture", "loss")},
                            "job.json"), **job}

@@ -502,3 +502,15 @@ def test_loss_settings_reach_the_objective_and_are_refused_for_another(capsys, t
                     "--set", "temperature=0", "--out", str(tmp_path / "x")) == 2
     assert "temperature must be a finite number above 0, got 0.0" in error_line(capsys)
     assert not (tmp_path / "x").exists()
+
+
+def test_loss_settings_survive_resume_and_a_run_started_from_its_job_json(corpus, tmp_path):
+    out = tmp_path / "rtd"
+    common = ["--model", "electra-small", "--objective", "rtd", "--corpus", str(corpus), *TINY, *FAST]
+    assert pretrain(*common, "--set", "rtd_weight=20", "--steps", "2", "--save-every", "1", "--out", str(out)) == 0
+    assert json.loads((out / "job.json").read_text())["loss"] == {"rtd_weight": 20.0}
+    # the same value given again is no change; the objective comes from job.json
+    assert pretrain("--out", str(out), "--resume", "--steps", "3", "--set", "rtd_weight=20") == 0
+    # job.json as a --config file: its loss table is read as [train]'s keys are
+    assert pretrain("--config", str(out / "job.json"), "--out", str(tmp_path / "again"), "--steps", "1") == 0
+    assert json.loads((tmp_path / "again" / "job.json").read_text())["loss"] == {"rtd_weight": 20.0}
