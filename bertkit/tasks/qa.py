@@ -123,9 +123,10 @@ class SpanObjective(PerRow, Objective):
     softmax taken over each row's real tokens. (transformers' takes it over the padding too, whose
     logits are whatever pad tokens compute, so its loss changes with how much a batch is padded;
     with no padding the two are equal.) Padding scores -inf, so it is the same on the packed and the
-    padded path. As in transformers, a position past the row's width T (an answer a window cut
-    off) is clamped to T and left out of the loss, a negative one clamped to 0; one on a row's
-    padding is refused: its loss would be infinite."""
+    padded path. As transformers leaves a position past the batch's width out of the loss (an
+    answer a window cut off), a position at or past its own row's real tokens is left out here,
+    padding or not, so a row counts alike in any batch (its loss would be infinite on padding); a
+    negative one is clamped to 0. Positions may be (B,) or (B, 1), as transformers takes them."""
 
     def __init__(self, model):
         super().__init__()
@@ -139,14 +140,12 @@ class SpanObjective(PerRow, Objective):
     def forward(self, batch: dict[str, torch.Tensor], totals: dict[str, torch.Tensor] | None = None) -> Step:
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         pad = ~batch["attention_mask"].bool()                           # (B, T)
-        T = pad.shape[1]
-        positions = [batch[k].clamp(0, T) for k in ("start_positions", "end_positions")]  # (B,) each
-        for name, at in zip(("start_positions", "end_positions"), positions):
-            padded = F.pad(pad, (0, 1)).gather(1, at[:, None]).squeeze(1)  # (B,) on padding (T: ignored)
-            if padded.any():
-                row = int(padded.nonzero()[0])
-                raise BertkitError(f"{name}: row {row}'s position {int(at[row])} lies on padding (the row has "
-                                   f"{int((~pad[row]).sum())} real tokens)")
+        T, real = pad.shape[1], (~pad).sum(1)                           # (B,) each row's real tokens
+        positions = []
+        for name in ("start_positions", "end_positions"):
+            at = batch[name]
+            at = (at.squeeze(-1) if at.dim() > 1 else at).long().clamp(min=0)  # (B,)
+            positions.append(torch.where(at < real, at, T))  # T: left out (ignore_index)
         start = out.start_logits.float().masked_fill(pad, float("-inf"))  # (B, T)
         end = out.end_logits.float().masked_fill(pad, float("-inf"))      # (B, T)
         loss = (F.cross_entropy(start, positions[0], ignore_index=T)
