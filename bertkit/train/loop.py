@@ -146,9 +146,13 @@ class Trainer:
 
     def save_checkpoint(self) -> Path | None:
         path = None
+        state = self._state()
+        if self.world > 1:  # every process's random state (its dropout and sampling streams), for resume
+            state["rng_by_rank"] = [None] * self.world
+            dist.all_gather_object(state["rng_by_rank"], checkpoint.rng_state())
         if self.is_main:
             with self._saving(f"a checkpoint at step {self.step}"):
-                path = checkpoint.save(self.out, self.step, self.objective.models(), self._state(), self.settings.keep)
+                path = checkpoint.save(self.out, self.step, self.objective.models(), state, self.settings.keep)
         if self.world > 1:
             dist.barrier()  # nobody runs ahead of a checkpoint still being written
         return path
@@ -176,7 +180,12 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.step, self.elapsed, self.tokens = state["step"], state["elapsed"], state["tokens"]
         self.skipped = state.get("skipped", 0)
-        checkpoint.set_rng_state(state["rng"])
+        # each process's own stream back (one process's run has only "rng"); a process the run
+        # did not have gets a stream of its own, as a fresh run's processes do
+        streams = state.get("rng_by_rank") or [state["rng"]]
+        checkpoint.set_rng_state(streams[min(self.rank, len(streams) - 1)])
+        if self.rank >= len(streams):
+            torch.manual_seed(self.settings.seed + self.rank + 1_000_003 * self.step)
         if self.is_main and self.log_path.exists():  # drop log lines written after this checkpoint
             kept = [line for line in self.log_path.read_text().splitlines()
                     if _logged_step(line) <= self.step]
