@@ -591,6 +591,7 @@ def _terminated(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import os
     import signal
     import threading
     import warnings
@@ -599,12 +600,18 @@ def main(argv: list[str] | None = None) -> int:
     # keeps (finetune's best model so far) is kept, and the exit is the one 'interrupted' line
     main_thread = threading.current_thread() is threading.main_thread()  # where handlers may be set
     previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
+    # Under torchrun every process runs this; the first speaks for all (results, warnings, what
+    # an interrupt kept), and another says only an error, naming itself (it may be its own).
+    rank = int(os.environ.get("RANK", "0") or 0)
+    stdout, stderr = sys.stdout, sys.stderr
+    if rank != 0:
+        sys.stdout = sys.stderr = open(os.devnull, "w")
     try:  # building the parser imports torch and the commands: seconds in which Ctrl-C may come
         args = parser().parse_args(argv)
-        warnings.showwarning = _one_line_warning
+        warnings.showwarning = _one_line_warning if rank == 0 else (lambda *a, **k: None)
         args.func(args)
     except BertkitError as e:
-        print(f"bertkit: error: {e}", file=sys.stderr)
+        print(f"bertkit: error{f' (process {rank})' if rank else ''}: {e}", file=stderr)
         return 2
     except KeyboardInterrupt as e:  # its message, if any, says what was kept
         print("bertkit: interrupted" + (f" {e}" if str(e) else ""), file=sys.stderr)
@@ -612,6 +619,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `bertkit embed ... | head`
         return 0
     finally:
+        if rank != 0:
+            sys.stdout.close()
+            sys.stdout, sys.stderr = stdout, stderr
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     return 0

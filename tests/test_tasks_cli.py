@@ -344,3 +344,33 @@ def test_embed_and_cosine_search(capsys, minilm_dir, tmp_path):
     code, out, _ = run(capsys, "embed", "--model", minilm_dir, "--precision", "bf16", corpus[0])
     bf16 = torch.tensor(json_lines(out)[0]["embedding"])
     assert code == 0 and 0.999 <= bf16 @ vectors["mean"] and not torch.equal(bf16, vectors["mean"])
+
+
+def test_a_second_torchrun_process_prints_only_its_errors_and_names_itself(capsys, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    assert main(["models"]) == 0
+    assert capsys.readouterr() == ("", "")  # the first process prints the results
+    assert main(["finetune", "--task", "classification", "--model", "no/such/dir", "--train", "x.csv",
+                 "--eval", "y.csv", "--out", "/nonexistent/out"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("bertkit: error (process 1): ") and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_finetune_under_torchrun_saves_once_and_says_it_once(encoder_dir, sentiment_files, tmp_path):
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    train, dev = sentiment_files
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    done = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", "-m", "bertkit", "finetune", "--task",
+                           "classification", "--model", str(encoder_dir), "--train", str(train), "--eval", str(dev),
+                           "--out", str(tmp_path / "out"), "--steps", "2", *FAST[2:]],
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.count("fine-tuning ") == 1 and done.stderr.count("best model, metrics.json") == 1
+    assert done.stdout.count('"accuracy"') == 1
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["steps"] == 2
+    assert not list((tmp_path / "out").glob(".saving-*"))

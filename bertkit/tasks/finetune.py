@@ -347,7 +347,8 @@ def _finetune(task: str, model, train, eval, out: Path, settings: FinetuneSettin
             raise KeyboardInterrupt(f"at step {trainer.step}, before the first evaluation: no model was saved") from None
         interrupted = trainer.step
         with contextlib.suppress(OSError):  # the run's end would have drawn it; the model matters more
-            plot_curves(trainer.log_path, out / "loss_curve.png")
+            if trainer.is_main:
+                plot_curves(trainer.log_path, out / "loss_curve.png")
     else:
         interrupted = None
 
@@ -358,10 +359,11 @@ def _finetune(task: str, model, train, eval, out: Path, settings: FinetuneSettin
     saved = {"task": task, "metric": metric, "max_length": max_length, "labels": list(labels),
              **({"null_answers": bool(null_answers)} if task == "qa" else {}),
              "settings": {k: v for k, v in asdict(settings).items() if k not in ("progress", "device")}}
-    with writing("the fine-tuned model", out):  # metrics.json last: it marks a finished run
-        model.save_pretrained(out)
-        (out / TASK_FILE).write_text(json.dumps(saved, indent=2) + "\n")
-        (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    if trainer.is_main:  # under torchrun the first process writes; the others hold the same model
+        with writing("the fine-tuned model", out):  # metrics.json last: it marks a finished run
+            model.save_pretrained(out)
+            (out / TASK_FILE).write_text(json.dumps(saved, indent=2) + "\n")
+            (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     if interrupted is not None:
         raise KeyboardInterrupt(f"at step {interrupted}; the best model so far (step {stopper.best_step}, "
                                 f"{metric} {stopper.best[metric]:.4f}) is saved in {out}")
