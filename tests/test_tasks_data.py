@@ -654,6 +654,15 @@ def test_training_batches_are_a_pure_function_of_the_index_and_cover_each_epoch(
     epoch = torch.cat([a(i)["label"] for i in range(13)])
     assert sorted(epoch.tolist()) == list(range(103))
     assert not torch.equal(torch.cat([a(i)["label"] for i in range(13, 26)]), epoch)  # reshuffled
+    # under torchrun each process needs a row of every batch: 103 = 12 x 8 + 7, so with 8
+    # processes the 7-row batch joins another; the epoch still holds every example once
+    for processes, batches in ((2, 13), (8, 12)):
+        c = TrainBatches(features, 8, 0, seed=3, min_rows=processes)
+        assert c.per_epoch == batches
+        rows = [c(i)["label"] for i in range(2 * batches)]
+        assert min(len(r) for r in rows) >= processes
+        assert sorted(torch.cat(rows[:batches]).tolist()) == sorted(torch.cat(rows[batches:]).tolist()) == \
+            list(range(103))
 
 
 @pytest.fixture

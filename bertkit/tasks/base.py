@@ -106,18 +106,22 @@ class TrainBatches:
     """`batch_at(i)`: the i-th training batch, a pure function of i (the Trainer's contract). Each
     epoch is a fresh permutation (seeded by seed and epoch); inside windows of 50 batches the
     examples are sorted by length so a batch pads little, and the batches are then shuffled.
-    `collate` makes a batch of features (multiple choice has its own)."""
+    `collate` makes a batch of features (multiple choice has its own). An epoch's last batch
+    shorter than `min_rows` (the processes under torchrun, each of which needs a row) joins the
+    batch before it."""
     features: list[dict]
     batch_size: int
     pad_id: int
     seed: int = 0
     window: int = 50
     collate: Callable[[list[dict], int], dict[str, torch.Tensor]] = collate
+    min_rows: int = 1
 
     def __post_init__(self) -> None:
         if not self.features:
             raise BertkitError("no training examples")
-        self.per_epoch = -(-len(self.features) // self.batch_size)
+        n = len(self.features)
+        self.per_epoch = -(-n // self.batch_size) - (n > self.batch_size and 0 < n % self.batch_size < self.min_rows)
         self._epoch = -1
         self._batches: list[list[int]] = []
 
@@ -129,6 +133,8 @@ class TrainBatches:
         for start in range(0, len(order), span):
             chunk = sorted(order[start:start + span], key=lambda i: feature_length(self.features[i]))
             batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+        if len(batches) > 1 and len(batches[-1]) < self.min_rows:  # only the epoch's last batch is short
+            batches[-2:] = [batches[-2] + batches[-1]]
         return [batches[i] for i in rng.permutation(len(batches))]
 
     def __call__(self, i: int) -> dict[str, torch.Tensor]:
