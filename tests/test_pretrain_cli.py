@@ -392,6 +392,12 @@ def test_the_same_command_under_torchrun_matches_one_process(corpus, tmp_path):
     apart = sum(((a[k] - b[k]) ** 2).sum() for k in a).sqrt().item()
     print(f"update {moved:.2e}, one vs two processes {apart:.2e}")
     assert moved > 1e-3 and apart <= 1e-4 * moved
+    # held-out scores: every process scores whole batches, as one process does (a mean of each
+    # process's mean over its own masked tokens was another number)
+    one, two = (json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("one", "two"))
+    print("held-out mlm_loss", one["mlm_loss"], two["mlm_loss"])
+    assert two["mlm_loss"] == pytest.approx(one["mlm_loss"], rel=2e-6)
+    assert two["mlm_accuracy"] == pytest.approx(one["mlm_accuracy"], abs=1e-9)
 
 
 def test_demo_pretrains_on_imdb_then_shows_the_finished_run(tmp_path, capsys):
