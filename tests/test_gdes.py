@@ -247,7 +247,11 @@ def test_an_electra_generator_keeps_its_presets_fraction_of_an_overridden_width(
     g, d = narrow.generator.config, narrow.discriminator.config
     assert (d.hidden_size, d.num_heads, g.num_layers) == (384, 6, 2)
     assert g.hidden_size / d.hidden_size == pytest.approx(small.hidden_size / full.hidden_size, abs=0.1)
-    assert g.hidden_size // g.num_heads == 64 and g.intermediate_size == 4 * g.hidden_size
+    assert g.hidden_size % g.num_heads == 0 and g.intermediate_size == 4 * g.hidden_size
+    with torch.device("meta"):  # only the heads overridden: the same width, so the same generator width
+        heads = build_objective("rtd", name, num_heads=4, num_layers=2).generator.config
+    assert heads.hidden_size == round(full.hidden_size * small.hidden_size / full.hidden_size / heads.num_heads) \
+        * heads.num_heads
 
 
 def test_rtd_fits_electra_and_deberta_v3_presets_only():
