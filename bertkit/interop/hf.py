@@ -553,15 +553,23 @@ def carried_keys(hf: dict, config: EncoderConfig, source: Path) -> dict:
     """The keys of a config.json that bertkit does not read (bos/eos_token_id, finetuning_task,
     task_specific_params, a CrossEncoder's activation, a user's own keys ...), kept to be written
     back, as transformers keeps every key of a config it loads. A key is unread when the file
-    without it gives the same config."""
+    without it gives the same config. (The family's own keys are written from the config anyway,
+    and the label names are left out of the probes: parsing thousands of them once per key made
+    loading slow.)"""
+    own = _family_of(hf, source).config_keys
+    light = {k: v for k, v in hf.items() if k not in ("id2label", "label2id")}
     kept = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for key in hf:
-            if key in NOT_CARRIED:
+        try:
+            reference = config_from_hf(light, source)
+        except BertkitError:  # (the labels made it valid): probe with them
+            light, reference = hf, config
+        for key in light:
+            if key in NOT_CARRIED or key in own:
                 continue
             try:
-                unread = config_from_hf({k: v for k, v in hf.items() if k != key}, source) == config
+                unread = config_from_hf({k: v for k, v in light.items() if k != key}, source) == reference
             except BertkitError:
                 unread = False
             if unread:
