@@ -540,14 +540,15 @@ def workloads(quick: bool, repeats: int, device: torch.device = CPU) -> list[Wor
     return quick_set + full
 
 
-def selected(name: str, only: str | None) -> bool:
-    """Whether --only picks the workload `name`: TEXT anywhere in the name, or with =NAME the
-    whole name (case aside), for a row whose name begins its variants' names: "=bert-base
-    inference, 32 seqs, lengths in [16, 256]" is that row without its prepacked and compiled ones."""
+def selected(name: str, only: str | None, dtype: str = "") -> bool:
+    """Whether --only picks the workload `name` of `dtype`: TEXT anywhere in the name, or with
+    =NAME the whole name (case aside), for a row whose name begins its variants' names: "=bert-base
+    inference, 32 seqs, lengths in [16, 256]" is that row without its prepacked and compiled ones;
+    "NAME [fp32]", as the list of workloads shows it, is that row in that dtype."""
     if only is None:
         return True
     if only.startswith("="):
-        return name.lower() == only[1:].strip().lower()
+        return only[1:].strip().lower() in (name.lower(), f"{name} [{dtype}]".lower())
     return only.lower() in name.lower()
 
 
@@ -633,7 +634,7 @@ def run(quick: bool, repeats: int, json_path: str | None, progress: Callable[[st
         json_path = writable_json(json_path)  # before minutes of timing, not after
     if dtype is not None and dtype not in DTYPES:
         raise BertkitError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    chosen = [w for w in workloads(quick, repeats, where) if selected(w.name, only)
+    chosen = [w for w in workloads(quick, repeats, where) if selected(w.name, only, w.dtype)
               and (dtype is None or w.dtype == dtype)]
     skip_emulated = quick and dtype is None and where.type == "cpu" and bf16_emulated()
     if skip_emulated:  # minutes spent timing an emulation no one would train with

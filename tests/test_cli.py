@@ -411,6 +411,14 @@ def test_bench_json_tries_its_folder_before_timing(capsys, monkeypatch):
     assert "--json /proc/bench.json: cannot write in /proc" in one_error_line(capsys)
 
 
+def test_bench_only_takes_a_name_as_the_workload_list_shows_it():
+    from bertkit import bench
+
+    shown = "mini-bert inference, 32 seqs, lengths in [8, 64], padded"
+    assert bench.selected(shown, f"={shown} [fp32]", "fp32") and not bench.selected(shown, f"={shown} [fp32]", "bf16")
+    assert bench.selected(shown, f"={shown}", "bf16") and not bench.selected(shown + ", compiled", f"={shown}", "fp32")
+
+
 def test_bench_only_takes_an_exact_name_and_refuses_an_empty_one(capsys, monkeypatch):
     """--only =NAME picks the row named exactly NAME, whose name begins its variants' names;
     --only TEXT still picks every row containing TEXT; an empty --only (which would start the
