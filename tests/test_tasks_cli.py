@@ -374,3 +374,43 @@ def test_finetune_under_torchrun_saves_once_and_says_it_once(encoder_dir, sentim
     assert done.stdout.count('"accuracy"') == 1
     assert json.loads((tmp_path / "out" / "metrics.json").read_text())["steps"] == 2
     assert not list((tmp_path / "out").glob(".saving-*"))
+
+
+@pytest.mark.slow
+def test_finetune_keeps_its_best_model_when_another_torchrun_process_dies(encoder_dir, sentiment_files, tmp_path):
+    """Process 1 dies after step 3 (as a kill -9 or the OOM killer would end it); process 0's next
+    collective fails, and it saves the best model evaluated so far and says so in one line,
+    instead of a gloo traceback and nothing saved."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    train, dev = sentiment_files
+    script = tmp_path / "run.py"
+    script.write_text(f'''
+import os, sys
+from bertkit.cli import main
+from bertkit.train import Trainer
+step = Trainer.train_step
+def dying(self):
+    if os.environ["RANK"] == "1" and self.step == 3:
+        os._exit(1)
+    return step(self)
+Trainer.train_step = dying
+sys.exit(main({["finetune", "--task", "classification", "--model", str(encoder_dir), "--train", str(train),
+                "--eval", str(dev), "--out", str(tmp_path / "out"), "--steps", "8", "--eval-every", "1",
+                *FAST[2:]]!r}))
+''')
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    done = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", str(script)],
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=180)
+    assert done.returncode != 0
+    # process 0 learns it from its next collective, or from torchrun's SIGTERM, whichever comes first
+    said = [line for line in done.stderr.splitlines() if line.startswith(("bertkit: error", "bertkit: interrupted"))]
+    assert len(said) == 1 and ("another process of this torchrun run stopped at step 3" in said[0]
+                               or "interrupted at step 3" in said[0]), done.stderr[-3000:]
+    assert "the best model so far (step " in said[0]
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["interrupted"] and metrics["best_step"] <= 3
+    assert bertkit.from_pretrained(tmp_path / "out").config.num_labels == 2

@@ -308,7 +308,17 @@ class Trainer:
 
     def fit(self) -> dict[str, float]:
         """Train until the step count or time budget is reached; write the final models and
-        metrics.json at the root of OUT, and the loss-curve plot. Returns the final eval metrics."""
+        metrics.json at the root of OUT, and the loss-curve plot. Returns the final eval metrics.
+        Under torchrun, another process that stops (killed, out of memory) fails this one's next
+        collective with the backend's long message: that becomes LostProcess, one line."""
+        try:
+            return self._fit()
+        except RuntimeError as e:
+            if self.world == 1 or not lost_process(e):
+                raise
+            raise LostProcess(self.step, e, self._kept() if self.final_model else None) from None
+
+    def _fit(self) -> dict[str, float]:
         from tqdm.auto import tqdm
 
         s = self.settings
@@ -376,6 +386,24 @@ class Trainer:
         if self.world > 1:
             dist.barrier()
         return final
+
+
+class LostProcess(BertkitError):
+    """Another process of a torchrun run stopped; `step` is where this one was."""
+
+    def __init__(self, step: int, error: Exception, kept: str | None = None):
+        self.step = step
+        reason = next((s for s in PEER_GONE if s in str(error)), type(error).__name__)
+        super().__init__(f"another process of this torchrun run stopped at step {step} ({reason})"
+                         + (f"; {kept}" if kept else ""))
+
+
+# what gloo and NCCL say when the process at the other end of a collective is gone
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL communicator was aborted")
+
+
+def lost_process(error: Exception) -> bool:
+    return isinstance(error, dist.DistError) or any(s in str(error) for s in PEER_GONE)
 
 
 def _logged_step(line: str) -> float:
