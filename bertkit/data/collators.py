@@ -23,8 +23,8 @@ so the expected masked fraction is exactly `rate` and the chosen n-grams' length
 for the cut-short ones (on IMDB rows of 128 tokens: 0.551, 0.272, 0.177); n-grams never overlap or
 cross a special token. The price is a count per row that varies with the n-grams drawn (standard
 deviation 2.9 tokens around 18.9 there, against 1.3 for whole words, 0.3 for tokens and 4.0 for
-the per-token coin flips of Hugging Face's collator): a token budget would hold it within an n-gram of its target but
-favour the n-grams that fit. google-research/albert's create_pretraining_data.py does that: it visits
+the per-token coin flips of Hugging Face's collator): a token budget would hold it within an
+n-gram of its target but favour the n-grams that fit. google-research/albert's create_pretraining_data.py does that: it visits
 start words in random order, shortens an n-gram that would pass round(rate * tokens) and skips one
 that overlaps, so its n-grams lean short. There, as here, [MASK] / random / unchanged is decided per
 token (`create_masked_lm_predictions` draws it inside the loop over an n-gram's tokens).

@@ -155,4 +155,3 @@ def generator_config(preset: str, disc, overrides: dict):
     hidden = heads * max(1, round(disc.hidden_size * fraction / heads))
     return small.replace(**overrides).replace(num_heads=heads, hidden_size=hidden,
                                               intermediate_size=round(disc.intermediate_size * hidden / disc.hidden_size))
-

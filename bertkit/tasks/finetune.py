@@ -324,8 +324,9 @@ def _finetune(task: str, model, train, eval, out: Path, settings: FinetuneSettin
     job.check_gold(eval_examples, labels, str(eval))  # before minutes of training
     max_length = job.prepare(model, settings.max_length)
     features = job.features(train_examples, model.tokenizer, labels, max_length, str(train))
-    batches = TrainBatches(features, settings.batch_size, model.tokenizer.pad_token_id, settings.seed, collate=job.collate,
-                           min_rows=int(os.environ.get("WORLD_SIZE", "1") or 1))  # each torchrun process needs a row
+    processes = int(os.environ.get("WORLD_SIZE", "1") or 1)  # under torchrun each needs a row of every batch
+    batches = TrainBatches(features, settings.batch_size, model.tokenizer.pad_token_id, settings.seed,
+                           collate=job.collate, min_rows=processes)
     steps = settings.steps  # with a time budget too: whichever ends first
     per_epoch = max(1, round(batches.per_epoch / settings.accumulation))  # optimizer steps, for evaluations
     if steps is None and (settings.epochs is not None or settings.time_budget is None):  # at most one step over
