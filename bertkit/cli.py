@@ -598,11 +598,14 @@ def main(argv: list[str] | None = None) -> int:
 
     # SIGTERM (`kill`, a scheduler ending a job) stops a command as Ctrl-C does: what Ctrl-C
     # keeps (finetune's best model so far) is kept, and the exit is the one 'interrupted' line
-    main_thread = threading.current_thread() is threading.main_thread()  # where handlers may be set
-    previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
     # Under torchrun every process runs this; the first speaks for all (results, warnings, what
     # an interrupt kept), and another says only an error, naming itself (it may be its own).
+    # Another keeps SIGTERM's default, which ends it at once: it writes nothing to keep, and
+    # blocked in a collective (waiting for a first process that was refused and has ended), a
+    # Python handler would not run until torchrun's SIGKILL 30 s later.
     rank = int(os.environ.get("RANK", "0") or 0)
+    main_thread = threading.current_thread() is threading.main_thread()  # where handlers may be set
+    previous = signal.signal(signal.SIGTERM, _terminated) if main_thread and rank == 0 else None
     stdout, stderr = sys.stdout, sys.stderr
     if rank != 0:
         sys.stdout = sys.stderr = open(os.devnull, "w")

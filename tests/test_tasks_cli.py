@@ -347,9 +347,22 @@ def test_embed_and_cosine_search(capsys, minilm_dir, tmp_path):
 
 
 def test_a_second_torchrun_process_prints_only_its_errors_and_names_itself(capsys, monkeypatch):
-    monkeypatch.setenv("RANK", "1")
-    assert main(["models"]) == 0
-    assert capsys.readouterr() == ("", "")  # the first process prints the results
+    import signal
+
+    import bertkit.cli
+
+    # and keeps SIGTERM's default: blocked in a collective, a Python handler would wait for
+    # torchrun's SIGKILL (30 s), while the first process turns it into an interrupt that saves
+    seen, models = [], bertkit.cli.cmd_models
+    monkeypatch.setattr(bertkit.cli, "cmd_models", lambda args: seen.append(signal.getsignal(signal.SIGTERM)) or
+                        models(args))
+    before, printed = signal.getsignal(signal.SIGTERM), []
+    for rank in ("0", "1"):
+        monkeypatch.setenv("RANK", rank)
+        assert main(["models"]) == 0
+        printed.append(capsys.readouterr())
+    assert seen == [bertkit.cli._terminated, before] and signal.getsignal(signal.SIGTERM) == before
+    assert "mini-bert" in printed[0].out and printed[1] == ("", "")  # the first process prints the results
     assert main(["finetune", "--task", "classification", "--model", "no/such/dir", "--train", "x.csv",
                  "--eval", "y.csv", "--out", "/nonexistent/out"]) == 2
     out, err = capsys.readouterr()
