@@ -611,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout = sys.stderr = open(os.devnull, "w")
     try:  # building the parser imports torch and the commands: seconds in which Ctrl-C may come
         args = parser().parse_args(argv)
-        warnings.showwarning = _one_line_warning if rank == 0 else (lambda *a, **k: None)
+        warnings.showwarning = _one_line_warning  # (to devnull in another process)
         args.func(args)
     except BertkitError as e:
         print(f"bertkit: error{f' (process {rank})' if rank else ''}: {e}", file=stderr)

@@ -344,56 +344,47 @@ def _finetune(task: str, model, train, eval, out: Path, settings: FinetuneSettin
     trainer = Trainer(job.objective(model), batches, train_settings, out, device=_device(settings), on_eval=stopper,
                       final_model=False)  # the best evaluation's model is saved below, not the last step's
     lost = None  # another torchrun process stopped: this one saves what the interrupt would
-    finishing = contextlib.ExitStack()  # from the end of training on, SIGTERM waits (_finishing)
     try:
         trainer.fit()
+        interrupted = None
     except (KeyboardInterrupt, LostProcess) as e:  # the best model evaluated so far is still the run's result
-        finishing.enter_context(_finishing())
         lost = e if isinstance(e, LostProcess) else None
         if stopper.best_state is None:
             what = f"{lost}, before the first evaluation: no model was saved" if lost else \
                 f"at step {trainer.step}, before the first evaluation: no model was saved"
             raise (BertkitError if lost else KeyboardInterrupt)(what) from None
         interrupted = trainer.step
-        with contextlib.suppress(OSError):  # the run's end would have drawn it; the model matters more
-            if trainer.is_main:
+
+    with _finishing():
+        if interrupted is not None and trainer.is_main:
+            with contextlib.suppress(OSError):  # the run's end would have drawn it; the model matters more
                 plot_curves(trainer.log_path, out / "loss_curve.png")
-    else:
-        interrupted = None
-    with finishing:
-        return _save_best(job, model, stopper, trainer, out, interrupted, lost, {
-            **stopper.best, "eval_examples": len(eval_examples), "train_examples": len(train_examples),
-            "best_step": stopper.best_step, "steps": trainer.step,
-            **({"interrupted": True} if interrupted is not None else {})}, {
-            "task": task, "metric": metric, "max_length": max_length, "labels": list(labels),
-            **({"null_answers": bool(null_answers)} if task == "qa" else {}),
-            "settings": {k: v for k, v in asdict(settings).items() if k not in ("progress", "device")}})
-
-
-def _save_best(job, model, stopper, trainer, out: Path, interrupted: int | None, lost, metrics: dict,
-               saved: dict) -> dict:
-    """The best evaluation's model written to `out` with task.json and metrics.json (last: it
-    marks a finished run); after an interrupt or a lost process, the one line saying so."""
-    metric = saved["metric"]
-    job.restore(model, stopper.best_state)
-    if trainer.is_main:  # under torchrun the first process writes; the others hold the same model
-        with _finishing(), writing("the fine-tuned model", out):  # metrics.json last: it marks a finished run
-            model.save_pretrained(out)
-            (out / TASK_FILE).write_text(json.dumps(saved, indent=2) + "\n")
-            (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    if interrupted is not None:
-        kept = f"the best model so far (step {stopper.best_step}, {metric} {stopper.best[metric]:.4f}) is saved in {out}"
-        if lost is not None:
-            raise BertkitError(f"{lost}; {kept}")
-        raise KeyboardInterrupt(f"at step {interrupted}; {kept}")
+        job.restore(model, stopper.best_state)
+        metrics = {**stopper.best, "eval_examples": len(eval_examples), "train_examples": len(train_examples),
+                   "best_step": stopper.best_step, "steps": trainer.step,
+                   **({"interrupted": True} if interrupted is not None else {})}
+        saved = {"task": task, "metric": metric, "max_length": max_length, "labels": list(labels),
+                 **({"null_answers": bool(null_answers)} if task == "qa" else {}),
+                 "settings": {k: v for k, v in asdict(settings).items() if k not in ("progress", "device")}}
+        if trainer.is_main:  # under torchrun the first process writes; the others hold the same model
+            with writing("the fine-tuned model", out):  # metrics.json last: it marks a finished run
+                model.save_pretrained(out)
+                (out / TASK_FILE).write_text(json.dumps(saved, indent=2) + "\n")
+                (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        if interrupted is not None:
+            kept = f"the best model so far (step {stopper.best_step}, {metric} {stopper.best[metric]:.4f}) is saved in {out}"
+            if lost is not None:
+                raise BertkitError(f"{lost}; {kept}")
+            raise KeyboardInterrupt(f"at step {interrupted}; {kept}")
     return metrics
 
 
 @contextlib.contextmanager
 def _finishing():
-    """SIGTERM held off while the result is written: torchrun sends it to every process as soon
-    as one has stopped, which cut short the save of the best model the run was stopping to keep
-    (the write itself takes a second; Ctrl-C still stops it, leaving any earlier save whole)."""
+    """SIGTERM held off from the end of training while the result is written: torchrun sends it
+    to every process as soon as one has stopped, which cut short the save of the best model the
+    run was stopping to keep (it takes a second or two; Ctrl-C still stops it, leaving any earlier
+    save whole)."""
     import signal
     import threading
 
