@@ -374,11 +374,10 @@ def cmd_pretrain(args) -> None:
 
 def report(out: Path) -> None:
     """A finished run's held-out metrics and fill-mask answers (from one process under torchrun)."""
-    import os
-
+    from .files import launch_rank
     from .interop.hf import from_pretrained
 
-    if int(os.environ.get("RANK", "0")) != 0:
+    if launch_rank() != 0:
         return
     metrics = json.loads((out / "metrics.json").read_text())
     shown = {k: metrics[k] for k in ("step", "tokens", "train_seconds", "mlm_loss", "mlm_accuracy", "perplexity",
@@ -603,7 +602,9 @@ def main(argv: list[str] | None = None) -> int:
     # Another keeps SIGTERM's default, which ends it at once: it writes nothing to keep, and
     # blocked in a collective (waiting for a first process that was refused and has ended), a
     # Python handler would not run until torchrun's SIGKILL 30 s later.
-    rank = int(os.environ.get("RANK", "0") or 0)
+    from .files import launch_rank
+
+    rank = launch_rank()
     main_thread = threading.current_thread() is threading.main_thread()  # where handlers may be set
     previous = signal.signal(signal.SIGTERM, _terminated) if main_thread and rank == 0 else None
     stdout, stderr = sys.stdout, sys.stderr

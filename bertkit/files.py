@@ -265,6 +265,17 @@ def writing(what: str, where: Path, kept: Callable[[], str] | None = None):
 LOCK_FILE = ".bertkit-run.lock"
 
 
+def launch_rank() -> int:
+    """This process's rank in a torchrun launch (RANK), 0 outside one; the first process writes
+    and speaks for all."""
+    return int(os.environ.get("RANK") or 0)
+
+
+def launch_processes() -> int:
+    """How many processes a torchrun launch runs (WORLD_SIZE), 1 outside one."""
+    return int(os.environ.get("WORLD_SIZE") or 1)
+
+
 def checkpoint_folders(out: Path) -> list[Path]:
     """OUT/checkpoints/step-NNNNNNNN folders, oldest first: only names a run writes (a folder a user
     renamed to step-00000009.bad is not a checkpoint to resume from)."""
@@ -289,7 +300,7 @@ def run_lock(out: str | Path, flag: str = "--out"):
         import fcntl
     except ImportError:
         fcntl = None
-    if fcntl is None or int(os.environ.get("RANK", "0") or 0) != 0 or (out.exists() and not out.is_dir()):
+    if fcntl is None or launch_rank() != 0 or (out.exists() and not out.is_dir()):
         yield
         return
     made = [p for p in (out, *out.parents) if not p.exists()]  # the folders mkdir makes, innermost first

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 from .data import check_vocab_fits
 from .data.corpora import Corpus
 from .errors import BertkitError
-from .files import RESULT_FILES, checkpoint_folders, output_dir, run_lock, staging_dir, writing
+from .files import RESULT_FILES, checkpoint_folders, launch_rank, output_dir, run_lock, staging_dir, writing
 from .options import seconds, typed
 
 BACKENDS = ("torch", "numpy")
@@ -150,7 +150,7 @@ def located(value: str | None) -> str | None:
 
 def say(*parts) -> None:
     """Progress lines for people, on stderr (stdout stays for results), from one process only."""
-    if int(os.environ.get("RANK", "0")) == 0:
+    if launch_rank() == 0:
         print(*parts, file=sys.stderr, flush=True)
 
 
@@ -352,7 +352,7 @@ def saved_job(out: Path) -> dict | None:
 
 
 def _write_job(job: PretrainJob, out: Path) -> None:
-    if int(os.environ.get("RANK", "0")) == 0:
+    if launch_rank() == 0:
         with writing("the run's settings (job.json)", out):
             out.mkdir(parents=True, exist_ok=True)
             (out / JOB_FILE).write_text(json.dumps(job.record(), indent=2) + "\n")

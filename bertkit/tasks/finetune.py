@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,7 +41,7 @@ from ..config import PRESETS
 from ..data.corpora import DataWarning
 from ..data.tokenizer import Tokenizer, check_vocab_fits, load_tokenizer
 from ..errors import BertkitError
-from ..files import RESULT_FILES, output_dir, positive_int, read_json, run_lock, writing
+from ..files import RESULT_FILES, launch_processes, output_dir, positive_int, read_json, run_lock, writing
 from .base import TrainBatches, check_texts, check_truncation, serving_length
 from .choice import MultipleChoice
 from .classification import Regression, SequenceClassification
@@ -324,7 +323,7 @@ def _finetune(task: str, model, train, eval, out: Path, settings: FinetuneSettin
     job.check_gold(eval_examples, labels, str(eval))  # before minutes of training
     max_length = job.prepare(model, settings.max_length)
     features = job.features(train_examples, model.tokenizer, labels, max_length, str(train))
-    processes = int(os.environ.get("WORLD_SIZE", "1") or 1)  # under torchrun each needs a row of every batch
+    processes = launch_processes()  # under torchrun each needs a row of every batch
     batches = TrainBatches(features, settings.batch_size, model.tokenizer.pad_token_id, settings.seed,
                            collate=job.collate, min_rows=processes)
     steps = settings.steps  # with a time budget too: whichever ends first

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import sys
 import time
 import warnings
@@ -35,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import BertkitError
-from ..files import json_safe, writing
+from ..files import json_safe, launch_processes, writing
 from . import checkpoint
 from ..schedules import check_training, scheduled_factor
 from .optim import param_groups
@@ -419,7 +418,7 @@ def _distributed(device: torch.device) -> tuple[int, int]:
     """(rank, world size); joins the process group torchrun describes in the environment."""
     if not dist.is_available():
         return 0, 1
-    if not dist.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if not dist.is_initialized() and launch_processes() > 1:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
