@@ -447,6 +447,14 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     assert json.loads((tmp_path / "ddp" / "metrics.json").read_text())["processes"] == 2
 
 
+def test_no_process_of_one_seeds_run_draws_another_seeds_stream():
+    from bertkit.train.loop import process_seed
+
+    seeds = {(seed, rank): process_seed(seed, rank) for seed in range(-3, 40) for rank in range(8)}
+    assert all(seeds[seed, 0] == seed for seed in range(-3, 40))  # a one-process run keeps its seed
+    assert len(set(seeds.values())) == len(seeds)  # seed + rank gave (1, 0) the stream of (0, 1)
+
+
 @pytest.mark.parametrize("case", ["deberta-emd", "roberta-bf16"])
 def test_more_families_learn(case, reviews, tokenizer, tmp_path):
     torch.manual_seed(0)

@@ -88,7 +88,7 @@ class Trainer:
         self.eval_batches = eval_batches or []
         self.device = torch.device(device)
         # Dropout and sampling differ per process (DDP copies rank 0's weights when it wraps).
-        torch.manual_seed(settings.seed + self.rank)
+        torch.manual_seed(process_seed(settings.seed, self.rank))
         for model in objective.models().values():
             model.backbone.encoder.checkpointing = settings.activation_checkpointing
             if settings.compile:
@@ -184,7 +184,7 @@ class Trainer:
         streams = state.get("rng_by_rank") or [state["rng"]]
         checkpoint.set_rng_state(streams[min(self.rank, len(streams) - 1)])
         if self.rank >= len(streams):
-            torch.manual_seed(self.settings.seed + self.rank + 1_000_003 * self.step)
+            torch.manual_seed(process_seed(self.settings.seed, self.rank, self.step))
         if self.is_main and self.log_path.exists():  # drop log lines written after this checkpoint
             kept = [line for line in self.log_path.read_text().splitlines()
                     if _logged_step(line) <= self.step]
@@ -412,6 +412,18 @@ def _logged_step(line: str) -> float:
         return json.loads(line)["step"]
     except (json.JSONDecodeError, KeyError, TypeError):
         return math.inf
+
+
+def process_seed(seed: int, rank: int, *more: int) -> int:
+    """The seed of one process of a run: the run's own for the first (a one-process run is
+    unchanged), and for another one mixed from (seed, rank, ...), so no process of one seed's run
+    draws the stream of another seed's (seed + rank would give --seed 1's first process the
+    second one of --seed 0)."""
+    if rank == 0 and not more:
+        return seed
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed % 2**64, rank, *more]).generate_state(1, np.uint64)[0] >> 1)
 
 
 def _distributed(device: torch.device) -> tuple[int, int]:
