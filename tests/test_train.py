@@ -234,13 +234,14 @@ def test_accumulated_micro_batches_give_the_gradient_of_the_whole_batch(reviews,
         objective = MaskedLM(model, None if kind == "mlm" else "nsp")
     whole = uneven_batch(reviews, tokenizer, pairs=kind == "mlm+nsp")
     halves = [{k: v[:4] for k, v in whole.items()}, {k: v[4:] for k, v in whole.items()}]
-    grads = []
+    grads, logged = [], []
     for data, accumulation in ((lambda i: whole, 1), (lambda i: halves[i % 2], 2)):
         run = copy.deepcopy(objective)
         trainer = Trainer(run, data, settings(steps=1, lr=0.0, clip_norm=None, accumulation=accumulation),
                           tmp_path / f"run{accumulation}")
-        trainer.train_step()
+        logged.append(trainer.train_step()["loss"])
         grads.append([p.grad for p in run.parameters() if p.grad is not None])
+    assert logged[1] == pytest.approx(logged[0], rel=1e-5)  # the logged loss is the whole batch's too
     assert len(grads[0]) == len(grads[1]) > 0
     for one, two in zip(*grads):
         assert (one - two).abs().max() <= 1e-4 * one.abs().max() + 1e-8
@@ -442,8 +443,11 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     ddp = bertkit.from_pretrained(tmp_path / "ddp")
     for (name, a), b in zip(single.state_dict().items(), ddp.state_dict().values()):
         assert (a - b).abs().max().item() <= 1e-5, name
-    log = [json.loads(line) for line in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
-    assert len([r for r in log if r["split"] == "train"]) == 4  # one writer
+    ddp_losses, single_losses = ([r["loss"] for r in map(json.loads, (tmp_path / run / "metrics.jsonl").open())
+                                  if r["split"] == "train"] for run in ("ddp", "single"))
+    assert len(ddp_losses) == 4  # one writer
+    # the logged training losses are the whole steps', not means of the processes' means
+    assert ddp_losses == pytest.approx(single_losses, rel=1e-5)
     assert json.loads((tmp_path / "ddp" / "metrics.json").read_text())["processes"] == 2
 
 

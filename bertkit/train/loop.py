@@ -273,7 +273,7 @@ class Trainer:
         s = self.settings
         self.optimizer.zero_grad(set_to_none=True)
         totals: dict[str, float] = {}
-        tokens = 0
+        tokens, loss = 0, 0.0
         micro_batches = [self._to_device(self._shard(self.batch_at(self.step * s.accumulation + micro)))
                          for micro in range(s.accumulation)]
         counted = self._counted(micro_batches)
@@ -293,10 +293,16 @@ class Trainer:
                 # with counts, each micro-batch's loss is already its share of the step's mean; DDP
                 # averages gradients over processes, so the world size undoes that average
                 (result.loss / s.accumulation if counted is None else result.loss * self.world).backward()
+            loss += float(result.loss.detach()) / (s.accumulation if counted is None else 1)
             for k, v in result.metrics.items():
                 totals[k] = totals.get(k, 0.0) + float(v) / s.accumulation
             mask = batch.get("attention_mask")
             tokens += int(mask.sum()) if mask is not None else batch["input_ids"].numel()
+        if "loss" in totals:
+            # the step's own loss: with counts, each micro-batch's loss is its share of the step's
+            # over every process (the world size undoes the mean over processes below); a mean of
+            # micro-batch means weighed a micro-batch of few masked tokens as much as one of many
+            totals["loss"] = loss if counted is None else loss * self.world
         if s.clip_norm is not None:
             totals["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.objective.parameters(), s.clip_norm))
         self.optimizer.step()
