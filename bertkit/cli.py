@@ -417,6 +417,19 @@ def cmd_bench(args) -> None:
         print(f"records in {args.json}; as a bar chart: bertkit visualize bench {args.json}")
 
 
+# options that name a file or folder: given empty (`--out "$OUT"` with OUT unset), each would
+# otherwise mean the current folder, and --out "" would write a model into it
+PATH_OPTIONS = ("model", "out", "train", "eval", "data", "input", "json", "corpus", "eval_corpus", "config",
+                "teacher", "tokenizer", "context_file", "results")
+
+
+def check_paths_given(args: argparse.Namespace) -> None:
+    for dest in PATH_OPTIONS:
+        if getattr(args, dest, None) == "":
+            flag = dest if dest == "results" else "--" + dest.replace("_", "-")
+            raise BertkitError(f"{flag}: an empty path (an unset shell variable?); give a file or folder")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="bertkit",
@@ -612,6 +625,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout = sys.stderr = open(os.devnull, "w")
     try:  # building the parser imports torch and the commands: seconds in which Ctrl-C may come
         args = parser().parse_args(argv)
+        check_paths_given(args)
         warnings.showwarning = _one_line_warning  # (to devnull in another process)
         args.func(args)
     except BertkitError as e:

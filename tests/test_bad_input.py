@@ -169,6 +169,22 @@ def test_the_command_in_its_own_process_prints_one_line_and_exits_nonzero(case, 
     _one_error_line(run.returncode, run.stdout, run.stderr, words)
 
 
+@pytest.mark.parametrize("argv, flag", [
+    (["finetune", "--task", "classification", "--model", "mini-bert", "--train", "t.csv", "--eval", "e.csv",
+      "--out", ""], "--out"),
+    (["pretrain", "--corpus", "", "--out", "run"], "--corpus"),
+    (["bench", "--quick", "--json", ""], "--json"),
+    (["visualize", "bench", ""], "results"),
+])
+def test_an_empty_path_is_refused_not_read_as_the_current_folder(argv, flag, tmp_path, capsys, monkeypatch):
+    from bertkit.cli import main
+
+    monkeypatch.chdir(tmp_path)  # where --out "" would have written the model, and --json "" nothing
+    code = main(argv)
+    _one_error_line(code, *capsys.readouterr(), [f"{flag}: an empty path"])
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_hub_id_without_network_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(tmp_path)
