@@ -438,6 +438,16 @@ def test_a_multi_label_or_multi_output_regression_checkpoint_predicts_as_transfo
     for p in predictions:
         assert p["labels"] == [n for n, v in p["scores"].items() if v > 0.5]
         assert p["score"] == max(p["scores"].values())
+    # evaluated on one gold label each, the predicted label sets are scored, not the top label
+    # alone (which counted a text given two more wrong labels as right)
+    from bertkit.tasks.metrics import multi_label_scores
+
+    example = type(load_examples("classification", "rotten-tomatoes", "dev")[0])
+    gold = ["toxic", "insult", "insult", "obscene", "toxic", "insult"]
+    scores = evaluate(tmp_path, None, [example(t, None, g) for t, g in zip(texts, gold)], max_length=32)
+    index = {"toxic": 0, "obscene": 1, "insult": 2}
+    expected = multi_label_scores([index[g] for g in gold], [[index[n] for n in p["labels"]] for p in predictions], 3)
+    assert {k: scores[k] for k in expected} == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("layout", ["config.json, sentence-transformers 4", "config.json, older", "settings file"])
@@ -473,6 +483,32 @@ def test_a_cross_encoder_scores_with_the_activation_it_names_and_keeps_it_when_s
         expected = CrossEncoder(str(tmp_path / "ce"), device="cpu").predict(pairs)
         got = classify(tmp_path / "ce", [a for a, _ in pairs], [b for _, b in pairs])
         assert [p["score"] for p in got] == pytest.approx(expected.tolist(), abs=1e-5)
+
+
+def test_a_cross_encoder_is_evaluated_on_its_activated_score_as_sentence_transformers_evaluates_it(tokenizer,
+                                                                                                  tmp_path):
+    from sentence_transformers import CrossEncoder
+    from sentence_transformers.cross_encoder.evaluation import CrossEncoderCorrelationEvaluator
+
+    texts = [e.text for e in load_examples("classification", "rotten-tomatoes", "dev")[:16]]
+    pairs, gold = list(zip(texts[::2], texts[1::2])), [i / 7 for i in (3, 0, 7, 1, 5, 2, 6, 4)]
+    model = tiny("classification", tokenizer, num_labels=1)
+    model.save_pretrained(tmp_path)
+    raw = np.array([p["value"] for p in classify(tmp_path, [a for a, _ in pairs], [b for _, b in pairs])])
+    with torch.no_grad():  # spread the outputs over the sigmoid's bend, where it changes Pearson's r
+        scale, head = 3.0 / (raw.max() - raw.min()), model.head.classifier
+        head.weight.mul_(scale)
+        head.bias.copy_(scale * (head.bias - raw.mean()))
+    model.save_pretrained(tmp_path)
+    CrossEncoder(str(tmp_path), device="cpu").save(str(tmp_path))  # its default activation, a sigmoid
+    reference = CrossEncoderCorrelationEvaluator([list(p) for p in pairs], gold, write_csv=False)
+    expected = reference(CrossEncoder(str(tmp_path), device="cpu"))
+    example = type(load_examples("regression", "rotten-tomatoes", "dev")[0])
+    scores = evaluate(tmp_path, "regression", [example(a, b, g) for (a, b), g in zip(pairs, gold)])
+    assert scores["pearson"] == pytest.approx(expected["pearson"], abs=1e-4)
+    assert scores["spearman"] == pytest.approx(expected["spearman"], abs=1e-4)
+    raw = [p["value"] for p in classify(tmp_path, [a for a, _ in pairs], [b for _, b in pairs])]
+    assert abs(np.corrcoef(raw, gold)[0, 1] - expected["pearson"]) > 1e-3  # the raw outputs' r is another
 
 
 def test_a_checkpoint_fine_tuned_elsewhere_is_read_whole_as_transformers_pipelines_read_it(minilm_dir, tmp_path):

@@ -12,8 +12,8 @@ from sklearn.metrics import f1_score, matthews_corrcoef, precision_recall_fscore
 
 from bertkit.errors import BertkitError
 from bertkit.tasks import metrics
-from bertkit.tasks.metrics import (classification_scores, exact_match, is_bio, normalize_answer, regression_scores,
-                                   squad_scores, tagging_scores, token_f1)
+from bertkit.tasks.metrics import (classification_scores, exact_match, is_bio, multi_label_scores, normalize_answer,
+                                   regression_scores, squad_scores, tagging_scores, token_f1)
 
 
 # ---- classification ---------------------------------------------------------------------------
@@ -57,6 +57,19 @@ def test_macro_f1_runs_over_the_classes_present_like_sklearn():
 
 
 # ---- regression -------------------------------------------------------------------------------
+def test_multi_label_scores_are_exact_sets_and_every_label_decision():
+    from sklearn.metrics import accuracy_score
+
+    gold = [0, 2, 1, 1]
+    predicted = [[0], [0, 2], [], [1]]  # right, one label too many, none, right
+    want = np.eye(3, dtype=int)[gold]
+    got = np.array([[i in p for i in range(3)] for p in predicted], dtype=int)
+    s = multi_label_scores(gold, predicted, 3)
+    assert s["accuracy"] == accuracy_score(want, got) == 0.5  # scikit-learn's subset accuracy
+    assert s["f1"] == pytest.approx(f1_score(want, got, average="micro"))
+    assert s["mcc"] == pytest.approx(matthews_corrcoef(want.ravel(), got.ravel()))
+
+
 def test_regression_scores_by_hand_and_against_scipy():
     s = regression_scores([1.0, 2.0, 3.0], [2.0, 4.0, 6.0])
     assert s["pearson"] == pytest.approx(1.0)
@@ -117,13 +130,20 @@ def test_entity_scores_equal_seqeval():
 
 def test_plain_tags_macro_scores_equal_sklearn_and_missing_predictions_count_wrong():
     gold = [["DT", "NN", "VBZ"], ["NN", "."]]
-    pred = [["DT", "NN", "NN"], [None, "."]]
+    pred = [["DT", "NNP", "NN"], [None, "."]]  # NNP: a tag only ever predicted, wrongly
     s = tagging_scores(gold, pred, bio=False)
-    assert s["accuracy"] == pytest.approx(3 / 5)
+    assert s["accuracy"] == pytest.approx(2 / 5)
     flat_gold = [t for x in gold for t in x]
     flat_pred = [t or "none" for x in pred for t in x]
-    p, r, f, _ = precision_recall_fscore_support(flat_gold, flat_pred, labels=sorted(set(flat_gold)),
+    # the macro mean runs over the gold and predicted tags, not over a missing prediction
+    p, r, f, _ = precision_recall_fscore_support(flat_gold, flat_pred, labels=[".", "DT", "NN", "NNP", "VBZ"],
                                                  average="macro", zero_division=0)
+    assert (s["precision"], s["recall"], s["f1"]) == pytest.approx((p, r, f))
+    # with a prediction for every word, it is scikit-learn's default macro mean
+    full = [["DT", "NNP", "NN"], ["VBZ", "."]]
+    s = tagging_scores(gold, full, bio=False)
+    p, r, f, _ = precision_recall_fscore_support(flat_gold, [t for x in full for t in x], average="macro",
+                                                 zero_division=0)
     assert (s["precision"], s["recall"], s["f1"]) == pytest.approx((p, r, f))
 
 

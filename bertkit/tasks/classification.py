@@ -17,7 +17,7 @@ from ..errors import BertkitError
 from ..objectives.base import Objective, PerRow, Step
 from .base import (Task, check_truncation, label_index, model_max_length, ordered_labels, report_truncated, run_batches,
                    truncate_pair)
-from .metrics import classification_scores, regression_scores
+from .metrics import classification_scores, multi_label_scores, regression_scores
 from .readers import TextExample
 
 
@@ -137,6 +137,8 @@ class SequenceClassification(Task):
     def score(self, examples, predictions, labels):
         gold = self.targets(examples, labels, "evaluation data")
         index = {name: i for i, name in enumerate(labels)}
+        if predictions and all("labels" in p for p in predictions):  # a multi-label model
+            return multi_label_scores(gold, [[index[n] for n in p["labels"]] for p in predictions], len(labels))
         return classification_scores(gold, [index[p["label"]] for p in predictions], len(labels))
 
 
@@ -212,4 +214,6 @@ class Regression(SequenceClassification):
 
     def score(self, examples, predictions, labels):
         self.check_gold(examples, labels, "evaluation data")
-        return regression_scores([e.label for e in examples], [p["value"] for p in predictions])
+        # a CrossEncoder folder's score is its activated value, which sentence-transformers'
+        # CrossEncoderCorrelationEvaluator scores (Pearson and the mse change under a sigmoid)
+        return regression_scores([e.label for e in examples], [p.get("score", p["value"]) for p in predictions])

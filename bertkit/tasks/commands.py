@@ -366,8 +366,8 @@ def add_parsers(sub, predict_modes) -> None:
     g.add_argument("--eval-limit", dest="eval_limit", type=int, metavar="N", help="early-stop on a sample of N dev examples")
     g.add_argument("--eval-every", dest="eval_every", type=int, help="steps between dev evaluations (once an epoch)")
     g.add_argument("--patience", type=int, help="evaluations without a better dev score before stopping (3)")
-    g.add_argument("--metric", help="the dev score to follow (accuracy; pearson for regression; f1 for tagging, QA; "
-                   "spearman or mrr for embedding)")
+    g.add_argument("--metric", help="the dev score to follow (accuracy; pearson for regression; f1 for entity tags "
+                   "(BIO, IOBES, BILOU) and QA, accuracy for other tags; spearman or mrr for embedding)")
     g.add_argument("--seed", type=int, help="head initialization, batch order, dropout (0)")
     g.add_argument("--precision", default="auto", help="auto (bf16 where the hardware has it), fp32, bf16")
     g.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")

@@ -42,6 +42,26 @@ def classification_scores(gold: list[int], predicted: list[int], num_labels: int
             "mcc": float(matthews_corrcoef(gold, predicted))}
 
 
+def multi_label_scores(gold: list[int], predicted: list[list[int]], num_labels: int) -> dict[str, float]:
+    """A multi-label classifier (problem_type multi_label_classification) scored against one gold
+    label per example: accuracy, the fraction whose predicted label set (probability over 0.5) is
+    exactly the gold one, as its training loss's accuracy counts; f1 and mcc over every
+    (example, label) decision (micro F1, and the correlation of the flattened 0/1 matrices).
+    Its most probable label alone would score a model that also names two wrong labels as right."""
+    from sklearn.metrics import f1_score, matthews_corrcoef
+
+    if not gold:
+        return {"accuracy": 0.0, "f1": 0.0, "mcc": 0.0}
+    want = np.zeros((len(gold), num_labels), dtype=np.int64)  # (N, C)
+    want[np.arange(len(gold)), gold] = 1
+    got = np.zeros_like(want)
+    for row, chosen in enumerate(predicted):
+        got[row, chosen] = 1
+    return {"accuracy": float((want == got).all(-1).mean()),
+            "f1": float(f1_score(want, got, average="micro", zero_division=0)),
+            "mcc": _correlation(matthews_corrcoef(want.ravel(), got.ravel()))}
+
+
 def _correlation(value) -> float:
     value = float(value)
     return 0.0 if math.isnan(value) else value
@@ -124,8 +144,9 @@ def tagging_scores(gold: list[list[str]], predicted: list[list[str | None]], bio
     """Entity schemes (bio=True): seqeval's entity-level precision, recall and F1 (an entity
     counts only with its exact span and type; the scheme, BIO / IOBES / BILOU, read from the tag
     prefixes) plus per-word accuracy. Plain tags: per-word accuracy, with precision / recall / F1
-    as unweighted means over tags (scikit-learn, macro). A word without a prediction (None: cut
-    off by the length limit) counts as wrong, and as outside any entity."""
+    as unweighted means over the tags in the gold data or the predictions (scikit-learn's macro
+    default: a tag only ever predicted, wrongly, counts with precision 0). A word without a
+    prediction (None: cut off by the length limit) counts as wrong, and as outside any entity."""
     flat_gold = [t for sentence in gold for t in sentence]
     flat_pred = [t for sentence in predicted for t in sentence]
     if len(flat_gold) != len(flat_pred):
@@ -138,7 +159,7 @@ def tagging_scores(gold: list[list[str]], predicted: list[list[str | None]], bio
         return {"accuracy": accuracy, **_entity_scores([list(s) for s in gold], filled)}
     from sklearn.metrics import precision_recall_fscore_support
 
-    tags = sorted(set(flat_gold))
+    tags = sorted(set(flat_gold) | {t for t in flat_pred if t is not None})
     filled = [p if p is not None else "\0none" for p in flat_pred]
     p, r, f, _ = precision_recall_fscore_support(flat_gold, filled, labels=tags, average="macro", zero_division=0)
     return {"accuracy": accuracy, "precision": float(p), "recall": float(r), "f1": float(f)}
