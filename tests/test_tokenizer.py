@@ -224,6 +224,21 @@ def test_roberta_vocab_and_merges_equal_transformers(roberta_files):
     assert ours.mask_token_id == reference.mask_token_id and ours.pad_token_id == reference.pad_token_id
 
 
+def test_a_saved_roberta_tokenizer_cuts_to_the_length_the_model_takes(roberta_files, corpus_texts, tmp_path):
+    # RoBERTa's positions start after the padding id: 66 positions take 64 tokens, and a tokenizer
+    # saved with model_max_length 66 gave transformers' model an index error at position 66
+    tokenizer = bertkit.load_tokenizer(roberta_files)
+    model = bertkit.build("roberta-base", hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
+                          max_positions=66, vocab_size=len(tokenizer))
+    model.tokenizer = tokenizer
+    model.save_pretrained(tmp_path)
+    reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    assert reference.model_max_length == model.backbone.embeddings.max_length == 64
+    long = reference(" ".join(corpus_texts[:20]), truncation=True, return_tensors="pt")
+    assert long["input_ids"].shape[1] == 64
+    transformers.AutoModel.from_pretrained(tmp_path)(**long)  # runs: every position is in the table
+
+
 def test_deberta_v3_spm_model_equals_transformers(tmp_path, corpus_texts):
     spm = pytest.importorskip("sentencepiece")
     pytest.importorskip("google.protobuf")

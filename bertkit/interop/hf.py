@@ -717,7 +717,8 @@ def save_pretrained(model: Model, path: str | os.PathLike) -> None:
         (tmp / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         if model.tokenizer is not None:
-            model.tokenizer.save(tmp, FAMILIES[model.config.family].tokenizer_class, model.config.max_positions)
+            # the longest sequence the model takes: RoBERTa's positions start after the padding id
+            model.tokenizer.save(tmp, FAMILIES[model.config.family].tokenizer_class, model.backbone.embeddings.max_length)
         for name, data in model.companion_files.items():
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             (tmp / name).write_bytes(data)
