@@ -4,6 +4,7 @@ the real MiniLM vocabulary) and tiny models."""
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -278,7 +279,36 @@ def test_resumed_run_equals_an_uninterrupted_one_bit_for_bit(reviews, tokenizer,
     assert len(list((tmp_path / "full" / "checkpoints").glob("step-*"))) == 2  # keep=2
 
 
-@pytest.mark.parametrize("damage", ["truncated", "empty dict", "text"])
+def test_a_checkpoint_of_an_earlier_bertkit_still_resumes(reviews, tokenizer, tmp_path):
+    # earlier trainer states held numpy's random state as an array, which weights_only refuses
+    # unless allowed; nothing else beyond plain values is
+    batch_at, _ = batches_from(reviews, tokenizer)
+
+    def trainer():
+        model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, **TINY)
+        return Trainer(MaskedLM(model), batch_at, settings(steps=2, save_every=2), tmp_path)
+
+    trainer().fit()
+    path = tmp_path / "checkpoints" / "step-00000002" / "trainer_state.pt"
+    state = torch.load(path, weights_only=True)
+    np.random.seed(7)
+    earlier = np.random.get_state()
+    torch.save({**state, "rng": {**state["rng"], "numpy": earlier}}, path)
+    resumed = trainer()
+    assert resumed.resume() and resumed.step == 2
+    assert np.array_equal(np.random.get_state()[1], earlier[1])
+
+
+class _RunsCode:
+    """Unpickled, creates a file: what a tampered trainer_state.pt could do instead."""
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty dict", "text", "code"])
 def test_a_damaged_trainer_state_is_one_line_naming_the_checkpoint_before_it(reviews, tokenizer, tmp_path, damage):
     batch_at, _ = batches_from(reviews, tokenizer)
 
@@ -292,13 +322,16 @@ def test_a_damaged_trainer_state_is_one_line_naming_the_checkpoint_before_it(rev
         state.write_bytes(state.read_bytes()[:1000])
     elif damage == "empty dict":
         torch.save({}, state)
+    elif damage == "code":  # resuming a shared run folder must not run what it holds
+        torch.save({**torch.load(state, weights_only=True), "extra": _RunsCode(tmp_path / "ran")}, state)
     else:
         state.write_text("not a checkpoint")
-    with pytest.raises(bertkit.BertkitError, match=r"step-00000004/trainer_state.pt: (unreadable|not a trainer state) .*"
+    with pytest.raises(bertkit.BertkitError, match=r"step-00000004/trainer_state.pt: (unreadable|not a trainer state|"
+                                           r"refused to unpickle)\b.*"
                                            r"step-00000002 is the checkpoint before it: move step-00000004 out of "
                                            r"checkpoints/") as e:
         trainer().resume()
-    assert "\n" not in str(e.value)
+    assert "\n" not in str(e.value) and not (tmp_path / "ran").exists()
     # renamed inside checkpoints/ as the advice might be read, it is no longer a checkpoint to resume from
     (tmp_path / "checkpoints" / "step-00000004").rename(tmp_path / "checkpoints" / "step-00000004.bad")
     resumed = trainer()
@@ -387,7 +420,7 @@ def test_time_budget_stops_and_schedules_by_elapsed_seconds(reviews, tokenizer, 
     bar = capsys.readouterr().err.strip().split("\r")[-1]  # the progress bar's last state: seconds of the budget
     assert "/2 s of training" in bar and f"step={trainer.step}," in bar, bar
     saved = torch.load(sorted((tmp_path / "run" / "checkpoints").glob("step-*"))[-1] / "trainer_state.pt",
-                       weights_only=False)
+                       weights_only=True)  # plain values and tensors: nothing that could run code
     assert saved["elapsed"] == trainer.elapsed
 
 

@@ -22,6 +22,11 @@ from ..files import checkpoint_folders, staging_dir
 
 STATE = "trainer_state.pt"
 STATE_KEYS = ("optimizer", "step", "elapsed", "tokens", "rng")  # what Trainer.resume reads
+# What earlier bertkit wrote into trainer_state.pt beyond tensors and plain values: numpy's random
+# state as an array. Loading allows these and nothing else (weights_only), so a checkpoint from a
+# shared run folder cannot run code when resumed.
+_np_core = getattr(np, "_core", None) or np.core
+EARLIER_GLOBALS = (_np_core.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32)))
 
 
 def save_models(models: dict, directory: Path) -> None:
@@ -47,7 +52,10 @@ def save_final(models: dict, root: Path) -> None:
 
 
 def rng_state() -> dict:
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    """Every generator's state, in plain values and tensors (what weights_only loads)."""
+    key, keys, position, has_gauss, gauss = np.random.get_state()
+    numpy = {"key": key, "keys": keys.tolist(), "position": position, "has_gauss": has_gauss, "gauss": gauss}
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": numpy}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -56,7 +64,11 @@ def rng_state() -> dict:
 def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    numpy = state["numpy"]
+    if isinstance(numpy, dict):
+        numpy = (numpy["key"], np.array(numpy["keys"], dtype=np.uint32), numpy["position"], numpy["has_gauss"],
+                 numpy["gauss"])
+    np.random.set_state(numpy)  # (a tuple in checkpoints of earlier bertkit)
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
@@ -105,9 +117,14 @@ def load(checkpoint: Path, models: dict) -> dict:
     if not path.exists():
         raise BertkitError(f"{path}: missing; the checkpoint was not written completely{advice}")
     try:
-        state = torch.load(path, weights_only=False)
+        with torch.serialization.safe_globals(list(EARLIER_GLOBALS)):
+            state = torch.load(path, weights_only=True)
     except Exception as e:  # truncated, not a torch file, unpickling errors: one line, not a traceback
-        raise BertkitError(f"{path}: unreadable ({first_line(e)}){advice}") from None
+        if "GLOBAL" in str(e):  # an object of a class weights_only does not allow, e.g. os.system
+            raise BertkitError(f"{path}: refused to unpickle: it holds Python objects a trainer state never "
+                               f"holds, which could run code when loaded (a file that was tampered with?){advice}") from None
+        reason = "not a PyTorch file it can read" if "Weights only load failed" in str(e) else first_line(e)
+        raise BertkitError(f"{path}: unreadable ({reason}){advice}") from None
     missing = [k for k in STATE_KEYS if not isinstance(state, dict) or k not in state]
     if missing:
         raise BertkitError(f"{path}: not a trainer state (no {', '.join(missing)}){advice}")
