@@ -105,7 +105,10 @@ class Model(nn.Module):
                 raise BertkitError("compile(freeze=True) is for inference: call model.eval() first")
             options["options"] = {**options.get("options", {}), "freezing": True}
         options.setdefault("dynamic", True)
-        for block in self.backbone.encoder.layers:
+        encoder = self.backbone.encoder
+        # the blocks the forward pass calls (ALBERT's layers are groups of shared blocks), each once
+        blocks = {id(b): b for b in map(encoder.layer_for, range(self.config.num_layers))}
+        for block in blocks.values():
             block.compile(**options)
         return self
 
