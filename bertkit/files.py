@@ -90,6 +90,17 @@ def read_text(path: str | Path, what: str = "file") -> str:
     return decode_text(b"".join(byte_lines(path, what)), str(path))
 
 
+def text_lines(text: str) -> list[str]:
+    """A text's lines, split at "\n" alone (a "\r\n" ending is one), as `wc -l`, `tokenizers` and
+    JSON Lines count them: str.splitlines() also splits at \r, \v, \f, \x1c-\x1e, \x85, U+2028
+    and U+2029, which real text holds inside a line (form feeds in PDF text, U+2028 inside a valid
+    JSON string), and so gave more results than input lines, or a JSON line cut in two."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
 def decode_text(data: bytes, source: str) -> str:
     """UTF-8 bytes (a file's, standard input's) as text without a byte-order mark; other bytes
     are one BertkitError line naming `source` and the line."""

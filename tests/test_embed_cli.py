@@ -344,6 +344,18 @@ def test_search_results_name_each_texts_line_in_the_input_file(minilm_dir, tmp_p
     assert hits[0]["text"] == "A documentary about space travel."
 
 
+def test_input_lines_are_split_at_newlines_alone(minilm_dir, tmp_path, capsys):
+    # form feeds (PDF text), U+2028, \v, \x1c and a lone \r sit inside lines: str.splitlines()
+    # made eight inputs of these three lines, and cut a valid JSON line holding a raw U+2028
+    texts = ["one\rtwo", "three\u2028four", "five\vsix\fseven\x1cend"]
+    plain, jsonl = tmp_path / "lines.txt", tmp_path / "lines.jsonl"
+    plain.write_text("\r\n".join(texts) + "\r\n", newline="")
+    jsonl.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts), newline="")
+    for source in (plain, jsonl):
+        assert main(["embed", "--model", str(minilm_dir), "--input", str(source)]) == 0
+        assert [json.loads(line)["text"] for line in capsys.readouterr().out.split("\n") if line] == texts
+
+
 @QUIET
 def test_a_folder_keeping_its_transformer_in_a_subfolder_loads_and_saves_as_sentence_transformers_does(
         minilm_dir, tmp_path):

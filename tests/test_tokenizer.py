@@ -224,6 +224,20 @@ def test_roberta_vocab_and_merges_equal_transformers(roberta_files):
     assert ours.mask_token_id == reference.mask_token_id and ours.pad_token_id == reference.pad_token_id
 
 
+def test_vocab_txt_lines_are_read_as_tokenizers_reads_them(tmp_path):
+    # a token's id is its line's index, lines end at "\n" alone, and only Unicode white space
+    # ends a token: a lone \r made two lines and shifted every later id; \x1c is part of a token
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "x\ry", "a\x1c", "b\u00a0", "c", "d\x85", "e",
+              "f\u2028g", "h"]
+    (tmp_path / "vocab.txt").write_text("\n".join(tokens) + "\n", newline="")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BertTokenizer",
+                                                                "do_lower_case": False}))
+    ours, reference = bertkit.load_tokenizer(tmp_path), transformers.AutoTokenizer.from_pretrained(tmp_path)
+    assert len(ours) == len(reference) == 13
+    for text in ("c e h", "a b d", "x y", "b c"):
+        assert ours.encode(text) == reference.encode(text), text
+
+
 def test_a_saved_roberta_tokenizer_cuts_to_the_length_the_model_takes(roberta_files, corpus_texts, tmp_path):
     # RoBERTa's positions start after the padding id: 66 positions take 64 tokens, and a tokenizer
     # saved with model_max_length 66 gave transformers' model an index error at position 66

@@ -18,7 +18,6 @@ are framed (`Frame`), so one token cache serves every example layout of a family
 from __future__ import annotations
 
 import base64
-import io
 import json
 import threading
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from tokenizers import Tokenizer as _Backend
 from tokenizers import models, normalizers, pre_tokenizers, processors, decoders
 
 from ..errors import BertkitError, first_line
-from ..files import read_json, read_text, shown
+from ..files import read_json, read_text, shown, text_lines
 
 BERT_SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
                  "mask_token": "[MASK]"}
@@ -506,16 +505,16 @@ def wordpiece_pipeline(vocab: dict[str, int], config: dict) -> _Backend:
     return backend
 
 
-def _text_lines(path: Path) -> list[str]:
-    """A vocabulary file's lines as open() gives them (any newline read as "\\n"); bytes that
-    are not UTF-8 are one error naming the line."""
-    return io.StringIO(read_text(path), newline=None).readlines()
+# What Rust's trim_end drops, and so `tokenizers` from the end of a vocab.txt line: Unicode's
+# White_Space characters (str.rstrip() also drops \x1c-\x1f, which can be part of a token)
+WHITE_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
+              "\u2028\u2029\u202f\u205f\u3000"
 
 
 def _wordpiece_from_vocab(vocab_file: Path, config: dict) -> _Backend:
     # As `tokenizers` reads vocab.txt for transformers 5 (WordPiece.read_file): a token's id is its
     # line's index, trailing whitespace is not part of it, and a repeated token takes its last line.
-    vocab = {line.rstrip(): index for index, line in enumerate(_text_lines(vocab_file))}
+    vocab = {line.rstrip(WHITE_SPACE): index for index, line in enumerate(text_lines(read_text(vocab_file)))}
     try:
         return wordpiece_pipeline(vocab, config)
     except BertkitError as e:
@@ -575,8 +574,7 @@ def _bpe_from_files(vocab_file: Path, merges_file: Path, cls: str | None, config
         raise BertkitError(f"{vocab_file}: a byte-level BPE vocab.json needs merges.txt next to it ({merges_file} is missing)")
     vocab = read_json(vocab_file)
     merges = []
-    for n, line in enumerate(_text_lines(merges_file), 1):
-        line = line.rstrip("\n")
+    for n, line in enumerate(text_lines(read_text(merges_file)), 1):
         if not line or (n == 1 and line.startswith("#version")):
             continue
         parts = line.split(" ")

