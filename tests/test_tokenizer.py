@@ -82,6 +82,40 @@ def test_saved_model_carries_a_tokenizer_transformers_loads(minilm_dir, referenc
     assert bertkit.from_pretrained(tmp_path).tokenizer.encode("Hello there") == reference.encode("Hello there")
 
 
+def test_padding_and_truncation_sides_follow_tokenizer_config_and_are_saved(minilm_dir, tmp_path):
+    # a model fine-tuned to keep a text's end says truncation_side "left"; both sides were ignored
+    # (right padding, the start kept) and dropped when saved
+    folder = tmp_path / "left"
+    shutil.copytree(minilm_dir, folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "padding_side": "left",
+                                                              "truncation_side": "left", "model_max_length": 12}))
+    texts, pairs = ["short", "a somewhat longer text than the other one, cut from its start"], ["x", "y z"]
+    model = bertkit.from_pretrained(folder)
+    model.save_pretrained(tmp_path / "saved")
+    for source in (folder, tmp_path / "saved"):
+        ours, reference = bertkit.load_tokenizer(source), transformers.AutoTokenizer.from_pretrained(source)
+        assert (reference.padding_side, reference.truncation_side) == ("left", "left")
+        for kw in (dict(padding=True), dict(padding=True, truncation=True),
+                   dict(padding="max_length", truncation=True)):  # to model_max_length, as transformers pads
+            for args in ((texts,), (texts, pairs)):
+                got, want = ours(*args, **kw), reference(*args, return_tensors="pt", **kw)
+                for key in ("input_ids", "attention_mask", "token_type_ids"):
+                    assert torch.equal(got[key], want[key]), (kw, len(args), key)
+    # and a classifier fine-tuned elsewhere is read as its tokenizer cuts (the text's end)
+    from bertkit.tasks import classify
+
+    head = bertkit.from_pretrained(folder)
+    head = bertkit.Model(head.config.replace(num_labels=3), head="classification", tokenizer=head.tokenizer)
+    head.save_pretrained(tmp_path / "classifier")
+    reference = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "classifier").eval()
+    with torch.no_grad():
+        want = reference(**transformers.AutoTokenizer.from_pretrained(tmp_path / "classifier")(
+            texts[1:], truncation=True, return_tensors="pt")).logits.softmax(-1)[0]
+    [got] = classify(tmp_path / "classifier", texts[1:])
+    assert list(got["scores"].values()) == pytest.approx(want.tolist(), abs=1e-5)
+
+
 def test_bad_tokenizer_files_are_named(tmp_path):
     with pytest.raises(bertkit.BertkitError, match="no such file"):
         bertkit.load_tokenizer(tmp_path / "nope.json")

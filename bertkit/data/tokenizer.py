@@ -50,7 +50,8 @@ PAD_SPELLINGS = ("[PAD]", "<pad>")  # the pad token of BERT-style and of RoBERTa
 NAMING_ORDER = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 # tokenizer_config.json's pipeline flags, kept so that `Tokenizer.save` writes them back
 CONFIG_FLAGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "add_prefix_space", "trim_offsets",
-                "split_by_punct", "keep_accents", "remove_space", "split_special_tokens")
+                "split_by_punct", "keep_accents", "remove_space", "split_special_tokens", "padding_side",
+                "truncation_side")
 # config.json's model_type -> the class transformers' AutoTokenizer builds when no file names one
 # (TOKENIZER_MAPPING_NAMES in transformers/models/auto/tokenization_auto.py). ModernBERT is also in its
 # MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS: its tokenizer.json is read as is, whatever the files name.
@@ -202,7 +203,9 @@ class Tokenizer:
         True / "longest" (the default here), "max_length" (to max_length) or False (no padding:
         lists, or tensors if the rows are of one length); `truncation` True / "longest_first",
         "only_first", "only_second" (to max_length, else the tokenizer's model_max_length) or
-        False (max_length then only pads); `return_tensors` "pt", "np" or None (lists)."""
+        False (max_length then only pads); `return_tensors` "pt", "np" or None (lists). A
+        tokenizer_config.json with padding_side / truncation_side "left" pads before the tokens and
+        cuts from the start, as transformers does."""
         if isinstance(texts, str):
             texts = [texts]
         if isinstance(text_pairs, str):  # one pair, as tokenizer("a text", "its pair")
@@ -227,8 +230,10 @@ class Tokenizer:
                 raise BertkitError("truncation needs max_length (this tokenizer names no model_max_length)")
             if max_length > 2**31:  # transformers' "no limit" (int(1e30)): nothing to cut at
                 max_length, strategy = None, None
-        if padding == "max_length" and max_length is None:
-            raise BertkitError("padding='max_length' needs max_length")
+        if padding == "max_length" and max_length is None:  # transformers pads to model_max_length then
+            max_length = self.config.get("model_max_length")
+            if max_length is None or max_length > 2**31:
+                raise BertkitError("padding='max_length' needs max_length (this tokenizer names no model_max_length)")
         if strategy is not None:
             least = self.frame.specials(pair=text_pairs is not None) + (1 if text_pairs is None else 2)
             if not isinstance(max_length, int) or max_length < least:
@@ -237,7 +242,8 @@ class Tokenizer:
         inputs = list(zip(texts, text_pairs)) if text_pairs is not None else list(texts)
         with self._lock:
             if strategy is not None:
-                self.backend.enable_truncation(max_length, strategy=strategy)
+                self.backend.enable_truncation(max_length, strategy=strategy,
+                                               direction=self._side("truncation_side"))
             try:
                 encodings = self.backend.encode_batch(inputs)
             except Exception as e:  # only_first / only_second with no room left in that part
@@ -256,14 +262,22 @@ class Tokenizer:
         T = max(lengths, default=0) if padding != "max_length" else max([max_length, *lengths])
         batch = {k: torch.zeros(len(encodings), T, dtype=torch.long) for k in keys}
         batch["input_ids"].fill_(self.pad_token_id)
+        left = self._side("padding_side") == "left"
         for i, e in enumerate(encodings):
             n = len(e.ids)
-            batch["input_ids"][i, :n] = torch.tensor(e.ids)
-            batch["attention_mask"][i, :n] = 1
-            batch["token_type_ids"][i, :n] = torch.tensor(e.type_ids)
+            where = slice(T - n, T) if left else slice(0, n)
+            batch["input_ids"][i, where] = torch.tensor(e.ids)
+            batch["attention_mask"][i, where] = 1
+            batch["token_type_ids"][i, where] = torch.tensor(e.type_ids)
         if return_tensors is None:
             return {k: v.tolist() for k, v in batch.items()}
         return {k: v.numpy() for k, v in batch.items()} if return_tensors == "np" else batch
+
+    def _side(self, key: str) -> str:
+        side = self.config.get(key, "right")
+        if side not in ("left", "right"):
+            raise BertkitError(f"tokenizer_config.json: {key} must be 'left' or 'right', got {side!r}")
+        return side
 
     def encode_offsets(self, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
         """For each text, its ids without special tokens and each token's (start, end) character

@@ -113,6 +113,10 @@ class FinetuneSettings:
         check_truncation(self.truncation)
 
 
+# the tasks whose long texts are cut by the truncation setting (head, tail, head+tail)
+TRUNCATING_TASKS = ("classification", "regression", "multiple-choice")
+
+
 def make_task(name: str, settings: FinetuneSettings = FinetuneSettings(), null_answers: bool = False):
     if settings.pooling is not None and name != "embedding":
         raise BertkitError(f"pooling is a setting of the embedding task, not of {name}")
@@ -406,6 +410,9 @@ def _prepared(source, task: str | None, tokenizer, overrides: dict, data_has_nul
     name = _task_of(model, task, saved)
     values = {k: v for k, v in saved.get("settings", {}).items() if k in FinetuneSettings.__dataclass_fields__}
     values["max_length"] = saved.get("max_length", values.get("max_length"))
+    if "truncation" not in values and model.tokenizer is not None \
+            and model.tokenizer.config.get("truncation_side") == "left" and name in TRUNCATING_TASKS:
+        values["truncation"] = "tail"  # fine-tuned elsewhere to keep a text's end, as its tokenizer cuts
     values.update({k: v for k, v in overrides.items() if v is not None})
     settings = FinetuneSettings(**values)
     null_answers = settings.null_answers
