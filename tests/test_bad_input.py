@@ -185,6 +185,17 @@ def test_an_empty_path_is_refused_not_read_as_the_current_folder(argv, flag, tmp
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("row, said", [({"text": "", "text_pair": "only second"}, "the object's 'text' is empty"),
+                                       ({"text_pair": "only second"}, "the object needs 'text'")])
+def test_an_input_object_missing_or_with_an_empty_text_says_which(row, said, tmp_path, capsys):
+    from bertkit.cli import main
+
+    inputs = tmp_path / "in.jsonl"  # (read before the model is looked for)
+    inputs.write_text(json.dumps(row) + "\n")
+    code = main(["predict", "classify", "--model", str(tmp_path / "model"), "--input", str(inputs)])
+    _one_error_line(code, *capsys.readouterr(), [f"{inputs} line 1: {said}"])
+
+
 def test_hub_id_without_network_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(tmp_path)

@@ -110,9 +110,13 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise BertkitError(f"{where}: not valid JSON ({e.msg})") from None
-            missing = [f for f in required if not isinstance(row.get(f), (str, list)) or not row.get(f)]
+            missing = [f for f in required if not isinstance(row.get(f), (str, list))]
             if missing:
                 raise BertkitError(f"{where}: the object needs {' and '.join(repr(f) for f in missing)}")
+            empty = [f for f in required if not row[f]]
+            if empty:
+                raise BertkitError(f"{where}: the object's {' and '.join(repr(f) for f in empty)} "
+                                   f"{'is' if len(empty) == 1 else 'are'} empty")
             kept = {f: row[f] for f in fields if row.get(f) is not None}
             if any_of and not any(f in kept for f in any_of):
                 raise BertkitError(f"{where}: the object needs {' or '.join(repr(f) for f in any_of)}")
