@@ -594,8 +594,13 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """Library warnings for people (a truncated text, skipped rows) as one 'bertkit: warning:'
-    line; Python's default adds the source path and line, which means nothing to a user."""
-    print(f"bertkit: warning: {message}", file=sys.stderr if file is None else file)
+    line; Python's default adds the source path and line, which means nothing to a user. A
+    progress bar on the screen is lifted off its line first, and drawn again below the warning."""
+    from tqdm import tqdm
+
+    file = sys.stderr if file is None else file
+    with tqdm.external_write_mode(file=file):
+        print(f"bertkit: warning: {message}", file=file)
 
 
 def _terminated(signum, frame) -> None:
@@ -623,6 +628,8 @@ def main(argv: list[str] | None = None) -> int:
     stdout, stderr = sys.stdout, sys.stderr
     if rank != 0:
         sys.stdout = sys.stderr = open(os.devnull, "w")
+    if not stderr.isatty():  # a log file: a progress bar redrawn every 30 s, not at every step
+        os.environ.setdefault("TQDM_MININTERVAL", "30")  # (tqdm reads it when imported, with the commands)
     try:  # building the parser imports torch and the commands: seconds in which Ctrl-C may come
         args = parser().parse_args(argv)
         check_paths_given(args)

@@ -122,6 +122,30 @@ def test_fill_mask_refuses_text_without_a_mask_and_models_without_a_head(mlm_dir
     assert "no masked-LM head" in capsys.readouterr().err
 
 
+def test_progress_into_a_log_file_redraws_every_30_seconds_not_every_step(monkeypatch, capsys):
+    monkeypatch.delenv("TQDM_MININTERVAL", raising=False)  # (tqdm reads it when it is first imported)
+    assert main(["models"]) == 0  # stderr here is no terminal
+    assert os.environ["TQDM_MININTERVAL"] == "30"
+    monkeypatch.setenv("TQDM_MININTERVAL", "5")  # a user's own setting stays
+    assert main(["models"]) == 0 and os.environ["TQDM_MININTERVAL"] == "5"
+
+
+def test_a_warning_during_a_progress_bar_gets_a_line_of_its_own():
+    import io
+
+    from tqdm import tqdm
+
+    from bertkit.cli import _one_line_warning
+
+    screen = io.StringIO()
+    bar = tqdm(total=3, file=screen, mininterval=0)
+    bar.update(1)
+    _one_line_warning("2 texts were truncated", UserWarning, "x.py", 1, file=screen)
+    bar.close()
+    before = screen.getvalue().split("bertkit: warning: 2 texts were truncated\n")[0]
+    assert before.endswith("\r") and before.split("\r")[-2].strip() == ""  # the bar's line was cleared first
+
+
 def test_ctrl_c_while_the_commands_load_is_one_line(monkeypatch, capsys):
     """Building the parser imports torch and every command (seconds): Ctrl-C then was a
     twenty-line traceback."""
