@@ -552,23 +552,6 @@ def selected(name: str, only: str | None, dtype: str = "") -> bool:
     return only.lower() in name.lower()
 
 
-def writable_json(path: str) -> Path:
-    """--json's path, checked before minutes of timing by creating and removing a file where it
-    will be written (its folder, or the nearest folder above that exists): output_file's
-    os.access check says yes to root everywhere, even on /proc or a read-only mount."""
-    path = output_file(path, "--json")
-    folder = path.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    try:
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".probe")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise BertkitError(f"--json {path}: cannot write in {folder} ({e.strerror or e})") from None
-    return path
-
-
 def write_records(path: Path, records: list[Record]) -> None:
     """Every record so far into `path`, atomically (a new file in the same folder, then renamed
     over it): written after each row, so a failure or Ctrl-C later in the run keeps the rows
@@ -631,7 +614,7 @@ def run(quick: bool, repeats: int, json_path: str | None, progress: Callable[[st
         raise BertkitError(f"--only {only!r} names no workload: give part of a name, or =NAME for exactly one "
                            "(bertkit bench without --only runs them all)")
     if json_path:
-        json_path = writable_json(json_path)  # before minutes of timing, not after
+        json_path = output_file(json_path, "--json")  # before minutes of timing, not after
     if dtype is not None and dtype not in DTYPES:
         raise BertkitError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     chosen = [w for w in workloads(quick, repeats, where) if selected(w.name, only, w.dtype)

@@ -189,7 +189,9 @@ def _named(flag: str, path: Path) -> str:
 
 
 def _writable_from(path: Path, flag: str) -> None:
-    """`path` can be created or written: its nearest existing ancestor is a folder we may write."""
+    """`path` can be created or written: its nearest existing ancestor is a folder we may write,
+    tried by making and removing a folder there (os.access says yes to root everywhere, even on
+    /proc or a read-only mount, where the run's own mkdir then failed with a traceback)."""
     ancestor = path
     while not ancestor.exists() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
@@ -197,6 +199,11 @@ def _writable_from(path: Path, flag: str) -> None:
         raise BertkitError(f"{_named(flag, path)}: {ancestor} is a file, so no folder can be made under it")
     if not os.access(ancestor, os.W_OK | (os.X_OK if ancestor.is_dir() else 0)):  # a file has no search bit
         raise BertkitError(f"{_named(flag, path)}: no permission to write {'in ' if ancestor.is_dir() else ''}{ancestor}")
+    folder = ancestor if ancestor.is_dir() else ancestor.parent
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=folder, prefix=".bertkit-probe-"))
+    except OSError as e:
+        raise BertkitError(f"{_named(flag, path)}: cannot write in {folder} ({e.strerror or e})") from None
 
 
 def staging_dir(parent: Path, prefix: str) -> Path:

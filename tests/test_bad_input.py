@@ -4,6 +4,7 @@ import json
 import pickle
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -183,6 +184,16 @@ def test_an_empty_path_is_refused_not_read_as_the_current_folder(argv, flag, tmp
     code = main(argv)
     _one_error_line(code, *capsys.readouterr(), [f"{flag}: an empty path"])
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, where no folder can be made")
+@pytest.mark.parametrize("argv", [["visualize", "distillation-temperature", "--logits", "3,1"],
+                                  ["compare", "--parameters-only"]])
+def test_an_out_folder_that_cannot_be_made_is_one_line_before_any_work(argv, capsys):
+    from bertkit.cli import main
+
+    code = main([*argv, "--out", "/proc/bertkit-nowhere"])  # root may "write" there by os.access
+    _one_error_line(code, *capsys.readouterr(), ["--out /proc/bertkit-nowhere: cannot write in /proc"])
 
 
 @pytest.mark.parametrize("row, said", [({"text": "", "text_pair": "only second"}, "the object's 'text' is empty"),
