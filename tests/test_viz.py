@@ -120,6 +120,10 @@ def test_text_longer_than_the_model_is_truncated_with_a_warning(bert):
         encoded = encode(bert, long, "short pair")
     assert encoded.ids.shape == (1, 64) and encoded.truncated == 100 + 2 + 3 - 64
     assert encoded.tokens.count("pair") == 1  # the longer part was cut first
+    # the text shown over the maps (the explorer's header) is what the tokens cover, not all of it
+    assert (encoded.text, encoded.text_pair) == (" ".join(["word"] * (64 - 2 - 3)) + " \u2026", "short pair")
+    with pytest.warns(UserWarning):
+        assert attention_maps(bert, long).text == " ".join(["word"] * (64 - 2)) + " \u2026"
     for bad, message in (("", "empty"), ("   ", "empty")):
         with pytest.raises(BertkitError, match=message):
             encode(bert, bad)

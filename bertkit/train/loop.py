@@ -455,7 +455,8 @@ def plot_curves(log: Path, png: Path) -> None:
     for split, style in (("train", "-"), ("eval", "o-")):
         points = [(r["step"], r["loss"]) for r in records if r["split"] == split and "loss" in r]
         if points:
-            ax.plot(*zip(*points), style, label=f"{split} loss", alpha=0.8 if split == "train" else 1.0)
+            ax.plot(*zip(*points), "o-" if len(points) == 1 else style,  # one point: a line would not show
+                    label=f"{split} loss", alpha=0.8 if split == "train" else 1.0)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss")
     ax.set_title(f"training curve: {log.parent.name}")

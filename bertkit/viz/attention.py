@@ -67,13 +67,13 @@ def run_attention(model, encoded: Encoded) -> np.ndarray:
 def attention_maps(model, text: str, text_pair: str | None = None, max_length: int | None = None,
                    description: str | None = None) -> AttentionMaps:
     """Run `model` (with its tokenizer) on one text or pair and keep every attention map."""
-    return maps_of(model, encode(model, text, text_pair, max_length), text, text_pair, description)
+    return maps_of(model, encode(model, text, text_pair, max_length), description)
 
 
-def maps_of(model, encoded: Encoded, text: str, text_pair: str | None = None,
-            description: str | None = None) -> AttentionMaps:
-    """The maps of an input already framed by `inputs.encode`."""
-    return AttentionMaps(description or model.config.family, text, text_pair, encoded.tokens,
+def maps_of(model, encoded: Encoded, description: str | None = None) -> AttentionMaps:
+    """The maps of an input already framed by `inputs.encode`; their text is what its tokens
+    cover (a text cut to fit the model ends in "…")."""
+    return AttentionMaps(description or model.config.family, encoded.text, encoded.text_pair, encoded.tokens,
                          encoded.segments, run_attention(model, encoded))
 
 

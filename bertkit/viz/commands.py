@@ -95,7 +95,7 @@ def cmd_attention(args) -> None:
     with _warnings_as_lines():
         model, description = load_model(_model_name(args), args.tokenizer)
         encoded = encode(model, args.text, args.text_pair, args.max_length)
-        maps = maps_of(model, encoded, args.text, args.text_pair, description)
+        maps = maps_of(model, encoded, description)
         L = maps.num_layers
         if args.layers.strip().lower() == "all":
             layers = list(range(L))

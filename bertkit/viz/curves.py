@@ -125,6 +125,7 @@ def plot_curves(runs: list[Path], path: Path) -> Path:
                     if noisy:
                         ax.plot(steps, values, color=c, ls=style, alpha=0.2, lw=0.8)
                     ax.plot(steps, smooth(values) if noisy else values, color=c, ls=style, lw=1.6,
+                            marker="o" if len(steps) == 1 else None, ms=4,  # one step: a line would not show
                             label=f"{label} (train)")
                 steps, values = series(records, "eval", key)
                 if len(steps):

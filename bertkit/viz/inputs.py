@@ -84,6 +84,8 @@ class Encoded:
     tokens: list[str]       # T readable labels
     segments: list[int]     # T: 0 = sentence A (and the specials up to its end), 1 = sentence B
     truncated: int          # tokens cut off to fit the model
+    text: str               # what the tokens cover: the text, or its start and "…" where it was cut
+    text_pair: str | None
 
     @property
     def boundary(self) -> int | None:
@@ -115,7 +117,8 @@ def encode(model, text: str, text_pair: str | None = None, max_length: int | Non
         raise BertkitError(f"max length {limit} leaves no room for text beside the special tokens")
     if not a or pair and not b:
         raise BertkitError("the text has no tokens")
-    full = len(a) + len(b)
+    lengths = len(a), len(b)
+    full = sum(lengths)
     a, b, _ = truncate_pair(a, b if pair else None, budget)  # longest first, as transformers truncates
     b = b or []
     cut = full - len(a) - len(b)
@@ -132,7 +135,16 @@ def encode(model, text: str, text_pair: str | None = None, max_length: int | Non
         segments += [int(seen_b)] * len(seq)
     if model.config.type_vocab_size < 2:  # no sentence B embedding (RoBERTa, DeBERTa-v3)
         types = [0] * len(ids)
-    return Encoded(torch.tensor([ids]), torch.tensor([types]), token_labels(tok, ids), segments, cut)
+    shown = _kept_text(tok, text, len(a), lengths[0]), pair and _kept_text(tok, text_pair, len(b), lengths[1]) or None
+    return Encoded(torch.tensor([ids]), torch.tensor([types]), token_labels(tok, ids), segments, cut, *shown)
+
+
+def _kept_text(tok, text: str, kept: int, tokens: int) -> str:
+    """`text` up to the end of its `kept`-th token, and "…" for the rest, when it was cut."""
+    if kept == tokens:
+        return text
+    [(_, offsets)] = tok.encode_offsets([text])
+    return text[:offsets[kept - 1][1]] + " \u2026"
 
 
 def token_labels(tok, ids: list[int]) -> list[str]:
