@@ -8,6 +8,7 @@ cannot work. Family-specific fields live in subclasses next to the family (model
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,46 @@ HEADS = (None, "mlm", "pretraining", "classification", "token-classification", "
 # How a sequence classifier's outputs are read (transformers' problem_type): a softmax over the
 # labels, a sigmoid per label (several may hold), or real values.
 PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
+
+# What each annotated field type holds, as the error says it. Integers are ints (not 2.0, not
+# true), as transformers' own strict configs want them; a float field takes an int as well.
+_KINDS = {
+    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "float": ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "tuple": ("a list", lambda v: isinstance(v, (tuple, list))),  # JSON gives lists
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _field_types(config_class: type) -> dict[str, tuple[str, ...]]:
+    """Field name -> the kinds its annotation allows ("float | None" -> ("float", "None"))."""
+    return {f.name: tuple(k.strip().split("[")[0] for k in str(f.type).split("|"))
+            for f in dataclasses.fields(config_class)}
+
+
+class FieldTypeError(BertkitError):
+    """A config field holding a value of the wrong type. Configs come from JSON, where any key may
+    hold any type: a wrong one is refused on construction, by name, not as a TypeError from deep
+    inside torch when the model is built. `field` and `problem` let the reader of a file name the
+    file's own key (interop/hf.py: hidden_dropout_prob for hidden_dropout)."""
+
+    def __init__(self, field: str, problem: str):
+        super().__init__(f"config: {field} {problem}")
+        self.field, self.problem = field, problem
+
+
+def _type_problem(config_class: type, name: str, value: Any) -> str | None:
+    """Why `value` cannot be field `name` of `config_class` ("must be an integer, got 2.0"), or
+    None when it can."""
+    kinds = _field_types(config_class)[name]
+    if value is None and "None" in kinds:
+        return None
+    known = [_KINDS[k] for k in kinds if k in _KINDS]
+    if len(known) < len([k for k in kinds if k != "None"]) or any(ok(value) for _, ok in known):
+        return None  # a type this check does not know: the field's own validation takes it
+    return f"must be {' or '.join(words for words, _ in known)}, got {value!r}"
 
 
 @dataclass(frozen=True)
@@ -54,6 +95,10 @@ class EncoderConfig:
     ACTIVATION_FIELDS = ("hidden_act",)
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            problem = _type_problem(type(self), f.name, getattr(self, f.name))
+            if problem:
+                raise FieldTypeError(f.name, problem)
         positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                     "max_positions", "num_labels")
         for name in positive:

@@ -102,6 +102,41 @@ def break_architecture_string(p):
     edit_config(p, architectures="BertLMHeadModel")  # one name, not a list
 
 
+def break_index_list(p):
+    (p / "model.safetensors").unlink()
+    (p / "model.safetensors.index.json").write_text(json.dumps({"weight_map": ["a"]}))
+
+
+def break_index_values(p):
+    (p / "model.safetensors").unlink()
+    (p / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": 1}}))
+
+
+def shard_at(name):
+    """An index whose every tensor lives in the shard `name` (the folder's weights, moved there)."""
+    def breaker(p):
+        state = load_file(p / "model.safetensors")
+        (p / "model.safetensors").unlink()
+        save_file(state, p / name.replace("{out}", str(p.parent)))
+        (p / "model.safetensors.index.json").write_text(
+            json.dumps({"weight_map": {k: name.replace("{out}", str(p.parent)) for k in state}}))
+    return breaker
+
+
+def break_gamma_and_weight(p):  # the old TensorFlow name beside the new one, for one LayerNorm
+    edit_weights(p, lambda s: s.update({"bert.embeddings.LayerNorm.gamma": s["bert.embeddings.LayerNorm.weight"] + 1}))
+
+
+def break_garbage_bin(p):
+    (p / "model.safetensors").unlink()
+    (p / "pytorch_model.bin").write_bytes(b"garbage" * 10)
+
+
+def break_unsafe_global(p):  # torch.save's own format, holding a class weights_only=True refuses
+    (p / "model.safetensors").unlink()
+    torch.save({"weight": NotATensor()}, p / "pytorch_model.bin")
+
+
 def break_nonexistent(p):
     import shutil
     shutil.rmtree(p)
@@ -124,6 +159,37 @@ CASES = {
     "empty pytorch_model.bin": (break_empty_bin, ["pytorch_model.bin", "not a readable PyTorch checkpoint (EOFError)"]),
     "vocab.txt not UTF-8": (break_vocab_encoding, ["vocab.txt, line 3: not UTF-8 text"]),
     "architectures a string": (break_architecture_string, ["'BertLMHeadModel' is not supported"]),
+    "weight_map a list": (break_index_list, ["model.safetensors.index.json: weight_map must map tensor names to "
+                                             "shard file names"]),
+    "weight_map of numbers": (break_index_values, ["model.safetensors.index.json: weight_map must map tensor names "
+                                                   "to shard file names"]),
+    "dropout null": (lambda p: edit_config(p, hidden_dropout_prob=None),
+                     ["config.json: hidden_dropout_prob must be a number, got None"]),
+    "size a float": (lambda p: edit_config(p, type_vocab_size=2.0),
+                     ["config.json: type_vocab_size must be an integer, got 2.0"]),
+    "range a string": (lambda p: edit_config(p, initializer_range="x"),
+                       ["config.json: initializer_range must be a number, got 'x'"]),
+    "tie a string": (lambda p: edit_config(p, tie_word_embeddings="false"),
+                     ["config.json: tie_word_embeddings must be true or false, got 'false'"]),
+    "model_type a list": (lambda p: edit_config(p, model_type=["bert"]),
+                          ["config.json: model_type must be a string, got ['bert']"]),
+    "architectures a number": (lambda p: edit_config(p, architectures=5),
+                               ["config.json: architectures must be a list of class names, got 5"]),
+    # sizes no memory holds: refused by the shape check, before anything is allocated
+    "huge vocabulary": (lambda p: edit_config(p, vocab_size=10 ** 10),
+                        ["'bert.embeddings.word_embeddings.weight' has shape (99, 32)", "(10000000000, 32)"]),
+    "huge intermediate size": (lambda p: edit_config(p, intermediate_size=10 ** 12),
+                               ["intermediate.dense", "(1000000000000"]),
+    "layers the file lacks": (lambda p: edit_config(p, num_hidden_layers=100_000),  # in a second, not minutes
+                              ["missing every tensor of 99998 of the config's 100000 layers: layer(s) 2, 3"]),
+    "gamma beside weight": (break_gamma_and_weight, ["'bert.embeddings.LayerNorm.gamma'", "'bert.embeddings.LayerNorm.weight'",
+                                                     "LayerNorm's old gamma/beta name and its weight/bias name"]),
+    "garbage pytorch_model.bin": (break_garbage_bin, ["pytorch_model.bin: not a readable PyTorch checkpoint (neither "
+                                                      "the zip archive torch.save writes nor a pickle)"]),
+    "unsafe global": (break_unsafe_global, ["pytorch_model.bin: refused to unpickle", "NotATensor"]),
+    "shard in the folder above": (shard_at("../outside.safetensors"),
+                                  ["model.safetensors.index.json: shard '../outside.safetensors' lies outside"]),
+    "shard at an absolute path": (shard_at("{out}/outside.safetensors"), ["/outside.safetensors' lies outside"]),
 }
 
 

@@ -11,10 +11,31 @@ from bertkit.config import EncoderConfig
     (dict(hidden_dropout=1.5), "hidden_dropout"),
     (dict(pad_token_id=40000), "pad_token_id"),
     (dict(num_labels=3, label_names=("a", "b")), "label_names"),
+    # wrong types, as a config.json may hold them: refused by name, not as a TypeError from torch
+    (dict(hidden_dropout=None), "hidden_dropout must be a number, got None"),
+    (dict(type_vocab_size=2.0), "type_vocab_size must be an integer, got 2.0"),
+    (dict(num_layers=True), "num_layers must be an integer, got True"),
+    (dict(initializer_range="x"), "initializer_range must be a number, got 'x'"),
+    (dict(tie_word_embeddings="false"), "tie_word_embeddings must be true or false, got 'false'"),
+    (dict(problem_type=1), "problem_type must be a string, got 1"),
 ])
 def test_invalid_configs_are_refused_on_construction(bad, words):
     with pytest.raises(bertkit.BertkitError, match=words):
         EncoderConfig(**bad)
+
+
+def test_types_allow_what_transformers_allows():
+    # a rate or an epsilon may be written as an integer; only classifier_dropout may be None
+    config = EncoderConfig(hidden_dropout=0, layer_norm_eps=1, classifier_dropout=None)
+    assert config.hidden_dropout == 0 and config.classifier_dropout is None
+
+
+def test_a_family_field_of_the_wrong_type_is_refused_by_name():
+    from bertkit.models import albert, electra
+    with pytest.raises(bertkit.BertkitError, match="embedding_size must be an integer, got 2.5"):
+        albert.AlbertConfig(embedding_size=2.5)
+    with pytest.raises(bertkit.BertkitError, match="summary_last_dropout must be a number, got None"):
+        electra.ElectraConfig(summary_last_dropout=None)
 
 
 @pytest.mark.parametrize("family, field", [("deberta", "conv_act"), ("deberta", "pooler_act"),

@@ -15,13 +15,14 @@ import os
 import re
 import tempfile
 import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from ..config import EncoderConfig
+from ..config import EncoderConfig, FieldTypeError
 from ..errors import BertkitError, first_line
 from ..files import decode_text, parse_json, read_json
 from ..hub import resolve
@@ -45,14 +46,25 @@ def _split_architecture(arch: str) -> tuple[HFFamily, str | None] | None:
     return None
 
 
+def _architectures(hf: dict, source: Path) -> list[str]:
+    """config.json's class names: a list of strings, or one name written without its list."""
+    archs = hf.get("architectures") or []
+    archs = [archs] if isinstance(archs, str) else archs
+    if not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        raise BertkitError(f"{source}: architectures must be a list of class names, got {hf['architectures']!r}")
+    return archs
+
+
 def _family_of(hf: dict, source: Path) -> HFFamily:
     model_type = hf.get("model_type")
     if model_type is None:  # very old conversions: infer from the architecture's class name
-        for arch in hf.get("architectures") or []:
+        for arch in _architectures(hf, source):
             found = _split_architecture(arch)
             if found:
                 return found[0]
         raise BertkitError(f"{source}: no model_type (and no architecture bertkit recognizes)")
+    if not isinstance(model_type, str):
+        raise BertkitError(f"{source}: model_type must be a string, got {model_type!r}")
     if model_type not in FAMILIES:
         custom = (" (its config's auto_map points at the repository's own code, which transformers runs only with "
                   "trust_remote_code and bertkit does not run)" if hf.get("auto_map") else "")
@@ -100,6 +112,9 @@ def config_from_hf(hf: dict, source: Path) -> EncoderConfig:
         fields["problem_type"] = hf["problem_type"]
     try:
         return get_family(spec.model_type).config_class(family=spec.model_type, **fields)
+    except FieldTypeError as e:  # named as the file names it
+        theirs = next((k for k, ours in spec.config_keys.items() if ours == e.field and k in values), e.field)
+        raise BertkitError(f"{source}: {theirs} {e.problem}") from None
     except BertkitError as e:
         raise BertkitError(f"{source}: {e}") from None
     except TypeError as e:
@@ -142,8 +157,7 @@ def architecture_name(family: str, head: str | None) -> str:
 
 
 def head_from_architectures(hf: dict, source: Path) -> str | None:
-    archs = hf.get("architectures") or []
-    archs = [archs] if isinstance(archs, str) else archs  # one name written without its list
+    archs = _architectures(hf, source)
     if not archs:
         return None  # no architecture recorded: the bare encoder
     for arch in archs:
@@ -243,15 +257,36 @@ def _load_file(path: Path) -> dict[str, torch.Tensor]:
             warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
             state = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as e:  # pickle refusals come as UnpicklingError/RuntimeError with long text
-        if "weights_only" in str(e) or "Unsupported global" in str(e):
-            raise BertkitError(
-                f"{path}: refused to unpickle: the file holds Python objects beyond tensors "
-                "(loaded with weights_only=True for safety); re-save it as safetensors where you "
-                "trust it") from None
-        raise BertkitError(f"{path}: not a readable PyTorch checkpoint ({first_line(e)})") from None
+        raise _unreadable_bin(path, e) from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise BertkitError(f"{path}: expected a mapping of names to tensors")
     return state
+
+
+def _unreadable_bin(path: Path, error: Exception) -> BertkitError:
+    """One line for a file torch.load(weights_only=True) did not read. torch's text begins
+    "Weights only load failed" whatever stopped its safe unpickler, a text file as much as a
+    pickled class: a refusal for safety is told by the global it names (a class, os.system ...);
+    a plain Python pickle (pickle.dump, not torch.save) it cannot read at all."""
+    text = str(error)
+    unsafe = re.search(r"GLOBAL ([\w.]+)", text)
+    if unsafe:
+        return BertkitError(
+            f"{path}: refused to unpickle: the file holds Python objects beyond tensors ({unsafe[1]}; "
+            "loaded with weights_only=True for safety); re-save it as safetensors where you trust it")
+    with open(path, "rb") as f:
+        start = f.read(1)
+    pickled, zipped = start == b"\x80", zipfile.is_zipfile(path)  # b"\x80": a pickle's PROTO opcode
+    reason = re.search(r"WeightsUnpickler error:\s*(.+)", text)
+    if pickled and not zipped and reason:
+        return BertkitError(
+            f"{path}: refused to unpickle: a plain Python pickle, not a torch.save checkpoint "
+            f"({reason[1].strip()}; loaded with weights_only=True for safety); re-save it as safetensors "
+            "where you trust it")
+    if start and not (pickled or zipped):
+        return BertkitError(f"{path}: not a readable PyTorch checkpoint (neither the zip archive torch.save "
+                            "writes nor a pickle)")
+    return BertkitError(f"{path}: not a readable PyTorch checkpoint ({first_line(error)})")
 
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -264,18 +299,29 @@ def read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
         path = directory / name
         if not path.exists():
             continue
-        if name.endswith(".index.json"):
-            shards = sorted(set(read_json(path).get("weight_map", {}).values()))
-            if not shards:
-                raise BertkitError(f"{path}: weight_map is empty")
-            state = {}
-            for shard in shards:
-                if not (directory / shard).exists():
-                    raise BertkitError(f"{path}: shard {shard} is missing")
-                state.update(_load_file(directory / shard))
-            return state, path
-        return _load_file(path), path
+        return (_read_shards(path) if name.endswith(".index.json") else _load_file(path)), path
     raise BertkitError(f"{directory}: no weights found (expected one of {', '.join(WEIGHT_FILES)})")
+
+
+def _read_shards(index: Path) -> dict[str, torch.Tensor]:
+    """The tensors of the shards an index's weight_map names. A shard is a file of the model's
+    folder: a name that leaves it (absolute, or climbing with '..') is refused, so that a folder
+    from elsewhere cannot make bertkit read files beside it. Symlinks are followed, as the Hub's
+    cache keeps every file of a download as a link into its blobs/ folder."""
+    weight_map = read_json(index).get("weight_map", {})
+    if not (isinstance(weight_map, dict) and all(isinstance(shard, str) for shard in weight_map.values())):
+        raise BertkitError(f"{index}: weight_map must map tensor names to shard file names")
+    shards = sorted(set(weight_map.values()))
+    if not shards:
+        raise BertkitError(f"{index}: weight_map is empty")
+    state = {}
+    for shard in shards:
+        if Path(shard).is_absolute() or ".." in Path(shard).parts:
+            raise BertkitError(f"{index}: shard {shard!r} lies outside the model folder")
+        if not (index.parent / shard).exists():
+            raise BertkitError(f"{index}: shard {shard} is missing")
+        state.update(_load_file(index.parent / shard))
+    return state
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,8 +418,14 @@ def match_state(model: Model, state: dict[str, torch.Tensor], source: Path,
             raise BertkitError(f"{source}: tensor {raw_name!r} has shape {tuple(tensor.shape)} but the "
                                f"config needs {expected}")
         if ours in loaded:
-            raise BertkitError(f"{source}: tensor {raw_name!r} appears twice (with and without "
-                               f"{spec.encoder_prefix!r})")
+            first, prefix = file_name[ours], spec.encoder_prefix
+            how = ""
+            if _old_tf_names(first) != first or _old_tf_names(raw_name) != raw_name:
+                how = " (LayerNorm's old gamma/beta name and its weight/bias name)"
+            elif first.removeprefix(prefix) == raw_name.removeprefix(prefix):
+                how = f" (with and without {prefix!r})"
+            raise BertkitError(f"{source}: tensors {first!r} and {raw_name!r} are one parameter under two "
+                               f"names{how}; the file must hold it once")
         loaded[ours] = tensor
         file_name[ours] = raw_name
 
@@ -426,21 +478,26 @@ def fill(model: Model, loaded: dict[str, torch.Tensor], missing: list[str], sour
 @contextlib.contextmanager
 def parameters_on_meta():
     """Modules built inside get their parameters on the meta device: shapes without storage, so
-    the initializers (nn.Linear's own and ours) cost nothing. Only parameters move; tensors a
-    module computes in its constructor stay real. (It patches nn.Module for the duration: build
-    nothing else in other threads meanwhile.)"""
-    register = nn.Module.register_parameter
-
-    def register_on_meta(module, name, param):
-        if param is not None and not param.is_meta:
-            param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
-        register(module, name, param)
-
-    nn.Module.register_parameter = register_on_meta
-    try:
+    neither their memory nor the initializers (nn.Linear's own and ours) cost anything, and a
+    config.json with absurd sizes (a 10^10-row embedding) reaches the shape check without
+    allocating them. Every tensor made inside is a meta tensor (torch's default-device context):
+    the families' constructors make nothing but parameters (position tables are made in forward;
+    DistilBERT's sinusoidal table is copied into one), which materialize() then replaces."""
+    with torch.device("meta"):
         yield
-    finally:
-        nn.Module.register_parameter = register
+
+
+def check_depth(spec: HFFamily, config: EncoderConfig, state: dict[str, torch.Tensor], source: Path) -> None:
+    """A config with layers the file holds no tensor of fails as match_state would fail on their
+    missing tensors, but before the model is built: building 100000 layers takes minutes, even
+    without storage. `{i}` in a family's encoder names is the layer's depth (hf_names.py)."""
+    depth = [_pattern(hf) for hf, _ in spec.encoder if "{i}" in hf]
+    names = {_old_tf_names(name).removeprefix(spec.encoder_prefix) for name in state}
+    held = {int(m["i"]) for name in names for p in depth if (m := p.match(name))}
+    absent = [i for i in range(config.num_layers) if i not in held]
+    if depth and absent:
+        raise BertkitError(f"{source}: missing every tensor of {len(absent)} of the config's {config.num_layers} "
+                           f"layers: layer(s) {', '.join(map(str, absent[:5]))}{' ...' if len(absent) > 5 else ''}")
 
 
 def materialize(model: Model, loaded: dict[str, torch.Tensor]) -> None:
@@ -508,6 +565,8 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
         dtype = file_dtype(hf, state, config_path)
     elif dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise BertkitError(f"dtype must be a floating-point torch dtype (or its name), or \"auto\", got {dtype!r}")
+
+    check_depth(FAMILIES[config.family], config, state, weights_path)
 
     def matched(config: EncoderConfig) -> tuple[Model, dict[str, torch.Tensor], list[str]]:
         """A model of `config` built on the meta device, and the file's tensors matched to it."""

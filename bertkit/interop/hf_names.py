@@ -1,6 +1,7 @@
 """Hugging Face names for every family: config keys, class names and parameter-name tables.
 
-Templates: `{p}` is weight|bias, any other `{name}` a number (layer, group, block). Our side is
+Templates: `{p}` is weight|bias, any other `{name}` a number (layer, group, block); `{i}` is
+always the layer's depth (the loader counts a file's layers by it, hf.check_depth). Our side is
 relative to the encoder (`backbone.`) or to the head (`head.`); the HF side is relative to the
 family prefix (`bert.`, `roberta.`, ...) for encoder names and absolute for head names.
 """
