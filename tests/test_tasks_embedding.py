@@ -289,8 +289,29 @@ def test_a_collapsed_model_scores_worst_not_best_in_retrieval():
     from bertkit.tasks.contrastive import retrieval_scores
 
     same = np.ones(4, dtype=np.float32) / 2  # every text the same unit vector: ties everywhere
-    scores = retrieval_scores([same] * 3, {"a": same, "b": same, "c": same}, ["a", "b", "c"])
+    scores = retrieval_scores({"x": same, "y": same, "z": same}, {"a": same, "b": same, "c": same},
+                              {"x": {"a"}, "y": {"b"}, "z": {"c"}})
     assert scores == {"accuracy": 0.0, "mrr": pytest.approx(1 / 3)}  # each right text ranks third of three
+
+
+def test_a_query_asked_in_two_rows_is_one_query_with_two_right_answers(minilm_dir, tmp_path):
+    # as sentence-transformers' InformationRetrievalEvaluator counts relevant_docs: row by row, a
+    # perfect ranking of a query with two answers scored 0.5
+    from sentence_transformers.sentence_transformer.evaluation import InformationRetrievalEvaluator
+
+    pairs = halves("dev", 16)
+    data = pairs + [TextExample(pairs[0].text, pairs[1].text_pair), TextExample(pairs[2].text, pairs[5].text_pair)]
+    folder = st_folder(minilm_dir, tmp_path / "st")
+    asked = list(dict.fromkeys(e.text for e in data))
+    corpus = list(dict.fromkeys(e.text_pair for e in data))
+    relevant = {str(asked.index(e.text)): set() for e in data}
+    for e in data:
+        relevant[str(asked.index(e.text))].add(corpus.index(e.text_pair))
+    r = InformationRetrievalEvaluator({str(i): t for i, t in enumerate(asked)}, dict(enumerate(corpus)), relevant,
+                                      write_csv=False)(sentence_transformer(folder))
+    ours = evaluate(folder, "embedding", data, progress=False)
+    assert {k: ours[k] for k in ("accuracy", "mrr")} == pytest.approx(
+        {"accuracy": r["cosine_accuracy@1"], "mrr": r["cosine_mrr@10"]}, abs=1e-5)
 
 
 def test_one_training_pair_is_refused(minilm_dir, tmp_path):

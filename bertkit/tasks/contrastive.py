@@ -246,22 +246,30 @@ class SentenceEmbedding(Task):
         for k in (1, 2):
             candidates.update({example_texts(e)[k]: p["vectors"][k]
                                for e, p in zip(examples, predictions) if k < len(p["vectors"])})
-        return retrieval_scores([p["vectors"][0] for p in predictions], candidates, [e.text_pair for e in examples],
-                                self.compared)
+        queries, relevant = {}, {}  # a text asked in several rows is one query with each row's answer
+        for e, p in zip(examples, predictions):
+            queries[e.text] = p["vectors"][0]
+            relevant.setdefault(e.text, set()).add(e.text_pair)
+        return retrieval_scores(queries, candidates, relevant, self.compared)
 
 
-def retrieval_scores(queries: list[np.ndarray], candidates: dict[str, np.ndarray],
-                     right_texts: list[str], compared: str = "cosine") -> dict[str, float]:
-    """Each query searches the candidates (text -> vector) by the similarity `compared` (the
-    folder's similarity_fn_name, as sentence-transformers' InformationRetrievalEvaluator ranks):
-    accuracy = how often its right text ranks first, mrr = the mean of 1 / its rank (0 beyond
-    rank 10). Candidates that tie with the right one rank before it, so a collapsed model that
-    gives every text the same vector scores worst, not best (sentence-transformers' evaluator
-    breaks ties by corpus order instead)."""
+def retrieval_scores(queries: dict[str, np.ndarray], candidates: dict[str, np.ndarray],
+                     relevant: dict[str, set[str]], compared: str = "cosine") -> dict[str, float]:
+    """Each query (text -> vector) searches the candidates (text -> vector) by the similarity
+    `compared` (the folder's similarity_fn_name), and its `relevant` texts are right, as
+    sentence-transformers' InformationRetrievalEvaluator counts its relevant_docs: accuracy = how
+    often a right text ranks first, mrr = the mean of 1 / the rank of the first right one (0
+    beyond rank 10). A query with two right answers scores 1 when either ranks first (one row per
+    answer scored 0.5 for a perfect ranking). Candidates that tie with the best right one rank
+    before it, so a collapsed model that gives every text the same vector scores worst, not best
+    (sentence-transformers' evaluator breaks ties by corpus order instead)."""
     position = {t: i for i, t in enumerate(candidates)}
     corpus = torch.from_numpy(np.stack(list(candidates.values())))  # (M, H)
-    sims = similarity(torch.from_numpy(np.stack(queries)), corpus, compared).numpy()  # (N, M)
-    right = np.array([position[t] for t in right_texts])
-    rank = (sims >= sims[np.arange(len(right)), right][:, None]).sum(1)  # 1 = first; the right one counts itself
+    sims = similarity(torch.from_numpy(np.stack(list(queries.values()))), corpus, compared).numpy()  # (Q, M)
+    right = np.zeros(sims.shape, dtype=bool)
+    for q, text in enumerate(queries):
+        right[q, [position[t] for t in relevant[text]]] = True
+    best = np.where(right, sims, -np.inf).max(1)  # (Q,) the best-placed right text
+    rank = 1 + ((sims >= best[:, None]) & ~right).sum(1)  # 1 = first
     reciprocal = np.where(rank <= MRR_AT, 1.0 / rank, 0.0)
     return {"accuracy": float(np.mean(rank == 1)), "mrr": float(reciprocal.mean())}
