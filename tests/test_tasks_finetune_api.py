@@ -407,6 +407,19 @@ def test_regression_and_pair_inputs_run_through_finetune(tokenizer, sentiment, t
     assert json.loads((tmp_path / "config.json").read_text())["problem_type"] == "regression"
 
 
+def test_a_task_that_does_not_fit_the_models_outputs_says_what_the_model_is(tokenizer, tmp_path):
+    example = type(load_examples("regression", "rotten-tomatoes", "dev")[0])
+    classifier = tiny("classification", tokenizer, num_labels=3)
+    classifier.save_pretrained(tmp_path / "classifier")
+    with pytest.raises(BertkitError, match=r"the model is a classifier of 3 labels \(LABEL_0, LABEL_1, LABEL_2\), "
+                                           "not a regression model: give the task classification"):
+        evaluate(tmp_path / "classifier", "regression", [example("a", None, 1.0)])
+    tiny("classification", tokenizer, num_labels=1).save_pretrained(tmp_path / "regression")
+    with pytest.raises(BertkitError, match="the model is a regression model .* not a classification model: give "
+                                           "the task regression"):
+        evaluate(tmp_path / "regression", "classification", [example("a", None, "pos")])
+
+
 @pytest.mark.parametrize("problem_type", ["multi_label_classification", "regression"])
 def test_a_multi_label_or_multi_output_regression_checkpoint_predicts_as_transformers_reads_it(
         problem_type, tokenizer, tmp_path, monkeypatch):

@@ -228,12 +228,17 @@ def _task_settings(source) -> dict:
     return saved
 
 
+def _regression(model) -> bool:
+    """Whether a classification head's outputs are real values (as transformers' loss reads it)."""
+    return model.config.num_labels == 1 or model.config.problem_type == "regression"
+
+
 def _task_of(model, name: str | None, saved: dict) -> str:
     if name is not None:
         return name
     if "task" in saved:
         return saved["task"]
-    regression = model.config.num_labels == 1 or model.config.problem_type == "regression"
+    regression = _regression(model)
     by_head = {"classification": "regression" if regression else "classification",
                "token-classification": "token-classification", "qa": "qa", "multiple-choice": "multiple-choice"}
     if model.head_kind is None and "modules.json" in model.companion_files:
@@ -423,6 +428,12 @@ def _prepared(source, task: str | None, tokenizer, overrides: dict, data_has_nul
         held = f"a {model.head_kind!r} head" if model.head_kind else "no head"
         raise BertkitError(f"the model has {held} (task {saved.get('task', 'unknown')}); "
                            f"{name} needs a {job.head!r} head")
+    if name in ("classification", "regression") and (name == "regression") != _regression(model):
+        labels = model.config.labels
+        what = ("a regression model (one output, or problem_type regression)" if _regression(model) else
+                f"a classifier of {len(labels)} labels ({', '.join(labels[:4])}{', ...' if len(labels) > 4 else ''})")
+        raise BertkitError(f"the model is {what}, not a {name} model: give the task "
+                           f"{'regression' if _regression(model) else 'classification'}")
     length = settings.max_length
     if length is None and name not in ("qa", "embedding"):  # a model fine-tuned elsewhere: read it all, as
         length = serving_length(model)                      # pipelines do (QA: 384-token windows, as they do)
