@@ -175,6 +175,10 @@ def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, pro
         raise BertkitError("the model has no tokenizer (its folder holds no tokenizer files)")
     if tok.mask_token is None:
         raise BertkitError("the model's tokenizer has no mask token")
+    if tok.mask_token_id >= model.config.vocab_size:  # added to the tokenizer, unknown to the model
+        raise BertkitError(f"the mask token {tok.mask_token!r} has id {tok.mask_token_id}, outside the model's "
+                           f"vocabulary of {model.config.vocab_size}: the model has no prediction head row for it "
+                           "(a tokenizer that is not the model's?)")
     if batch_size < 1:
         raise BertkitError(f"batch size must be at least 1, got {batch_size}")
     given, texts = texts, [text.replace("[MASK]", tok.mask_token) for text in texts]  # BERT's spelling, any family

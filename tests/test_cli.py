@@ -120,6 +120,11 @@ def test_fill_mask_refuses_text_without_a_mask_and_models_without_a_head(mlm_dir
     assert "its [MASK] at token 84 of 85 lies past" in capsys.readouterr().err  # the first kept, the second not
     assert main(["predict", "fill-mask", "--model", str(minilm_dir), "a [MASK]"]) == 2
     assert "no masked-LM head" in capsys.readouterr().err
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):  # a mask token the vocabulary lacks
+        config = json.loads((mlm_dir / name).read_text())
+        (mlm_dir / name).write_text(json.dumps({**config, "mask_token": "<mask>"}))
+    assert main(["predict", "fill-mask", "--model", str(mlm_dir), "a [MASK] film"]) == 2
+    assert "the mask token '<mask>' has id 30522, outside the model's vocabulary of 30522" in capsys.readouterr().err
 
 
 def test_progress_into_a_log_file_redraws_every_30_seconds_not_every_step(monkeypatch, capsys):
