@@ -344,6 +344,30 @@ def test_search_results_name_each_texts_line_in_the_input_file(minilm_dir, tmp_p
     assert hits[0]["text"] == "A documentary about space travel."
 
 
+def test_a_saved_copy_keeps_only_the_modules_own_files(minilm_dir, tmp_path):
+    # a module folder was copied whole: a file dropped beside a module's config, or every file of
+    # a module folder that links out of the model folder, ended up in every saved copy
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Normalize
+
+    folder = st_folder(minilm_dir, tmp_path / "st", after=[Normalize()])
+    (folder / "1_Pooling" / "notes.txt").write_text("not the module's")
+    bertkit.from_pretrained(folder).save_pretrained(tmp_path / "copy")
+    saved = {str(p.relative_to(tmp_path / "copy")) for p in (tmp_path / "copy").rglob("*") if p.is_file()}
+    assert {"1_Pooling/config.json", "2_Normalize/config.json"} <= saved and "1_Pooling/notes.txt" not in saved
+    texts = ["a film about the sea", "bread"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = SentenceTransformer(str(folder), device="cpu").encode(texts)
+    assert (embed(tmp_path / "copy", texts) - torch.from_numpy(reference)).abs().max() < 1e-5
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(folder / "2_Normalize", elsewhere)
+    (elsewhere / "id_rsa").write_text("a private key")
+    (folder / "2_Normalize").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(BertkitError, match="2_Normalize: a link to .*elsewhere, outside the model folder"):
+        bertkit.from_pretrained(folder)
+
+
 def test_input_lines_are_split_at_newlines_alone(minilm_dir, tmp_path, capsys):
     # form feeds (PDF text), U+2028, \v, \x1c and a lone \r sit inside lines: str.splitlines()
     # made eight inputs of these three lines, and cut a valid JSON line holding a raw U+2028

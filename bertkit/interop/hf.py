@@ -640,6 +640,9 @@ def carried_keys(hf: dict, config: EncoderConfig, source: Path) -> dict:
 STALE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.safetensors.index.json")
 
 ST_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+# What sentence-transformers writes in a module's folder (Pooling, Normalize: config.json; Dense:
+# its weights too): all that is kept of one and saved back, whatever else lies beside them
+MODULE_FILES = ("config.json", "model.safetensors", "pytorch_model.bin")
 
 # The modules.json `type` spellings that sentence-transformers 6.2 resolves to the four modules
 # bertkit runs: the packages that export each class (`sentence_transformers.models`, the layout
@@ -724,10 +727,13 @@ def companion_files(directory: Path, inner: str = "") -> FolderFiles:
             files["sentence_bert_config.json"] = inner_config.read_bytes()
     for entry in listed:
         folder = _module_folder(entry)  # saved back under it
+        if folder and not (directory / folder).resolve().is_relative_to(directory.resolve()):
+            raise BertkitError(f"{directory / folder}: a link to {(directory / folder).resolve()}, outside the model "
+                               "folder; a module's files are read from the model folder only")
         if folder and (directory / folder).is_dir():
-            for f in sorted((directory / folder).iterdir()):
-                if f.is_file():
-                    files[f"{folder}/{f.name}"] = f.read_bytes()
+            for name in MODULE_FILES:
+                if (directory / folder / name).is_file():
+                    files[f"{folder}/{name}"] = (directory / folder / name).read_bytes()
     return FolderFiles(files, directory)
 
 
