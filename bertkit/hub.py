@@ -25,15 +25,24 @@ def resolve(path_or_id: str | os.PathLike, revision: str | None = None, token: s
         raise BertkitError(f"{path}: no such directory")
     try:
         from huggingface_hub import HfApi, snapshot_download
+        from huggingface_hub.utils import logging as hub_logging
         where = {k: v for k, v in (("revision", revision), ("token", token)) if v is not None}
-        try:  # download what loading reads, not every format the repo holds
-            wanted = hub_files(HfApi().list_repo_files(text, **where))
-        except Exception:  # offline (then the cache answers), or an error snapshot_download reports
-            wanted = ["*.json", "*.safetensors", "*.bin", "*.txt", "*.model"]
-        local = snapshot_download(text, allow_patterns=wanted, **where)
+        verbosity = hub_logging.get_verbosity()
+        hub_logging.set_verbosity_error()  # its retries offline are a line each: the error says it once
+        try:
+            try:  # download what loading reads, not every format the repo holds
+                wanted = hub_files(HfApi().list_repo_files(text, **where))
+            except Exception:  # offline (then the cache answers), or an error snapshot_download reports
+                wanted = ["*.json", "*.safetensors", "*.bin", "*.txt", "*.model"]
+            local = snapshot_download(text, allow_patterns=wanted, **where)
+        finally:
+            hub_logging.set_verbosity(verbosity)
     except Exception as e:
+        # "runs/besst" beside a local runs/ is more likely a mistyped folder than a Hub id
+        local_parent = f"; {path.parent}/ is a local folder, which holds no {path.name!r}" if path.parent.is_dir() \
+            and str(path.parent) != "." else ""
         raise BertkitError(f"{text}: no such directory, and not downloadable from the Hugging Face Hub "
-                           f"({type(e).__name__}: {first_line(e)}){_hub_advice(e, text)}") from None
+                           f"({type(e).__name__}: {first_line(e)}){_hub_advice(e, text)}{local_parent}") from None
     return Path(local)
 
 

@@ -273,6 +273,17 @@ def test_an_input_object_missing_or_with_an_empty_text_says_which(row, said, tmp
     _one_error_line(code, *capsys.readouterr(), [f"{inputs} line 1: {said}"])
 
 
+def test_a_mistyped_folder_under_a_local_one_says_the_local_folder_lacks_it(tmp_path, monkeypatch, capsys):
+    from bertkit.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    code = main(["info", "runs/besst"])  # read as a Hub id "owner/name" too, as transformers reads it
+    _one_error_line(code, *capsys.readouterr(), ["runs/besst: no such directory",
+                                                 "runs/ is a local folder, which holds no 'besst'"])
+
+
 def test_hub_id_without_network_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(tmp_path)
