@@ -446,6 +446,8 @@ def test_bench_picture_refuses_bad_records_in_one_line(content, message, tmp_pat
     (["visualize", "distillation-temperature", "--logits", "1,x"], "comma-separated float"),
     (["visualize", "distillation-temperature", "--temperatures", "-1"], "positive"),
     (["visualize", "distillation-temperature", "--model", "mini-bert"], "needs --text"),
+    (["visualize", "distillation-temperature", "--text", "a [MASK]"], "--text is read by a --model"),  # was ignored
+    (["visualize", "attribution", "--model", "mini-bert", "--text", "hi"], "this model has no task head"),
     (["visualize", "distillation-temperature", "--model", "mini-bert", "--text", "a [MASK]", "--top-k", "1"],
      "--top-k must be at least 2"),
     (["compare", "--presets", "mini-bert,bert-huge"], "unknown model 'bert-huge'"),

@@ -72,8 +72,9 @@ def integrated_gradients(model, encoded: Encoded, target: str | None = None, ste
     """Attributions of the predicted class (or `target`, a label name or index) to each token of
     one encoded text (pair). `batch` path points run per forward."""
     if model.head_kind != "classification":
+        held = f"a {model.head_kind!r} head" if model.head_kind else "no task head"
         raise BertkitError(f"attribution explains a sequence classifier (classification or regression head); "
-                           f"this model's head is {model.head_kind!r}")
+                           f"this model has {held}")
     if steps < 1:
         raise BertkitError(f"steps must be at least 1, got {steps}")
     word = model.backbone.embeddings.word

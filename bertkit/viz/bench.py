@@ -90,7 +90,8 @@ def plot_bench(records: list[dict], path: Path, subtitle: str = "") -> Path:
     labels = [f"{r['name']} [{r['dtype']}]" + (f" ({r['device']})" if (r.get("device") or "cpu") != "cpu" else "")
               for r in records]
     ax.set_yticks(y, labels, fontsize=7.5)
-    ax.set_xlabel("ratio, bertkit / transformers (> 1: bertkit better; dashed: even; black mark: ceiling)",
+    ax.set_xlabel("speed-up: bertkit / transformers; memory: transformers / bertkit (> 1: bertkit better; "
+                  "dashed: even; black mark: ceiling)",
                   fontsize=8.5)
     handles = [Patch(color=c, label=d) for d, c in DTYPE_COLOURS.items() if any(r["dtype"] == d for r in records)]
     if handles:

@@ -146,6 +146,8 @@ def cmd_distillation_temperature(args) -> None:
 
     out = _out(args)
     temperatures = _list(args.temperatures, "--temperatures", float) if args.temperatures else TEMPERATURES
+    if args.text and not args.model:
+        raise BertkitError("--text is read by a --model (the logits at its [MASK]); give one, or --logits")
     if args.model:
         if args.logits:
             raise BertkitError("give --logits or --model, not both")
