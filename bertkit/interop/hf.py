@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ..config import EncoderConfig, FieldTypeError
-from ..errors import BertkitError, first_line
+from ..errors import BertkitError, first_line, refused_global
 from ..files import decode_text, parse_json, read_json
 from ..hub import resolve
 from ..model import Model
@@ -268,11 +268,10 @@ def _unreadable_bin(path: Path, error: Exception) -> BertkitError:
     "Weights only load failed" whatever stopped its safe unpickler, a text file as much as a
     pickled class: a refusal for safety is told by the global it names (a class, os.system ...);
     a plain Python pickle (pickle.dump, not torch.save) it cannot read at all."""
-    text = str(error)
-    unsafe = re.search(r"GLOBAL ([\w.]+)", text)
+    text, unsafe = str(error), refused_global(error)
     if unsafe:
         return BertkitError(
-            f"{path}: refused to unpickle: the file holds Python objects beyond tensors ({unsafe[1]}; "
+            f"{path}: refused to unpickle: the file holds Python objects beyond tensors ({unsafe}; "
             "loaded with weights_only=True for safety); re-save it as safetensors where you trust it")
     with open(path, "rb") as f:
         start = f.read(1)
@@ -783,7 +782,8 @@ def save_pretrained(model: Model, path: str | os.PathLike) -> None:
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         if model.tokenizer is not None:
             # the longest sequence the model takes: RoBERTa's positions start after the padding id
-            model.tokenizer.save(tmp, FAMILIES[model.config.family].tokenizer_class, model.backbone.embeddings.max_length)
+            family = FAMILIES[model.config.family]
+            model.tokenizer.save(tmp, family.tokenizer_class, model.backbone.embeddings.max_length)
         for name, data in model.companion_files.items():
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             (tmp / name).write_bytes(data)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import BertkitError, first_line
+from ..errors import BertkitError, first_line, refused_global
 from ..files import checkpoint_folders, staging_dir
 
 STATE = "trainer_state.pt"
@@ -120,9 +120,10 @@ def load(checkpoint: Path, models: dict) -> dict:
         with torch.serialization.safe_globals(list(EARLIER_GLOBALS)):
             state = torch.load(path, weights_only=True)
     except Exception as e:  # truncated, not a torch file, unpickling errors: one line, not a traceback
-        if "GLOBAL" in str(e):  # an object of a class weights_only does not allow, e.g. os.system
-            raise BertkitError(f"{path}: refused to unpickle: it holds Python objects a trainer state never "
-                               f"holds, which could run code when loaded (a file that was tampered with?){advice}") from None
+        if refused_global(e):  # an object of a class weights_only does not allow, e.g. os.system
+            raise BertkitError(f"{path}: refused to unpickle: it holds Python objects a trainer state never holds "
+                               f"({refused_global(e)}), which could run code when loaded (a file that was tampered "
+                               f"with?){advice}") from None
         reason = "not a PyTorch file it can read" if "Weights only load failed" in str(e) else first_line(e)
         raise BertkitError(f"{path}: unreadable ({reason}){advice}") from None
     missing = [k for k in STATE_KEYS if not isinstance(state, dict) or k not in state]
