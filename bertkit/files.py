@@ -44,11 +44,12 @@ def data_suffix(path: Path) -> str:
 
 
 def checked_file(path: str | Path, what: str = "file") -> Path:
-    """`path`, if it is a file; a folder or a missing path is one BertkitError line saying which."""
+    """`path`, if it is a file (or a pipe: `--input <(cmd)` gives /dev/fd/63); a folder or a
+    missing path is one BertkitError line saying which."""
     path = Path(path)
     if path.is_dir():
         raise BertkitError(f"{path}: a directory, not a {what}")
-    if not path.is_file():
+    if not path.exists():
         raise BertkitError(f"{path}: no such {what}")
     return path
 
@@ -58,13 +59,13 @@ def byte_lines(path: str | Path, what: str = "file") -> Iterator[bytes]:
     the text it holds, not as compressed noise); a missing file, a folder or damaged gzip data is
     one BertkitError line."""
     path = checked_file(path, what)
-    with open(path, "rb") as f:
-        compressed = f.read(2) == GZIP_MAGIC
-    with gzip.open(path) if compressed else open(path, "rb") as f:
-        try:
-            yield from f
-        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
-            raise BertkitError(f"{path}: damaged gzip data ({e})") from None
+    with open(path, "rb") as raw:
+        compressed = raw.peek(2)[:2] == GZIP_MAGIC  # looked at, not read: a pipe cannot be read twice
+        with gzip.GzipFile(fileobj=raw) if compressed else contextlib.nullcontext(raw) as f:
+            try:
+                yield from f
+            except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+                raise BertkitError(f"{path}: damaged gzip data ({e})") from None
 
 
 def not_text(path: str | Path) -> str | None:

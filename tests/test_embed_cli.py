@@ -368,6 +368,29 @@ def test_a_saved_copy_keeps_only_the_modules_own_files(minilm_dir, tmp_path):
         bertkit.from_pretrained(folder)
 
 
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_input_from_a_pipe_is_read_once(gzipped, minilm_dir, tmp_path, capsys):
+    # `--input <(cmd)` names a pipe (/dev/fd/63): it was "no such file", and the gzip check read
+    # its start before the lines were read
+    import gzip
+    import os
+    import threading
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    data = "great film\nbad one\n".encode()
+
+    def write():
+        with open(pipe, "wb") as f:
+            f.write(gzip.compress(data) if gzipped else data)
+
+    writer = threading.Thread(target=write, daemon=True)  # (left blocked if the pipe is never read)
+    writer.start()
+    assert main(["embed", "--model", str(minilm_dir), "--input", str(pipe)]) == 0
+    writer.join()
+    assert [json.loads(line)["text"] for line in capsys.readouterr().out.splitlines()] == ["great film", "bad one"]
+
+
 def test_input_lines_are_split_at_newlines_alone(minilm_dir, tmp_path, capsys):
     # form feeds (PDF text), U+2028, \v, \x1c and a lone \r sit inside lines: str.splitlines()
     # made eight inputs of these three lines, and cut a valid JSON line holding a raw U+2028
