@@ -297,9 +297,13 @@ def _train_values(values: dict, where: str, loss: dict) -> dict:
     objectives' loss settings (LossSettings: temperature, rtd_weight ...) among them go, typed,
     into `loss`."""
     from .objectives.registry import LOSS_FIELDS, LossSettings
-    from .options import seconds, typed
+    from .options import fields_of, seconds, typed
     from .train import TrainSettings
 
+    unknown = next((k for k in values if k not in fields_of(TrainSettings) and k not in LOSS_FIELDS), None)
+    if unknown is not None:  # (typed() below would list the training settings alone)
+        raise BertkitError(f"{where}: unknown key {unknown!r}; known: {', '.join(sorted(fields_of(TrainSettings)))}; "
+                           f"and the objectives' loss settings: {', '.join(LOSS_FIELDS)}")
     loss.update(typed(LossSettings, {k: v for k, v in values.items() if k in LOSS_FIELDS}, where))
     values = {k: v for k, v in values.items() if k not in LOSS_FIELDS}
     budget = values.pop("time_budget", "absent")

@@ -127,6 +127,14 @@ def test_fill_mask_refuses_text_without_a_mask_and_models_without_a_head(mlm_dir
     assert "the mask token '<mask>' has id 30522, outside the model's vocabulary of 30522" in capsys.readouterr().err
 
 
+def test_an_unknown_set_key_lists_the_loss_settings_too(tmp_path, capsys):
+    assert main(["pretrain", "--objective", "rtd", "--model", "electra-small", "--set", "bogus=1",
+                 "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "--set: unknown key 'bogus'; known: accumulation," in err and "loss settings: temperature," in err
+    assert "rtd_weight" in err and len(err.strip().splitlines()) == 1
+
+
 def test_progress_into_a_log_file_redraws_every_30_seconds_not_every_step(monkeypatch, capsys):
     monkeypatch.delenv("TQDM_MININTERVAL", raising=False)  # (tqdm reads it when it is first imported)
     assert main(["models"]) == 0  # stderr here is no terminal
