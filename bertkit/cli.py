@@ -489,7 +489,7 @@ def parser() -> argparse.ArgumentParser:
                    "compiled variants)")
     s.add_argument("--dtype", choices=["fp32", "bf16"], help="run only this dtype's rows (memory rows are "
                    "fp32); e.g. fp32 on a CPU without bf16 hardware, where bf16 rows time an emulation")
-    s.add_argument("--repeats", type=int, default=5, help="timed runs per side; medians are reported")
+    s.add_argument("--repeats", type=int, default=5, help="timed runs per side (5); medians are reported")
     s.add_argument("--device", default="cpu", help="where both sides run: cpu (default), cuda, cuda:1, ..., "
                    "or auto (cuda when available); on CUDA every timing is synchronized and memory rows "
                    "read the CUDA allocator's peak")
@@ -559,7 +559,8 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
     g.add_argument("--clip-norm", dest="clip_norm", default=S, metavar="NORM",
                    help="clip the gradient's global norm to this (1.0; none: no clipping)")
     g.add_argument("--accumulation", type=int, default=S, help="micro-batches per optimizer step (1)")
-    g.add_argument("--precision", default=S, help="auto (bf16 autocast where the hardware has bf16), fp32, bf16")
+    g.add_argument("--precision", default=S, help="auto (default: bf16 autocast where the hardware has bf16), fp32, "
+                   "bf16")
     g.add_argument("--device", default=S, help="auto (cuda when available), cpu, cuda, cuda:1, ...")
     g.add_argument("--activation-checkpointing", dest="activation_checkpointing", action="store_true", default=S,
                    help="recompute activations in the backward pass (less memory)")
@@ -591,7 +592,8 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
     m = modes.add_parser("fill-mask", help="top predictions for each [MASK] (table, or --json lines)")
     m.add_argument("text", nargs="*", help="text with [MASK] or the model's own mask token")
     m.add_argument("--model", required=True, help="checkpoint directory with a masked-LM head")
-    m.add_argument("--input", metavar="FILE|-", help="one text per line from a file or standard input")
+    m.add_argument("--input", metavar="FILE|-", help="one text per line (or a JSON object with a text) from a file "
+                   "or standard input; a .csv / .tsv / .json data file is read as finetune reads it")
     m.add_argument("--top-k", type=int, default=5, help="predictions per mask (5)")
     m.add_argument("--batch-size", type=int, default=32, help="texts per batch (32; texts are batched by length)")
     m.add_argument("--json", action="store_true", help="write JSON lines instead of a table")

@@ -802,7 +802,8 @@ def test_outputs_index_and_key_as_transformers_outputs_do(minilm_dir):
     with torch.no_grad():
         ours = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], output_hidden_states=True)
         theirs = reference(**batch, output_hidden_states=True)
-    assert list(ours.keys())[:3] == list(theirs.keys())  # last_hidden_state, pooler_output, hidden_states
+    assert list(ours.keys()) == list(theirs.keys())  # last_hidden_state, pooler_output, hidden_states
+    assert len(ours.to_tuple()) == len(theirs.to_tuple()) == 3  # (not bertkit's attention_mask attribute)
     assert [tuple(t.shape) for t in ours.to_tuple()[:2]] == [tuple(t.shape) for t in theirs.to_tuple()[:2]]
     keep = batch["attention_mask"].bool()
     assert (ours[0][keep] - theirs[0][keep]).abs().max() < 1e-5

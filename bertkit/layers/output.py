@@ -29,7 +29,8 @@ class EncoderOutput:
 
     # transformers' ModelOutput access, for code written against it: out[0], out["logits"],
     # out.keys(), out.to_tuple(). Its tuple holds a head's outputs (a bare model's states), then
-    # hidden_states and attentions, those that are not None, in transformers' order.
+    # hidden_states and attentions, those that are not None, in transformers' order; the keys
+    # are the same fields (attention_mask and masked_positions, bertkit's own, are attributes).
     def _order(self) -> list[str]:
         head = [n for n in ("logits", "pair_logits", "start_logits", "end_logits") if getattr(self, n) is not None]
         return [n for n in (*(head or ("last_hidden_state", "pooler_output")), "hidden_states", "attentions")
@@ -39,9 +40,8 @@ class EncoderOutput:
         return tuple(getattr(self, n) for n in self._order())
 
     def keys(self) -> list[str]:
-        """The fields that are not None: the tuple's first, in its order, then the others."""
-        first = self._order()
-        return first + [n for n in self.__dataclass_fields__ if n not in first and getattr(self, n) is not None]
+        """The tuple's fields, in its order, as transformers' outputs name them."""
+        return self._order()
 
     def __getitem__(self, key):
         if isinstance(key, str):

@@ -41,7 +41,8 @@ column; dev scores accuracy and mrr of finding it).
 OUT receives the best model on the dev set (Hugging Face format, with its label names and
 tokenizer; for embedding, with sentence-transformers' files), metrics.json (that model's dev
 scores: accuracy, f1, mcc / pearson, spearman / exact_match, f1 / spearman, pearson or accuracy,
-mrr, with eval_examples; fractions in [0, 1]), task.json (what evaluate and predict
+mrr, with eval_examples; accuracy, F1 and exact match in [0, 1], correlations and MCC in
+[-1, 1]), task.json (what evaluate and predict
 reuse), metrics.jsonl and loss_curve.png. An OUT that already holds a finished run or a model
 is refused (other files in it are left alone)."""
 
@@ -373,8 +374,8 @@ def add_parsers(sub, predict_modes) -> None:
     g.add_argument("--metric", help="the dev score to follow (accuracy; pearson for regression; f1 for entity tags "
                    "(BIO, IOBES, BILOU) and QA, accuracy for other tags; spearman or mrr for embedding)")
     g.add_argument("--seed", type=int, help="head initialization, batch order, dropout (0)")
-    g.add_argument("--precision", default="auto", help="auto (bf16 where the hardware has it), fp32, bf16")
-    g.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
+    g.add_argument("--precision", default="auto", help="auto (default: bf16 where the hardware has it), fp32, bf16")
+    g.add_argument("--device", help="auto (default: cuda when available), cpu, cuda, cuda:1, ...")
     g.add_argument("--eval-batch-size", dest="eval_batch_size", type=int, help="examples per prediction batch (64)")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     g.add_argument("--set", action="append", metavar="KEY=VALUE", help="any other setting (see "
