@@ -41,8 +41,13 @@ def resolve(path_or_id: str | os.PathLike, revision: str | None = None, token: s
         # "runs/besst" beside a local runs/ is more likely a mistyped folder than a Hub id
         local_parent = f"; {path.parent}/ is a local folder, which holds no {path.name!r}" if path.parent.is_dir() \
             and str(path.parent) != "." else ""
+        from . import model  # noqa: F401  (registers every family's presets)
+        from .config import PRESETS
+
+        preset = (f"; {text} is also a bertkit preset, which has no trained weights (bertkit.build({text!r}) makes "
+                  "one with random weights)" if text in PRESETS else "")
         raise BertkitError(f"{text}: no such directory, and not downloadable from the Hugging Face Hub "
-                           f"({type(e).__name__}: {first_line(e)}){_hub_advice(e, text)}{local_parent}") from None
+                           f"({type(e).__name__}: {first_line(e)}){_hub_advice(e, text)}{local_parent}{preset}") from None
     return Path(local)
 
 

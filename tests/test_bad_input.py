@@ -284,6 +284,16 @@ def test_a_mistyped_folder_under_a_local_one_says_the_local_folder_lacks_it(tmp_
                                                  "runs/ is a local folder, which holds no 'besst'"])
 
 
+def test_a_preset_name_where_a_checkpoint_is_needed_says_it_is_a_preset(tmp_path, monkeypatch, capsys):
+    from bertkit.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    code = main(["predict", "fill-mask", "--model", "mini-bert", "a [MASK] film"])
+    _one_error_line(code, *capsys.readouterr(), ["mini-bert: no such directory", "mini-bert is also a bertkit "
+                                                 "preset, which has no trained weights"])
+
+
 def test_hub_id_without_network_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(tmp_path)
