@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -79,13 +80,23 @@ class Model(nn.Module):
                             inputs_embeds=inputs_embeds)
         out.masked_positions = masked_positions
         if self.head is not None:
-            for name, value in self.head(out).items():
+            for name, value in self._head(out).items():
                 setattr(out, name, value)
         if choices is not None:
             out.logits = out.logits.view(-1, choices)  # (B, C)
         if not output_hidden_states:
             out.hidden_states = None
         return out
+
+    def _head(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
+        """The head's outputs; a head whose scores are compared runs in fp32 under bf16 autocast
+        (Head.fp32_scores), on the encoder's states as they are."""
+        device = out.last_hidden_state.device.type
+        if not (self.head.fp32_scores and torch.is_autocast_enabled(device)):
+            return self.head(out)
+        exact = {k: getattr(out, k).float() for k in ("last_hidden_state", "pooler_output") if getattr(out, k) is not None}
+        with torch.autocast(device, enabled=False):
+            return self.head(dataclasses.replace(out, **exact))
 
     def compile(self, freeze: bool = False, **options) -> "Model":
         """torch.compile the transformer blocks in place (residual + LayerNorm and the other

@@ -775,3 +775,23 @@ def test_torch_export_records_the_whole_model_as_one_graph(name):
     keep = mask.bool()
     with torch.no_grad():
         assert torch.allclose(exported(ids, mask)[keep], model(ids, mask).logits[keep], atol=1e-5)
+
+
+
+@pytest.mark.parametrize("name", ["bert-base", "roberta-base", "modernbert-base"])  # the three kinds of head
+def test_heads_whose_scores_are_compared_run_in_fp32_under_bf16_autocast(name):
+    # bf16 keeps about 3 digits: close choices' scores rounded to a tie, and argmax took the first
+    config = shrunk(name).config.replace(hidden_size=64, intermediate_size=128, num_heads=4, num_labels=3)
+    ids, mask = batch(config.pad_token_id)
+    for head in ("classification", "token-classification", "qa", "multiple-choice", "mlm"):
+        torch.manual_seed(0)
+        model = bertkit.build(config, head=head).eval()
+        inputs = (ids[None], mask[None]) if head == "multiple-choice" else (ids, mask)  # one context's choices
+        with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
+            out = model(*inputs)
+        scores = [s for s in (out.logits, out.start_logits, out.end_logits) if s is not None]
+        if head == "mlm":  # the vocabulary projection stays in bf16: it is the costly one
+            assert scores[0].dtype == torch.bfloat16
+            continue
+        assert scores and all(s.dtype == torch.float32 for s in scores), head
+        assert any(not torch.equal(s, s.bfloat16().float()) for s in scores), head  # not bf16 values in fp32

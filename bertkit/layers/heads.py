@@ -21,12 +21,17 @@ class Head(nn.Module):
     even where that is padding (`reads_first_token`, a classifier on [CLS]: left padding puts a
     pad there), and every layer's states (`uses_hidden_states`, e.g. a decoder that reuses the
     last layer). `predicts_tokens`: it projects onto the vocabulary, and can do so for
-    `out.masked_positions` only."""
+    `out.masked_positions` only. `fp32_scores`: its scores are compared with each other (a class,
+    a choice, a span's ends by argmax), so under bf16 autocast it runs in fp32: bf16 keeps about
+    3 digits, close scores rounded to a tie, and argmax then took the first (a nearly untrained
+    multiple-choice model scored 1.0 in bf16 on data whose answers were all the first choice).
+    Its matmuls are a sliver of the encoder's."""
 
     uses_pooler = False
     reads_first_token = False
     uses_hidden_states = False
     predicts_tokens = False
+    fp32_scores = False
 
 
 def at_masked(out: EncoderOutput, states: torch.Tensor) -> torch.Tensor:
@@ -137,6 +142,7 @@ class SequenceClassificationHead(Head):
     config's labels) is 1 for multiple choice: one score per (context, choice) sequence (sec. 4.4)."""
 
     uses_pooler = True
+    fp32_scores = True
 
     def __init__(self, config: EncoderConfig, outputs: int | None = None):
         super().__init__()
@@ -154,6 +160,7 @@ class FirstTokenHead(Head):
     choice). `dense=False` leaves the hidden layer out (an ELECTRA sequence summary may)."""
 
     reads_first_token = True
+    fp32_scores = True
 
     def __init__(self, config: EncoderConfig, act: str, input_dropout: float, hidden_dropout: float,
                  outputs: int | None = None, dense: bool = True):
@@ -172,6 +179,8 @@ class FirstTokenHead(Head):
 class TokenClassificationHead(Head):
     """Dropout + linear on every token (BERT sec. 5.3, NER)."""
 
+    fp32_scores = True
+
     def __init__(self, config: EncoderConfig, dropout: float | None = None):
         super().__init__()
         self.dropout = Dropout(classifier_dropout(config) if dropout is None else dropout)
@@ -183,6 +192,8 @@ class TokenClassificationHead(Head):
 
 class SpanHead(Head):
     """Extractive QA (BERT sec. 4.2): one linear layer scores every token as span start and end."""
+
+    fp32_scores = True
 
     def __init__(self, config: EncoderConfig, dropout: float = 0.0):
         super().__init__()

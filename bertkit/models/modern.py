@@ -225,6 +225,8 @@ class ModernHead(Head):
     "first-real" reads each sequence's first real token, as multiple choice does in transformers);
     None scores every token (token classification, and QA with two outputs: start, end)."""
 
+    fp32_scores = True
+
     def __init__(self, config: ModernConfig, outputs: int, pooling: str | None, names: tuple[str, ...]):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.classifier_bias)
