@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 from .data import check_vocab_fits
 from .data.corpora import Corpus
-from .errors import BertkitError
+from .errors import BertkitError, first_line
 from .files import RESULT_FILES, checkpoint_folders, launch_rank, output_dir, run_lock, staging_dir, writing
 from .options import seconds, typed
 
@@ -67,6 +67,9 @@ class PretrainJob:
     train: dict[str, Any] = dataclasses.field(default_factory=dict)         # TrainSettings fields
     architecture: dict[str, Any] = dataclasses.field(default_factory=dict)  # model config overrides
     loss: dict[str, Any] = dataclasses.field(default_factory=dict)          # objectives.LossSettings fields
+    # Not a setting: the content of the text the run read ({"corpus": ..., "eval_corpus": ...}, by
+    # Corpus.fingerprint), set by the run and recorded in job.json, so --resume refuses a changed corpus
+    fingerprints: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         from .objectives.registry import NAMES, check_loss
@@ -198,17 +201,28 @@ def trained_tokenizer(corpus, family: str, vocab_size: int, cache_dir: Path | No
     settings = TokenizerSettings.for_family(tokenizer_family(family), vocab_size=vocab_size)
     key = hashlib.sha256(json.dumps([corpus.fingerprint(), asdict(settings), TOKENIZER_RECIPE]).encode()).hexdigest()
     folder = cache_root(cache_dir) / "tokenizers" / key[:32]
-    if (folder / "tokenizer.json").exists():
-        return load_tokenizer(folder)
+    if folder.exists():
+        try:
+            return load_tokenizer(folder / "tokenizer.json")
+        except Exception as e:  # deleted or cut short: removed and retrained, or it fails every run
+            why = first_line(e).replace(f"{folder}{os.sep}", "")  # (the error names the file in the folder)
+            say(f"warning: the cached tokenizer at {folder} is damaged ({why}); training it again")
+            shutil.rmtree(folder, ignore_errors=True)
     say(f"training a {settings.kind} tokenizer ({vocab_size:,} tokens) on {corpus.name} ...")
     tokenizer = train_tokenizer(corpus.documents(ReadStats()), settings)
-    _save_atomically(tokenizer, folder)
+    _save_atomically(tokenizer, folder, cache_dir)
     return load_tokenizer(folder)
 
 
-def _save_atomically(tokenizer, folder: Path) -> None:
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = staging_dir(folder.parent, ".writing-")
+def _save_atomically(tokenizer, folder: Path, cache_dir: Path | None = None) -> None:
+    """Write into a temporary folder, then rename it to `folder` (a folder already there is another
+    process's, which finished first: it is kept)."""
+    from .data.cache import cache_writes, remove_stale
+
+    with cache_writes(cache_dir):
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale(folder.parent, ".writing-*")
+        tmp = staging_dir(folder.parent, ".writing-")
     try:
         tokenizer.save(tmp, "PreTrainedTokenizerFast", 512)
         try:
@@ -288,6 +302,10 @@ def _pretrain(job: PretrainJob) -> Path:
         _check_fits(job)  # before minutes of tokenizer training and tokenizing
     train_corpus, eval_corpus = corpora(job)
     train_corpus.check()  # a hub set that cannot be read: said before a tokenizer is trained on it
+    fingerprints = {"corpus": train_corpus.fingerprint(), "eval_corpus": eval_corpus.fingerprint()}
+    if job.resume:
+        _check_same_text(job, out, fingerprints)
+    job = dataclasses.replace(job, fingerprints=fingerprints)  # what job.json records
     tokenizer = _tokenizer(job, preset, train_corpus, checkpoints)
     architecture = dict(job.architecture)
     if job.objective == "distill" and _teacher_is_checkpoint(job):
@@ -374,7 +392,7 @@ def _check_unchanged(job: PretrainJob, out: Path, settings) -> None:
         raise BertkitError(f"{out / JOB_FILE}: not a job this bertkit reads ({e})") from None
     now, then = job.record(), before.record()  # (an older job.json's relative paths: from here)
     changed = [f"{k} {then.get(k)!r} -> {now.get(k)!r}" for k in now
-               if k not in ("train", *RESUMABLE) and now.get(k) != then.get(k)]
+               if k not in ("train", "fingerprints", *RESUMABLE) and now.get(k) != then.get(k)]
     changed += [f"{f.name} {getattr(before_settings, f.name)!r} -> {getattr(settings, f.name)!r}"
                 for f in dataclasses.fields(settings)
                 if f.name not in RESUMABLE_TRAIN and getattr(settings, f.name) != getattr(before_settings, f.name)]
@@ -383,6 +401,20 @@ def _check_unchanged(job: PretrainJob, out: Path, settings) -> None:
                            f"a resumed run keeps them (see {out / JOB_FILE}), or start a new run in another --out")
     if settings.steps != before_settings.steps and settings.steps is not None:
         say(f"steps {before_settings.steps} -> {settings.steps}: the learning-rate schedule stretches to the new length")
+
+
+def _check_same_text(job: PretrainJob, out: Path, fingerprints: dict[str, str]) -> None:
+    """The same settings read other batches from a corpus whose content changed since the run
+    started (another epoch order, other examples): refused by the fingerprints job.json holds. A
+    job.json from before they were recorded is taken on trust."""
+    then = (saved_job(out) or {}).get("fingerprints")
+    if not isinstance(then, dict):
+        return
+    for key, what, name in (("corpus", "corpus", job.corpus), ("eval_corpus", "held-out corpus", job.eval_corpus)):
+        if key in then and then[key] != fingerprints[key]:
+            effect = "train on other batches" if key == "corpus" else "score other held-out batches"
+            raise BertkitError(f"--resume: the {what} {name or job.corpus} changed since the run started (its "
+                               f"fingerprint differs); resuming would {effect}: start a new run, or restore the {what}")
 
 
 def _check_left_to_train(trainer, out: Path) -> None:

@@ -220,3 +220,36 @@ def test_a_folder_is_read_file_by_file_by_kind_leaving_out_hidden_and_binary_fil
     utf16.write_bytes("A first line.\n\nA second.\n".encode("utf-16"))
     with pytest.raises(bertkit.BertkitError, match="notepad.txt: UTF-16 text .*save it as UTF-8"):
         _documents(open_corpus(utf16))
+
+
+def test_folders_whose_files_run_together_differ_in_fingerprint(tmp_path):
+    """Names and bytes hashed back to back made these two folders one fingerprint, and so one token
+    cache: the second read the first one's tokens. A folder moved elsewhere keeps its fingerprint."""
+    for name, a, b in (("one", "the plot", "ts.txt"), ("two", "the plott", "s.txt")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "a.txt").write_text(f"the film was great.\n\n{a}")
+        (tmp_path / name / b).write_text("the acting was bad.\n")
+    assert open_corpus(tmp_path / "one").fingerprint() != open_corpus(tmp_path / "two").fingerprint()
+    before = open_corpus(tmp_path / "one").fingerprint()
+    (tmp_path / "one").rename(tmp_path / "moved")
+    assert open_corpus(tmp_path / "moved").fingerprint() == before
+
+
+def test_a_json_array_is_one_document_per_item(tmp_path):
+    rows = [{"text": "a first doc. with two."}, {"text": "  "}, {"text": "second doc here.", "label": 1}]
+    compact, pretty, strings = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    compact.write_text(json.dumps(rows))
+    pretty.write_text(json.dumps(rows, indent=2))
+    strings.write_text(json.dumps(["one string", "two strings"]))
+    assert _documents(open_corpus(compact)) == _documents(open_corpus(pretty)) == ["a first doc. with two.",
+                                                                                   "second doc here."]
+    assert _documents(open_corpus(strings)) == ["one string", "two strings"]
+    (tmp_path / "bad.json").write_text(json.dumps([{"text": "x"}, {"body": "y"}]))
+    with pytest.raises(bertkit.BertkitError, match=r"bad.json, item 2 of the array: no field 'text' \(found: body\)"):
+        _documents(open_corpus(tmp_path / "bad.json"))
+    (tmp_path / "cut.json").write_text('[{"text": "x"},\n{"text": ')
+    with pytest.raises(bertkit.BertkitError, match=r"cut.json, line 2: not valid JSON"):
+        _documents(open_corpus(tmp_path / "cut.json"))
+    (tmp_path / "object.json").write_text(json.dumps({"text": "x"}, indent=2))  # one object, pretty-printed
+    with pytest.raises(bertkit.BertkitError, match="line 1: not valid JSON .*read as JSON lines .* or as one JSON array"):
+        _documents(open_corpus(tmp_path / "object.json"))

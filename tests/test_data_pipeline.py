@@ -4,6 +4,7 @@ tolerances, whole words, determinism, and properties on random text (hypothesis)
 
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -112,6 +113,85 @@ def test_large_vocabularies_use_32_bit_tokens(tmp_path, tokenizer):
     path.write_text("w69999 w3 w70000\n")
     cached = tokenize_corpus(open_corpus(path), big, tmp_path / "c")
     assert cached.tokens.dtype == np.uint32 and cached.tokens.tolist() == [vocab["w69999"], vocab["w3"], 1]
+
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda d: os.truncate(d / "tokens.bin", 6), "tokens.bin holds 3 of "),
+    (lambda d: os.truncate(d / "sentences.bin", 16), "sentences.bin holds 2 of 4 sentence offsets"),
+    (lambda d: os.truncate(d / "documents.bin", 16), "documents.bin holds 2 of 3 document offsets"),
+    (lambda d: (d / "tokens.bin").unlink(), "tokens.bin is missing"),
+    (lambda d: (d / "meta.json").write_text("{"), "its meta.json is not the JSON a build writes"),
+    (lambda d: (d / "meta.json").unlink(), "it has no meta.json"),  # a rename onto it failed: Directory not empty
+    (lambda d: (d / "tokens.bin").write_bytes(b"\xff\xff" * (os.path.getsize(d / "tokens.bin") // 2)),
+     "tokens.bin holds id 65535, beyond the vocabulary's 30522"),
+    (lambda d: (d / "sentences.bin").write_bytes(np.arange(4, dtype=np.int64)[::-1].tobytes()),
+     "sentences.bin holds offsets that do not run from 0 to"),
+], ids=["tokens-cut", "sentences-cut", "documents-cut", "tokens-deleted", "meta-not-json", "meta-deleted",
+        "ids-beyond-vocab", "offsets-overwritten"])
+def test_a_damaged_cache_is_rebuilt_with_one_warning(tmp_path, tokenizer, damage, words):
+    """A cache cut short was read as another document structure (documents.bin: silently) or failed
+    later (IndexError, FileNotFoundError, JSONDecodeError); a folder without meta.json made every
+    later build fail to rename onto it."""
+    path = tmp_path / "a.txt"
+    path.write_text("A first document. It has two sentences.\n\nA second one.\n")
+    fresh = tokenize_corpus(open_corpus(path), tokenizer, tmp_path / "c")
+    expected = [np.array(a).copy() for a in (fresh.tokens, fresh.sentence_offsets, fresh.document_offsets)]
+    damage(fresh.directory)
+    with pytest.warns(bertkit.data.DataWarning) as caught:
+        again = tokenize_corpus(open_corpus(path), tokenizer, tmp_path / "c")
+    message = str(caught[0].message)
+    assert f"the token cache at {fresh.directory} was damaged ({words}" in message and "rebuilt" in message
+    assert again.directory == fresh.directory and list((tmp_path / "c" / "tokens").iterdir()) == [fresh.directory]
+    for a, b in zip(expected, (again.tokens, again.sentence_offsets, again.document_offsets)):
+        assert np.array_equal(a, b)
+
+
+def test_undecodable_bytes_are_reported_again_when_the_cache_is_reused(tmp_path, tokenizer):
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("good line\n".encode() + "caf\xe9 cr\xe8me\n".encode("latin-1"))
+    for _ in range(2):  # built, then reused
+        with pytest.warns(bertkit.data.DataWarning, match=r"1 line\(s\) had bytes that are not UTF-8"):
+            tokenize_corpus(open_corpus(path), tokenizer, tmp_path / "c")
+
+
+def test_a_cache_folder_that_cannot_be_written_is_one_line(tmp_path, tokenizer, monkeypatch):
+    path = tmp_path / "a.txt"
+    path.write_text("One document.\n")
+    monkeypatch.setenv("BERTKIT_CACHE", str(path))  # a file, not a folder
+    with pytest.raises(bertkit.BertkitError, match=f"BERTKIT_CACHE={path}: the cache cannot be written there "
+                                                   r"\(Not a directory\)"):
+        tokenize_corpus(open_corpus(path), tokenizer)
+    with pytest.raises(bertkit.BertkitError, match=f"cache_dir={path}: the cache cannot be written there"):
+        tokenize_corpus(open_corpus(path), tokenizer, path)
+
+    def refused(*args):  # as a read-only mount answers (as root, os.access says yes there)
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(bertkit.data.cache, "staging_dir", refused)
+    with pytest.raises(bertkit.BertkitError, match=r"cache_dir=.*: the cache cannot be written there \(Operation "):
+        tokenize_corpus(open_corpus(path), tokenizer, tmp_path / "c")
+
+
+def test_stale_build_folders_are_removed_and_concurrent_builds_all_succeed(tmp_path, tokenizer):
+    """A build killed part-way (SIGKILL) leaves its temporary folder: removed by a later build once
+    nothing in it was written for a day, so a live build of the same key is never touched."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    tokens = tmp_path / "c" / "tokens"
+    stale, live = tokens / "0123.tmp-old", tokens / "0123.tmp-live"
+    for folder in (stale, live):
+        folder.mkdir(parents=True)
+        (folder / "tokens.bin").write_bytes(b"\0" * 10)
+    day_ago = time.time() - 25 * 3600
+    for p in (stale / "tokens.bin", stale, live):  # the live build's folder is old, its file is being written
+        os.utime(p, (day_ago, day_ago))
+    path = tmp_path / "a.txt"
+    path.write_text("A first document. It has two sentences.\n\nA second one.\n")
+    with ThreadPoolExecutor(3) as pool:
+        built = list(pool.map(lambda _: tokenize_corpus(open_corpus(path), tokenizer, tmp_path / "c"), range(3)))
+    assert len({b.directory for b in built}) == 1
+    assert sorted(p.name for p in tokens.iterdir()) == sorted([live.name, built[0].directory.name])
 
 
 # ---- builders ------------------------------------------------------------------------------------

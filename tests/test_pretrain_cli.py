@@ -345,6 +345,59 @@ def test_a_resumed_run_keeps_its_settings_and_must_have_steps_left(corpus, tmp_p
     assert "job.json: missing, so --resume does not know the run's settings" in error_line(capsys)
 
 
+
+def test_resume_refuses_a_corpus_changed_since_the_run_started(corpus, tmp_path, capsys):
+    """The same settings on other text give another epoch order and other examples: refused by the
+    fingerprints job.json holds. A job.json from before they were recorded still resumes."""
+    text = tmp_path / "reviews.txt"
+    text.write_text(corpus.read_text(encoding="utf-8"), encoding="utf-8")
+    out = str(tmp_path / "run")
+    assert pretrain("--corpus", str(text), "--out", out, "--steps", "1", "--save-every", "1", *TINY, *FAST) == 0
+    job = json.loads((tmp_path / "run" / "job.json").read_text())
+    assert set(job["fingerprints"]) == {"corpus", "eval_corpus"}
+    with open(text, "a", encoding="utf-8") as f:
+        f.write("\nOne more review, added after the run started.\n")
+    capsys.readouterr()
+    assert pretrain("--out", out, "--resume", "--steps", "2") == 2
+    assert error_line(capsys).endswith(f"--resume: the corpus {text} changed since the run started (its fingerprint "
+                                       "differs); resuming would train on other batches: start a new run, or "
+                                       "restore the corpus")
+    del job["fingerprints"]  # as runs from before this check wrote it
+    (tmp_path / "run" / "job.json").write_text(json.dumps(job))
+    assert pretrain("--out", out, "--resume", "--steps", "2") == 0
+
+
+def test_a_damaged_cached_tokenizer_is_trained_again(corpus, tmp_path, capsys, monkeypatch):
+    """Its tokenizer.json deleted, the retrained one could not replace the folder and the broken one
+    was read; cut short, every run failed on it."""
+    monkeypatch.setenv("BERTKIT_CACHE", str(tmp_path / "cache"))
+    common = ["--corpus", str(corpus), "--steps", "1", *TINY, *FAST]
+    assert pretrain(*common, "--out", str(tmp_path / "a")) == 0
+    (folder,) = (tmp_path / "cache" / "tokenizers").iterdir()
+    good = (folder / "tokenizer.json").read_text()
+    for i, damage in enumerate(["delete", "truncate"]):
+        if damage == "delete":
+            (folder / "tokenizer.json").unlink()
+        else:
+            (folder / "tokenizer.json").write_text(good[:500])
+        capsys.readouterr()
+        assert pretrain(*common, "--out", str(tmp_path / f"b{i}")) == 0
+        err = capsys.readouterr().err
+        assert f"warning: the cached tokenizer at {folder} is damaged (tokenizer.json: " in err, err
+        assert "training a wordpiece tokenizer" in err
+        assert bertkit.load_tokenizer(folder).vocab_size == 600  # (retrained: ties may order it differently)
+    assert [p.name for p in (tmp_path / "cache" / "tokenizers").iterdir()] == [folder.name]
+
+
+def test_a_cache_folder_that_cannot_be_written_is_one_line(corpus, tmp_path, capsys, monkeypatch, minilm_dir):
+    monkeypatch.setenv("BERTKIT_CACHE", str(corpus))  # a file: the trained tokenizer's cache
+    assert pretrain("--corpus", str(corpus), "--out", str(tmp_path / "a"), "--steps", "1", *TINY, *FAST) == 2
+    assert f"BERTKIT_CACHE={corpus}: the cache cannot be written there (Not a directory)" in error_line(capsys)
+    tiny = TINY[:-2]  # without vocab_size=600: the given tokenizer's vocabulary (now the token cache fails)
+    assert pretrain("--corpus", str(corpus), "--tokenizer", str(minilm_dir), "--out", str(tmp_path / "b"),
+                    "--steps", "1", *tiny, *FAST) == 2
+    assert f"BERTKIT_CACHE={corpus}: the cache cannot be written there (Not a directory)" in error_line(capsys)
+
 @pytest.mark.parametrize("config, words", [
     ("train = 3\n", "[train] must be a table of settings"),
     ("steps = 3\n", "steps is a training setting; put it under [train]"),

@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
 import re
 import warnings
 from dataclasses import dataclass
@@ -176,12 +177,20 @@ class BuiltinCorpus(Corpus):
 
 
 def file_digest(paths: list[Path]) -> str:
+    """SHA-256 over each file's path (relative to the files' common folder, so a moved folder
+    keeps its digest) and a digest of its bytes. Each file's part has a fixed length after its
+    name: hashing names and bytes back to back let {a.txt: "x plot", ts.txt: y} and
+    {a.txt: "x plott", s.txt: y} share one digest, and so one token cache. (Changing this digest
+    changes every cache key and tokenizer key, so caches written before are not found again;
+    nothing stale is read, so no format version is bumped.)"""
+    root = os.path.commonpath([os.path.abspath(p.parent) for p in paths]) if paths else ""
     h = hashlib.sha256()
     for path in paths:
-        h.update(str(path.name).encode() + b"\0")
+        content = hashlib.sha256()
         with open(path, "rb") as f:
             while chunk := f.read(CHUNK):
-                h.update(chunk)
+                content.update(chunk)
+        h.update(os.fsencode(os.path.relpath(os.path.abspath(path), root)) + b"\0" + content.digest())
     return h.hexdigest()
 
 
@@ -228,25 +237,55 @@ class TextFiles(Corpus):
 
 @dataclass(frozen=True)
 class JsonLines(Corpus):
+    """One document per JSON line, from `field`. A .json file whose text starts with "[" is one
+    JSON array instead (of objects with `field`, or of strings), one document per item, as the
+    `datasets` json loader reads it; an array is parsed whole, so very large corpora belong in
+    JSON lines, which are streamed."""
     path: Path
     field: str = "text"
     name: str = "jsonl"
 
     def documents(self, stats: ReadStats) -> Iterator[str]:
+        if data_suffix(self.path) == ".json" and self._is_array():
+            yield from self._array(stats)
+            return
         for n, line in _lines(self.path, stats):
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise BertkitError(f"{self.path}, line {n}: not valid JSON ({e.msg}, column {e.colno})") from None
-            if not isinstance(row, dict) or self.field not in row:
-                keys = ", ".join(map(str, row)) if isinstance(row, dict) else type(row).__name__
-                raise BertkitError(f"{self.path}, line {n}: no field {self.field!r} (found: {shown(keys)}); "
-                                   "name the text's field with --field")
-            text = row[self.field]
-            if not isinstance(text, str):
-                raise BertkitError(f"{self.path}, line {n}: field {self.field!r} is not a string")
+                hint = ("; a .json corpus is read as JSON lines (one object per line) or as one JSON array"
+                        if data_suffix(self.path) == ".json" else "")
+                raise BertkitError(f"{self.path}, line {n}: not valid JSON ({e.msg}, column {e.colno}){hint}") from None
+            text = self._text(row, f"{self.path}, line {n}")
+            if text.strip():
+                stats.documents += 1
+                yield text
+
+    def _text(self, row, where: str) -> str:
+        if not isinstance(row, dict) or self.field not in row:
+            keys = ", ".join(map(str, row)) if isinstance(row, dict) else type(row).__name__
+            raise BertkitError(f"{where}: no field {self.field!r} (found: {shown(keys)}); "
+                               "name the text's field with --field")
+        text = row[self.field]
+        if not isinstance(text, str):
+            raise BertkitError(f"{where}: field {self.field!r} is not a string")
+        return text
+
+    def _is_array(self) -> bool:
+        for _, line in _lines(self.path, ReadStats()):  # (the bytes are counted when read below)
+            if line.strip():
+                return line.lstrip().startswith("[")
+        return False
+
+    def _array(self, stats: ReadStats) -> Iterator[str]:
+        try:
+            items = json.loads("\n".join(line for _, line in _lines(self.path, stats)))
+        except json.JSONDecodeError as e:
+            raise BertkitError(f"{self.path}, line {e.lineno}: not valid JSON ({e.msg}, column {e.colno})") from None
+        for i, item in enumerate(items, 1):
+            text = item if isinstance(item, str) else self._text(item, f"{self.path}, item {i} of the array")
             if text.strip():
                 stats.documents += 1
                 yield text
