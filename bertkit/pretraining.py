@@ -354,7 +354,12 @@ def _pretrain(job: PretrainJob) -> Path:
     else:
         _write_job(job, out)
     unique = {id(p): p.numel() for m in models.values() for p in m.parameters()}  # shared tables once
-    say(f"{job.objective} on {job.model} ({sum(unique.values()):,} parameters), "
+    what = job.model
+    if job.objective == "distill" and _teacher_is_checkpoint(job):  # the preset names the family only
+        student = models[""].config
+        what = (f"a {student.family} student of {student.num_layers} layers x {student.hidden_size}, its shape "
+                f"from the teacher {job.teacher}")
+    say(f"{job.objective} on {what} ({sum(unique.values()):,} parameters), "
         f"{device}, {'bf16 autocast' if settings.bf16 else 'fp32'}, "
         + (f"budget {settings.time_budget:.0f} s" if settings.time_budget else f"{settings.steps} steps"))
     trainer.fit()

@@ -489,6 +489,8 @@ def test_distill_from_a_checkpoint_teacher_with_chosen_layers(corpus, tmp_path, 
     assert pretrain(*args, "--out", str(out), "--teacher-layers", "1,3", "--steps", "2") == 0
     student = bertkit.from_pretrained(out)
     assert student.config.family == "distilbert" and student.config.num_layers == 2
+    # the banner says the shape it trains, not the preset's 6 x 768 it did not build
+    assert "distill on a distilbert student of 2 layers x 32, its shape from the teacher" in capsys.readouterr().err
     assert student.tokenizer.vocab_size == teacher.tokenizer.vocab_size == student.config.vocab_size
     capsys.readouterr()
     assert pretrain(*args, "--out", str(tmp_path / "bad"), "--teacher-layers", "3,1", "--steps", "2") == 2
