@@ -279,15 +279,21 @@ def test_resumed_run_equals_an_uninterrupted_one_bit_for_bit(reviews, tokenizer,
     assert len(list((tmp_path / "full" / "checkpoints").glob("step-*"))) == 2  # keep=2
 
 
-def test_a_checkpoint_of_an_earlier_bertkit_still_resumes(reviews, tokenizer, tmp_path):
-    # earlier trainer states held numpy's random state as an array, which weights_only refuses
-    # unless allowed; nothing else beyond plain values is
+def checkpointing_trainer(reviews, tokenizer, out, steps):
+    """Makes a tiny MLM Trainer into `out` that checkpoints every 2 steps: a fresh model at each
+    call, as a resumed process builds one."""
     batch_at, _ = batches_from(reviews, tokenizer)
 
     def trainer():
         model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, **TINY)
-        return Trainer(MaskedLM(model), batch_at, settings(steps=2, save_every=2), tmp_path)
+        return Trainer(MaskedLM(model), batch_at, settings(steps=steps, save_every=2), out)
+    return trainer
 
+
+def test_a_checkpoint_of_an_earlier_bertkit_still_resumes(reviews, tokenizer, tmp_path):
+    # earlier trainer states held numpy's random state as an array, which weights_only refuses
+    # unless allowed; nothing else beyond plain values is
+    trainer = checkpointing_trainer(reviews, tokenizer, tmp_path, steps=2)
     trainer().fit()
     path = tmp_path / "checkpoints" / "step-00000002" / "trainer_state.pt"
     state = torch.load(path, weights_only=True)
@@ -310,12 +316,7 @@ class _RunsCode:
 
 @pytest.mark.parametrize("damage", ["truncated", "empty dict", "text", "code"])
 def test_a_damaged_trainer_state_is_one_line_naming_the_checkpoint_before_it(reviews, tokenizer, tmp_path, damage):
-    batch_at, _ = batches_from(reviews, tokenizer)
-
-    def trainer():
-        model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, **TINY)
-        return Trainer(MaskedLM(model), batch_at, settings(steps=4, save_every=2), tmp_path)
-
+    trainer = checkpointing_trainer(reviews, tokenizer, tmp_path, steps=4)
     trainer().fit()
     state = tmp_path / "checkpoints" / "step-00000004" / "trainer_state.pt"
     if damage == "truncated":
