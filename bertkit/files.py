@@ -92,7 +92,7 @@ def read_text(path: str | Path, what: str = "file") -> str:
 
 
 def text_lines(text: str) -> list[str]:
-    """A text's lines, split at "\n" alone (a "\r\n" ending is one), as `wc -l`, `tokenizers` and
+    r"""A text's lines, split at "\n" alone (a "\r\n" ending is one), as `wc -l`, `tokenizers` and
     JSON Lines count them: str.splitlines() also splits at \r, \v, \f, \x1c-\x1e, \x85, U+2028
     and U+2029, which real text holds inside a line (form feeds in PDF text, U+2028 inside a valid
     JSON string), and so gave more results than input lines, or a JSON line cut in two."""

@@ -47,7 +47,8 @@ def resolve(path_or_id: str | os.PathLike, revision: str | None = None, token: s
         preset = (f"; {text} is also a bertkit preset, which has no trained weights (bertkit.build({text!r}) makes "
                   "one with random weights)" if text in PRESETS else "")
         raise BertkitError(f"{text}: no such directory, and not downloadable from the Hugging Face Hub "
-                           f"({type(e).__name__}: {first_line(e)}){_hub_advice(e, text)}{local_parent}{preset}") from None
+                           f"({type(e).__name__}: {first_line(e)}){_hub_advice(e, text)}{local_parent}"
+                           f"{preset}") from None
     return Path(local)
 
 

@@ -94,7 +94,8 @@ class Model(nn.Module):
         device = out.last_hidden_state.device.type
         if not (self.head.fp32_scores and torch.is_autocast_enabled(device)):
             return self.head(out)
-        exact = {k: getattr(out, k).float() for k in ("last_hidden_state", "pooler_output") if getattr(out, k) is not None}
+        exact = {k: getattr(out, k).float() for k in ("last_hidden_state", "pooler_output")
+                 if getattr(out, k) is not None}
         with torch.autocast(device, enabled=False):
             return self.head(dataclasses.replace(out, **exact))
 

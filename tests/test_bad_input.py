@@ -182,7 +182,8 @@ CASES = {
                                ["intermediate.dense", "(1000000000000"]),
     "layers the file lacks": (lambda p: edit_config(p, num_hidden_layers=100_000),  # in a second, not minutes
                               ["missing every tensor of 99998 of the config's 100000 layers: layer(s) 2, 3"]),
-    "gamma beside weight": (break_gamma_and_weight, ["'bert.embeddings.LayerNorm.gamma'", "'bert.embeddings.LayerNorm.weight'",
+    "gamma beside weight": (break_gamma_and_weight, ["'bert.embeddings.LayerNorm.gamma'",
+                                                     "'bert.embeddings.LayerNorm.weight'",
                                                      "LayerNorm's old gamma/beta name and its weight/bias name"]),
     "garbage pytorch_model.bin": (break_garbage_bin, ["pytorch_model.bin: not a readable PyTorch checkpoint (neither "
                                                       "the zip archive torch.save writes nor a pickle)"]),

@@ -251,5 +251,6 @@ def test_a_json_array_is_one_document_per_item(tmp_path):
     with pytest.raises(bertkit.BertkitError, match=r"cut.json, line 2: not valid JSON"):
         _documents(open_corpus(tmp_path / "cut.json"))
     (tmp_path / "object.json").write_text(json.dumps({"text": "x"}, indent=2))  # one object, pretty-printed
-    with pytest.raises(bertkit.BertkitError, match="line 1: not valid JSON .*read as JSON lines .* or as one JSON array"):
+    with pytest.raises(bertkit.BertkitError,
+                       match="line 1: not valid JSON .*read as JSON lines .* or as one JSON array"):
         _documents(open_corpus(tmp_path / "object.json"))
