@@ -184,7 +184,9 @@ def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, pro
     given, texts = texts, [text.replace("[MASK]", tok.mask_token) for text in texts]  # BERT's spelling, any family
     limit = model.backbone.embeddings.max_length
     chunks = length_batches([len(text) for text in texts], batch_size)  # similar lengths pad little
-    batches = [tok([texts[i] for i in chunk], max_length=limit) for chunk in chunks]
+    # right-padded whatever the tokenizer says: a text's positions, and so its answers, do not
+    # depend on the texts it is batched with
+    batches = [tok([texts[i] for i in chunk], max_length=limit, padding_side="right") for chunk in chunks]
     for chunk, batch in zip(chunks, batches):
         kept = (batch["input_ids"] == tok.mask_token_id).sum(1).tolist()  # masks in each (perhaps cut) row
         for row in [r for r, n in enumerate(kept) if n == 0 or int(batch["attention_mask"][r].sum()) == limit]:

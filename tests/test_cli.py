@@ -89,6 +89,24 @@ def test_fill_mask_gives_the_token_text_transformers_pipeline_gives(tmp_path, re
     assert "Ġ" not in table and ours[0]["token_str"].strip() in table
 
 
+def test_fill_mask_answers_do_not_depend_on_the_tokenizers_padding_side(mlm_dir, tmp_path, capsys):
+    # a left-padding tokenizer shifted a short text's positions inside the batch: another answer,
+    # and a sequence cut from the padded row
+    import shutil
+
+    left = tmp_path / "left"
+    shutil.copytree(mlm_dir, left)
+    config = json.loads((left / "tokenizer_config.json").read_text())
+    (left / "tokenizer_config.json").write_text(json.dumps({**config, "padding_side": "left"}))
+    texts = ["paris is the [MASK] of france and a very big city with many people", "a [MASK] day"]
+    answers = []
+    for folder in (mlm_dir, left):
+        assert main(["predict", "fill-mask", "--model", str(folder), "--json", *texts]) == 0
+        answers.append([json.loads(line) for line in capsys.readouterr().out.splitlines()])
+    assert answers[0] == answers[1] and answers[0][1]["position"] == 2
+    assert answers[0][1]["predictions"][0]["sequence"].startswith("a ")
+
+
 def test_fill_mask_uses_the_mlm_head_of_a_file_that_names_no_architecture(mlm_dir, tmp_path, capsys):
     # as DeBERTa-v3's released configs: no "architectures", the MLM weights in the file; the
     # pipeline loads them, and fill-mask said "has no masked-LM head (head: None)"

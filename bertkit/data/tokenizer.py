@@ -195,7 +195,7 @@ class Tokenizer:
 
     def __call__(self, texts: list[str] | str, text_pairs: list[str] | None = None, max_length: int | None = None,
                  *, padding: bool | str = True, truncation: bool | str | None = None,
-                 return_tensors: str | None = "pt") -> dict:
+                 return_tensors: str | None = "pt", padding_side: str | None = None) -> dict:
         """A right-padded batch: input_ids, attention_mask, token_type_ids, each (B, T) int64.
         Longer inputs are truncated to max_length (the longest part first, for pairs), which
         must leave room for a token of text beside the special tokens. One text (and its pair)
@@ -205,7 +205,8 @@ class Tokenizer:
         "only_first", "only_second" (to max_length, else the tokenizer's model_max_length) or
         False (max_length then only pads); `return_tensors` "pt", "np" or None (lists). A
         tokenizer_config.json with padding_side / truncation_side "left" pads before the tokens and
-        cuts from the start, as transformers does."""
+        cuts from the start, as transformers does; `padding_side` "left" / "right" overrides it
+        for one call, as transformers' keyword does."""
         if isinstance(texts, str):
             texts = [texts]
         if isinstance(text_pairs, str):  # one pair, as tokenizer("a text", "its pair")
@@ -215,6 +216,8 @@ class Tokenizer:
         padding = {True: "longest", False: "do_not_pad"}.get(padding, padding)
         if padding not in ("longest", "max_length", "do_not_pad"):
             raise BertkitError(f"padding must be True, False, 'longest', 'max_length' or 'do_not_pad', got {padding!r}")
+        if padding_side not in (None, "left", "right"):
+            raise BertkitError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
         if return_tensors not in ("pt", "np", None):
             raise BertkitError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}")
         strategy = {None: "longest_first" if max_length is not None else None, True: "longest_first",
@@ -262,7 +265,7 @@ class Tokenizer:
         T = max(lengths, default=0) if padding != "max_length" else max([max_length, *lengths])
         batch = {k: torch.zeros(len(encodings), T, dtype=torch.long) for k in keys}
         batch["input_ids"].fill_(self.pad_token_id)
-        left = self._side("padding_side") == "left"
+        left = (padding_side or self._side("padding_side")) == "left"
         for i, e in enumerate(encodings):
             n = len(e.ids)
             where = slice(T - n, T) if left else slice(0, n)
