@@ -430,13 +430,15 @@ def cmd_bench(args) -> None:
 # options that name a file or folder: given empty (`--out "$OUT"` with OUT unset), each would
 # otherwise mean the current folder, and --out "" would write a model into it
 PATH_OPTIONS = ("model", "out", "train", "eval", "data", "input", "json", "corpus", "eval_corpus", "config",
-                "teacher", "tokenizer", "context_file", "results")
+                "teacher", "tokenizer", "context_file", "results", "runs")
+POSITIONAL = {"results": "RESULTS.json", "runs": "RUN"}  # (named as --help names them)
 
 
 def check_paths_given(args: argparse.Namespace) -> None:
     for dest in PATH_OPTIONS:
-        if getattr(args, dest, None) == "":
-            flag = dest if dest == "results" else "--" + dest.replace("_", "-")
+        value = getattr(args, dest, None)
+        if value == "" or isinstance(value, list) and "" in value:
+            flag = POSITIONAL.get(dest, "--" + dest.replace("_", "-"))
             raise BertkitError(f"{flag}: an empty path (an unset shell variable?); give a file or folder")
 
 

@@ -96,6 +96,9 @@ class EncoderConfig:
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
+            if isinstance(getattr(self, f.name), list) and "tuple" in _field_types(type(self))[f.name]:
+                # (JSON's and a caller's lists: a tuple keeps the frozen config hashable and equal)
+                object.__setattr__(self, f.name, tuple(getattr(self, f.name)))
             problem = _type_problem(type(self), f.name, getattr(self, f.name))
             if problem:
                 raise FieldTypeError(f.name, problem)

@@ -38,9 +38,9 @@ def resolve(path_or_id: str | os.PathLike, revision: str | None = None, token: s
         finally:
             hub_logging.set_verbosity(verbosity)
     except Exception as e:
-        # "runs/besst" beside a local runs/ is more likely a mistyped folder than a Hub id
-        local_parent = f"; {path.parent}/ is a local folder, which holds no {path.name!r}" if path.parent.is_dir() \
-            and str(path.parent) != "." else ""
+        # "runs/besst" beside a local runs/ may be a mistyped folder rather than a Hub id
+        local_parent = (f"; if a local folder was meant, {path.parent}/ holds no {path.name!r}"
+                        if path.parent.is_dir() and str(path.parent) != "." else "")
         from . import model  # noqa: F401  (registers every family's presets)
         from .config import PRESETS
 

@@ -242,7 +242,8 @@ def test_the_command_in_its_own_process_prints_one_line_and_exits_nonzero(case, 
       "--out", ""], "--out"),
     (["pretrain", "--corpus", "", "--out", "run"], "--corpus"),
     (["bench", "--quick", "--json", ""], "--json"),
-    (["visualize", "bench", ""], "results"),
+    (["visualize", "bench", ""], "RESULTS.json"),
+    (["visualize", "curves", "runs/one", ""], "RUN"),
 ])
 def test_an_empty_path_is_refused_not_read_as_the_current_folder(argv, flag, tmp_path, capsys, monkeypatch):
     from bertkit.cli import main
@@ -282,7 +283,7 @@ def test_a_mistyped_folder_under_a_local_one_says_the_local_folder_lacks_it(tmp_
     (tmp_path / "runs").mkdir()
     code = main(["info", "runs/besst"])  # read as a Hub id "owner/name" too, as transformers reads it
     _one_error_line(code, *capsys.readouterr(), ["runs/besst: no such directory",
-                                                 "runs/ is a local folder, which holds no 'besst'"])
+                                                 "if a local folder was meant, runs/ holds no 'besst'"])
 
 
 def test_a_preset_name_where_a_checkpoint_is_needed_says_it_is_a_preset(tmp_path, monkeypatch, capsys):

@@ -103,3 +103,9 @@ def test_a_config_of_another_family_is_refused_by_name():
         bertkit.build(bertkit.EncoderConfig(family="albert"))
     with pytest.raises(bertkit.BertkitError, match="family 'bert' is built from its own config class, EncoderConfig, not AlbertConfig"):
         bertkit.build("albert-base", family="bert")
+
+
+def test_a_list_for_a_tuple_field_becomes_a_tuple_so_the_config_stays_hashable_and_equal():
+    listed = bertkit.build("mini-bert", head="classification", num_labels=2, label_names=["neg", "pos"]).config
+    tupled = bertkit.build("mini-bert", head="classification", num_labels=2, label_names=("neg", "pos")).config
+    assert listed == tupled and hash(listed) == hash(tupled) and listed.label_names == ("neg", "pos")

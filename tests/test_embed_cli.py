@@ -391,6 +391,15 @@ def test_input_from_a_pipe_is_read_once(gzipped, minilm_dir, tmp_path, capsys):
     assert [json.loads(line)["text"] for line in capsys.readouterr().out.splitlines()] == ["great film", "bad one"]
 
 
+def test_gzip_on_standard_input_is_read_as_its_text(minilm_dir, monkeypatch, capsys):
+    import gzip
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(gzip.compress(b"great film\nbad one\n"))))
+    assert main(["embed", "--model", str(minilm_dir), "--input", "-"]) == 0
+    assert [json.loads(line)["text"] for line in capsys.readouterr().out.splitlines()] == ["great film", "bad one"]
+
+
 def test_input_lines_are_split_at_newlines_alone(minilm_dir, tmp_path, capsys):
     # form feeds (PDF text), U+2028, \v, \x1c and a lone \r sit inside lines: str.splitlines()
     # made eight inputs of these three lines, and cut a valid JSON line holding a raw U+2028

@@ -7,13 +7,14 @@ one line). Results go to stdout (JSON lines, or the metrics), progress and warni
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import re
 import sys
 from pathlib import Path
 
 from ..errors import BertkitError
-from ..files import data_suffix, decode_text, output_file, read_text, text_lines, write_text
+from ..files import GZIP_MAGIC, data_suffix, decode_text, output_file, read_text, text_lines, write_text
 
 FINETUNE_EPILOG = """examples:
   bertkit finetune --task classification --model runs/demo --train imdb --eval imdb --out runs/imdb
@@ -52,7 +53,11 @@ PREDICT_INPUT = ("texts as arguments, or --input FILE|- with one per line; a lin
 
 def _text_lines(source: str) -> list[tuple[int, str]]:
     """(line number, text) of the non-empty lines of a file or standard input ('-')."""
-    text = decode_text(sys.stdin.buffer.read(), "standard input") if source == "-" else read_text(source)
+    if source == "-":
+        data = sys.stdin.buffer.read()
+        text = decode_text(gzip.decompress(data) if data[:2] == GZIP_MAGIC else data, "standard input")
+    else:
+        text = read_text(source)
     lines = text_lines(text)
     kept = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
     if len(kept) < len(lines):
