@@ -240,9 +240,10 @@ def test_accumulated_micro_batches_give_the_gradient_of_the_whole_batch(reviews,
         run = copy.deepcopy(objective)
         trainer = Trainer(run, data, settings(steps=1, lr=0.0, clip_norm=None, accumulation=accumulation),
                           tmp_path / f"run{accumulation}")
-        logged.append(trainer.train_step()["loss"])
+        logged.append(trainer.train_step())
         grads.append([p.grad for p in run.parameters() if p.grad is not None])
-    assert logged[1] == pytest.approx(logged[0], rel=1e-5)  # the logged loss is the whole batch's too
+    # the logged loss and each term (losses, accuracies) are the whole batch's too
+    assert logged[1].keys() == logged[0].keys() and logged[1] == pytest.approx(logged[0], rel=1e-5, abs=1e-6)
     assert len(grads[0]) == len(grads[1]) > 0
     for one, two in zip(*grads):
         assert (one - two).abs().max() <= 1e-4 * one.abs().max() + 1e-8
@@ -477,11 +478,12 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     ddp = bertkit.from_pretrained(tmp_path / "ddp")
     for (name, a), b in zip(single.state_dict().items(), ddp.state_dict().values()):
         assert (a - b).abs().max().item() <= 1e-5, name
-    ddp_losses, single_losses = ([r["loss"] for r in map(json.loads, (tmp_path / run / "metrics.jsonl").open())
-                                  if r["split"] == "train"] for run in ("ddp", "single"))
-    assert len(ddp_losses) == 4  # one writer
-    # the logged training losses are the whole steps', not means of the processes' means
-    assert ddp_losses == pytest.approx(single_losses, rel=1e-5)
+    ddp_logged, single_logged = ([r[k] for r in map(json.loads, (tmp_path / run / "metrics.jsonl").open())
+                                  if r["split"] == "train" for k in ("loss", "mlm_loss", "mlm_accuracy")]
+                                 for run in ("ddp", "single"))
+    assert len(ddp_logged) == 3 * 4  # one writer
+    # the logged training losses and accuracies are the whole steps', not means of the processes' means
+    assert ddp_logged == pytest.approx(single_logged, rel=1e-5)
     assert json.loads((tmp_path / "ddp" / "metrics.json").read_text())["processes"] == 2
 
 

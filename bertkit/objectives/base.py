@@ -44,6 +44,8 @@ class PerRow:
     """For an objective whose loss is a mean over the batch's rows (sequence classification, QA
     spans, multiple choice): counts its rows, and weighs a loss by them (`share`)."""
 
+    metric_counts = {"": "rows"}  # every logged metric (loss, accuracy) is a mean over rows
+
     def counts(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         ids = batch["input_ids"]
         return {"rows": torch.tensor(len(ids), device=ids.device)}
@@ -59,7 +61,18 @@ class Objective(nn.Module):
     batch says how many of each each batch holds (`counts`): with gradient accumulation or several
     processes, the trainer then passes the step's `totals`, and each term is weighted by its share
     of them (`share`), so k micro-batches give the gradient of one batch k times the size (as
-    transformers' num_items_in_batch does). Without counts, each micro-batch's mean weighs 1/k."""
+    transformers' num_items_in_batch does). Without counts, each micro-batch's mean weighs 1/k.
+
+    `metric_counts` says which count each logged metric is a mean over (metric-name prefix ->
+    count name, "" for any): the trainer then logs a step's metric as the mean over all its items,
+    not a mean of the micro-batches' and processes' means."""
+
+    metric_counts: dict[str, str] = {}
+
+    def metric_count(self, metric: str) -> str | None:
+        """The count `metric` is a mean over (the longest prefix of it in metric_counts), or None."""
+        prefixes = [p for p in self.metric_counts if metric.startswith(p)]
+        return self.metric_counts[max(prefixes, key=len)] if prefixes else None
 
     def counts(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
         """The number of items each loss term averages over in `batch`; None: not counted."""

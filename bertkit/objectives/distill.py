@@ -48,6 +48,8 @@ class Distillation(Objective):
         self.teacher.eval()  # the teacher never drops out
         return self
 
+    metric_counts = {"mlm": "mlm", "distill": "real", "cosine": "real"}
+
     def counts(self, batch):
         """Real tokens (the soft targets' and the hidden states' terms) and masked tokens (MLM's)."""
         mask = batch.get("attention_mask")

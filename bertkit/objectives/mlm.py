@@ -45,6 +45,8 @@ class MaskedLM(Objective):
     def models(self):
         return {"": self.model}
 
+    metric_counts = {"mlm": "mlm", "nsp": "pair", "sop": "pair"}
+
     def counts(self, batch):
         """Masked tokens (and sentence pairs)."""
         counts = {"mlm": (batch["labels"] != -100).sum()}

@@ -89,6 +89,8 @@ class ReplacedTokenDetection(Objective):
         disc_loss = F.binary_cross_entropy_with_logits(disc_logits[real].float(), replaced[real].float())
         return Terms(gen_loss, gen_accuracy, disc_loss, disc_logits[real] > 0, replaced[real])
 
+    metric_counts = {"mlm": "mlm", "rtd": "rtd", "replaced": "rtd"}
+
     def counts(self, batch):
         """Masked tokens (the generator's) and real tokens (the discriminator's)."""
         mask = batch.get("attention_mask")

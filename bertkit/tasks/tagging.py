@@ -105,6 +105,8 @@ class TaggingObjective(Objective):
     def models(self):
         return {"": self.model}
 
+    metric_counts = {"": "words"}
+
     def counts(self, batch):
         """The labelled positions (each word's first sub-word)."""
         return {"words": (batch["labels"] != IGNORE).sum()}

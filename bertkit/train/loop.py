@@ -278,6 +278,7 @@ class Trainer:
                          for micro in range(s.accumulation)]
         counted = self._counted(micro_batches)
         for micro, batch in enumerate(micro_batches):
+            own = self.objective.counts(batch) if counted is not None else None
             last = micro == s.accumulation - 1
             # DDP syncs gradients on the last micro-batch only; the others accumulate locally.
             sync = self.runner.no_sync() if self.world > 1 and not last else contextlib.nullcontext()
@@ -295,7 +296,12 @@ class Trainer:
                 (result.loss / s.accumulation if counted is None else result.loss * self.world).backward()
             loss += float(result.loss.detach()) / (s.accumulation if counted is None else 1)
             for k, v in result.metrics.items():
-                totals[k] = totals.get(k, 0.0) + float(v) / s.accumulation
+                name = self.objective.metric_count(k) if counted is not None else None
+                if name in (counted or {}):  # its share of the step's mean (world: see the loss)
+                    share = float(own[name]) / max(float(counted[name]), 1.0) * self.world
+                    totals[k] = totals.get(k, 0.0) + (float(v) * share if share else 0.0)  # (0 items: NaN)
+                else:
+                    totals[k] = totals.get(k, 0.0) + float(v) / s.accumulation
             mask = batch.get("attention_mask")
             tokens += int(mask.sum()) if mask is not None else batch["input_ids"].numel()
         if "loss" in totals:
