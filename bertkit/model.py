@@ -92,7 +92,8 @@ class Model(nn.Module):
         """The head's outputs; a head whose scores are compared runs in fp32 under bf16 autocast
         (Head.fp32_scores), on the encoder's states as they are."""
         device = out.last_hidden_state.device.type
-        if not (self.head.fp32_scores and torch.is_autocast_enabled(device)):
+        if not (self.head.fp32_scores and torch.amp.is_autocast_available(device)  # (not on meta)
+                and torch.is_autocast_enabled(device)):
             return self.head(out)
         exact = {k: getattr(out, k).float() for k in ("last_hidden_state", "pooler_output")
                  if getattr(out, k) is not None}
