@@ -644,6 +644,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout = sys.stderr = open(os.devnull, "w")
     if not stderr.isatty():  # a log file: a progress bar redrawn every 30 s, not at every step
         os.environ.setdefault("TQDM_MININTERVAL", "30")  # (tqdm reads it when imported, with the commands)
+        os.environ.setdefault("TQDM_MAXINTERVAL", "30")  # (its monitor redraws a slow bar after this)
     try:  # building the parser imports torch and the commands: seconds in which Ctrl-C may come
         args = parser().parse_args(argv)
         check_paths_given(args)

@@ -155,8 +155,9 @@ def test_an_unknown_set_key_lists_the_loss_settings_too(tmp_path, capsys):
 
 def test_progress_into_a_log_file_redraws_every_30_seconds_not_every_step(monkeypatch, capsys):
     monkeypatch.delenv("TQDM_MININTERVAL", raising=False)  # (tqdm reads it when it is first imported)
+    monkeypatch.delenv("TQDM_MAXINTERVAL", raising=False)  # (its monitor thread redrew every ~10 s)
     assert main(["models"]) == 0  # stderr here is no terminal
-    assert os.environ["TQDM_MININTERVAL"] == "30"
+    assert os.environ["TQDM_MININTERVAL"] == os.environ["TQDM_MAXINTERVAL"] == "30"
     monkeypatch.setenv("TQDM_MININTERVAL", "5")  # a user's own setting stays
     assert main(["models"]) == 0 and os.environ["TQDM_MININTERVAL"] == "5"
 
