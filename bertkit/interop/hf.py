@@ -302,6 +302,12 @@ def read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
     raise BertkitError(f"{directory}: no weights found (expected one of {', '.join(WEIGHT_FILES)})")
 
 
+def within_folder(name: str) -> bool:
+    """Whether a file name a folder's own index names (a shard, a module folder) stays in that
+    folder: not absolute, no '..' climbing out."""
+    return not Path(name).is_absolute() and ".." not in Path(name).parts
+
+
 def _read_shards(index: Path) -> dict[str, torch.Tensor]:
     """The tensors of the shards an index's weight_map names. A shard is a file of the model's
     folder: a name that leaves it (absolute, or climbing with '..') is refused, so that a folder
@@ -315,7 +321,7 @@ def _read_shards(index: Path) -> dict[str, torch.Tensor]:
         raise BertkitError(f"{index}: weight_map is empty")
     state = {}
     for shard in shards:
-        if Path(shard).is_absolute() or ".." in Path(shard).parts:
+        if not within_folder(shard):
             raise BertkitError(f"{index}: shard {shard!r} lies outside the model folder")
         if not (index.parent / shard).exists():
             raise BertkitError(f"{index}: shard {shard} is missing")
@@ -686,7 +692,7 @@ def _modules(directory: Path) -> list:
 def _module_folder(entry) -> str:
     """A modules.json entry's folder, "" for the model folder itself or one that would lie outside it."""
     folder = str(entry.get("path", "")) if isinstance(entry, dict) else ""
-    return folder if folder and not Path(folder).is_absolute() and ".." not in Path(folder).parts else ""
+    return folder if folder and within_folder(folder) else ""
 
 
 def _is_transformer(entry) -> bool:
