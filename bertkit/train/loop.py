@@ -204,20 +204,20 @@ class Trainer:
             raise BertkitError(f"a batch of {rows} rows cannot be split over {self.world} processes")
         return {k: v[self.rank::self.world] for k, v in batch.items()}
 
-    def _counted(self, micro_batches: list[dict]) -> dict[str, torch.Tensor] | None:
+    def _counted(self, micro_batches: list[dict]) -> tuple[dict[str, torch.Tensor] | None, list[dict] | None]:
         """The step's total of each item the objective's loss terms average over (Objective.counts),
-        summed over micro-batches and processes; None where one batch in one process needs none,
-        or the objective counts nothing."""
+        summed over micro-batches and processes, and each micro-batch's own counts; (None, None)
+        where one batch in one process needs none, or the objective counts nothing."""
         if len(micro_batches) == 1 and self.world == 1:
-            return None
+            return None, None
         counts = [self.objective.counts(b) for b in micro_batches]
         if counts[0] is None:
-            return None
+            return None, None
         names = sorted(counts[0])
         totals = torch.stack([sum(c[n] for c in counts).to(torch.float64).reshape(()) for n in names])
         if self.world > 1:
             dist.all_reduce(totals)
-        return {n: t.to(torch.float32) for n, t in zip(names, totals)}
+        return {n: t.to(torch.float32) for n, t in zip(names, totals)}, counts
 
     def _finite_everywhere(self, loss: torch.Tensor) -> bool:
         """Whether the loss is finite in every process (all must skip or stop together)."""
@@ -276,9 +276,8 @@ class Trainer:
         tokens, loss = 0, 0.0
         micro_batches = [self._to_device(self._shard(self.batch_at(self.step * s.accumulation + micro)))
                          for micro in range(s.accumulation)]
-        counted = self._counted(micro_batches)
+        counted, counts = self._counted(micro_batches)
         for micro, batch in enumerate(micro_batches):
-            own = self.objective.counts(batch) if counted is not None else None
             last = micro == s.accumulation - 1
             # DDP syncs gradients on the last micro-batch only; the others accumulate locally.
             sync = self.runner.no_sync() if self.world > 1 and not last else contextlib.nullcontext()
@@ -298,7 +297,7 @@ class Trainer:
             for k, v in result.metrics.items():
                 name = self.objective.metric_count(k) if counted is not None else None
                 if name in (counted or {}):  # its share of the step's mean (world: see the loss)
-                    share = float(own[name]) / max(float(counted[name]), 1.0) * self.world
+                    share = float(counts[micro][name]) / max(float(counted[name]), 1.0) * self.world
                     totals[k] = totals.get(k, 0.0) + (float(v) * share if share else 0.0)  # (0 items: NaN)
                 else:
                     totals[k] = totals.get(k, 0.0) + float(v) / s.accumulation
