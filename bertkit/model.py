@@ -44,7 +44,8 @@ class Model(nn.Module):
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_attentions: bool = False,
                 output_hidden_states: bool = False, masked_positions: torch.Tensor | None = None,
-                inputs_embeds: torch.Tensor | None = None) -> EncoderOutput:
+                inputs_embeds: torch.Tensor | None = None, position_ids: torch.Tensor | None = None
+                ) -> EncoderOutput:
         """`masked_positions` (B, T) bool: compute MLM logits only there; `logits` is then (K, V)
         and `last_hidden_state` (K, H) for the K True entries in row-major order (what an MLM loss
         needs, at a fraction of the cost: the vocabulary projection and the last block, all but
@@ -56,11 +57,17 @@ class Model(nn.Module):
 
         `inputs_embeds` (B, T, E) (multiple choice: (B, C, T, E)) stands for input_ids, which is
         then None: the word vectors themselves, as transformers takes them (e.g. to take
-        gradients with respect to them); positions, token types and LayerNorm still apply."""
+        gradients with respect to them); positions, token types and LayerNorm still apply.
+
+        `position_ids` (B, T) or (1, T) (multiple choice: (B, C, T)): which row of the position
+        table each token gets, as in transformers, e.g. numbering a left-padded sequence from its
+        first real token so that it reads as it does alone. Families without a position table
+        have nothing to number: DeBERTa's relative attention ignores them (as transformers does),
+        and ModernBERT's rotary positions take them only as a shift, which changes nothing."""
         choices = None
         if self.head_kind == "multiple-choice":
-            input_ids, attention_mask, token_type_ids, inputs_embeds, choices = _flat_choices(
-                input_ids, attention_mask, token_type_ids, inputs_embeds)
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, choices = _flat_choices(
+                input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
         shape = getattr(input_ids, "shape", None) if input_ids is not None else getattr(inputs_embeds, "shape", (None,))[:-1]
         if masked_positions is not None:
             if self.head is None or not self.head.predicts_tokens:
@@ -77,7 +84,7 @@ class Model(nn.Module):
         # backbone then computes every token and picks the rows at the end.
         out = self.backbone(input_ids, attention_mask, token_type_ids, output_attentions,
                             output_hidden_states or head_needs_states, rows=masked_positions,
-                            inputs_embeds=inputs_embeds)
+                            inputs_embeds=inputs_embeds, position_ids=position_ids)
         out.masked_positions = masked_positions
         if self.head is not None:
             for name, value in self._head(out).items():
@@ -196,7 +203,7 @@ def evaluating(model: nn.Module):
         model.train(was_training)
 
 
-def _flat_choices(input_ids, attention_mask, token_type_ids, inputs_embeds):
+def _flat_choices(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds):
     """(B, C, T) inputs (inputs_embeds (B, C, T, E)) -> (B * C, T) each ((B * C, T, E)), and C."""
     given = input_ids if inputs_embeds is None else inputs_embeds
     name, dims = ("input_ids", 3) if inputs_embeds is None else ("inputs_embeds", 4)
@@ -206,7 +213,8 @@ def _flat_choices(input_ids, attention_mask, token_type_ids, inputs_embeds):
                            f"{name}, each context paired with each of its choices; got {got}")
     shape = given.shape[:3]
     flat = []
-    for what, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+    for what, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids),
+                    ("position_ids", position_ids)):
         if t is not None and getattr(t, "shape", None) != shape:
             raise BertkitError(f"{what} has shape {tuple(getattr(t, 'shape', ()))} but {name} has {tuple(shape)}")
         flat.append(None if t is None else t.reshape(-1, t.shape[-1]))

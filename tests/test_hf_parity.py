@@ -663,6 +663,54 @@ def test_roberta_left_padding_numbers_positions_from_the_first_real_token(tmp_pa
     assert (got[1][left_mask[1].bool()] - alone).abs().max().item() <= TOL
 
 
+@pytest.mark.parametrize("family, variant", LEFT_PADDED)
+def test_position_ids_are_followed_as_transformers_follows_them(family, variant, tmp_path):
+    """position_ids numbering each left-padded row from its first real token: the states match
+    transformers' given the same position_ids, and a row reads as it does alone (a shifted row
+    without them does not, in a family with a position table)."""
+    cls_name = FAMILIES[family][0] + "Model"
+    config = hf_config(family, variant, cls_name)
+    ref = hf_model(cls_name, config)
+    ours = bertkit.from_pretrained(_saved(ref, tmp_path))
+    right_ids, right_mask, right_types = batch_for(config)
+    ids, mask, types = left_padded(right_ids, right_mask, right_types)
+    roberta = family in ("roberta", "xlm-roberta", "camembert")
+    offset = config.pad_token_id + 1 if roberta else 0  # fairseq numbers real tokens from pad + 1
+    position_ids = (mask.cumsum(1) - 1).clamp(min=0) + offset
+    expected = call(ref, ids, mask, types, position_ids=position_ids).last_hidden_state
+    with torch.no_grad():
+        got = ours(ids, mask, types, position_ids=position_ids).last_hidden_state
+        as_right = ours(right_ids, right_mask, right_types).last_hidden_state
+        unnumbered = ours(ids, mask, types).last_hidden_state
+    assert max_diff_on_real(got, expected, mask) <= TOL
+    assert (got[mask.bool()] - as_right[right_mask.bool()]).abs().max().item() <= TOL
+    table = getattr(ours.backbone.embeddings, "position", None)
+    if table is not None and not roberta:  # (RoBERTa numbers them so without position_ids)
+        assert (unnumbered[mask.bool()] - as_right[right_mask.bool()]).abs().max().item() > 1e-3
+
+
+def test_position_ids_of_the_wrong_shape_type_or_range_and_unfollowable_rotary_orders_are_refused(tmp_path):
+    bert = bertkit.build("bert-base", num_layers=1, hidden_size=32, num_heads=4, intermediate_size=37,
+                         vocab_size=99, max_positions=24)
+    ids = torch.ones(2, 5, dtype=torch.long)
+    for bad, message in ((torch.arange(5), "position_ids must be a \\(2, 5\\) or \\(1, 5\\) tensor of int64 or int32 "
+                                           "positions, as input_ids; got shape \\(5,\\)"),
+                         (torch.zeros(2, 5), "position_ids must be .* got shape \\(2, 5\\), torch.float32"),
+                         (torch.full((1, 5), 24), "position_ids holds 24, outside the position table's 24 rows \\(0..23\\)"),
+                         (torch.full((1, 5), -1), "position_ids holds -1, outside")):
+        with pytest.raises(BertkitError, match=message):
+            bert(ids, position_ids=bad)
+    modern = bertkit.from_pretrained(_saved(hf_model("ModernBertModel", hf_config(
+        "modernbert", "no-bias-window4", "ModernBertModel")), tmp_path))
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    shifted = torch.tensor([[9, 9, 0, 1, 2], [3, 4, 5, 6, 7]])  # a shift per row: changes nothing
+    with torch.no_grad():
+        assert torch.equal(modern(ids, mask, position_ids=shifted).last_hidden_state,
+                           modern(ids, mask).last_hidden_state)
+    with pytest.raises(BertkitError, match="position_ids must count up by one over each sequence's real tokens"):
+        modern(ids, mask, position_ids=torch.tensor([[0, 0, 0, 2, 1], [0, 1, 2, 3, 4]]))
+
+
 @pytest.mark.parametrize("family, cls_name, variant", [("bert", "BertModel", "gelu-2types"),
                                                        ("albert", "AlbertModel", "2groups-x2inner"),
                                                        ("deberta-v2", "DebertaV2Model", "c2p-conv-absolute"),

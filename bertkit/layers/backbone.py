@@ -46,16 +46,20 @@ class EncoderModel(nn.Module):
     def forward(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_attentions: bool = False,
                 output_hidden_states: bool = False, rows: torch.Tensor | None = None,
-                inputs_embeds: torch.Tensor | None = None) -> EncoderOutput:
+                inputs_embeds: torch.Tensor | None = None, position_ids: torch.Tensor | None = None
+                ) -> EncoderOutput:
         """`rows` (B, T) bool: the positions whose final states the caller needs (MLM: the masked
         ones); last_hidden_state is then (K, H), those states in row-major order, and the last
         block computes little else (Encoder.forward). `inputs_embeds` (B, T, E): word vectors
-        in place of input_ids (None then), e.g. for gradients with respect to the input."""
+        in place of input_ids (None then), e.g. for gradients with respect to the input.
+        `position_ids` (B, T) or (1, T): see Model.forward."""
         if inputs_embeds is not None:
             input_ids = stand_in_ids(input_ids, inputs_embeds, self.embeddings)
         check_ids(input_ids, token_type_ids, self.embeddings)
         keys = key_padding_mask(attention_mask, input_ids)  # (B, T) bool or None
-        x = self.embeddings(input_ids, token_type_ids, words=inputs_embeds)  # (B, T, E)
+        check_positions(position_ids, input_ids, keys, self.embeddings)
+        given = {} if position_ids is None else {"positions": position_ids.to(input_ids.device)}
+        x = self.embeddings(input_ids, token_type_ids, words=inputs_embeds, **given)  # (B, T, E)
         if self.projection is not None:
             x = self.projection(x)                          # (B, T, H)
         # torch.jit.trace records one batch's control flow: unpadding (its lengths) and dropping an
@@ -151,6 +155,38 @@ def check_ids(input_ids, token_type_ids, embeddings: nn.Module) -> None:
         if low < 0 or high >= table.num_embeddings:
             raise BertkitError(f"{name} holds id {low if low < 0 else high}, outside the embedding table's "
                                f"{table.num_embeddings} rows (ids 0..{table.num_embeddings - 1})")
+
+
+def check_positions(position_ids, input_ids: torch.Tensor, keys: torch.Tensor | None,
+                    embeddings: nn.Module) -> None:
+    """One clear error for position_ids the embeddings cannot follow: not (B, T) or (1, T)
+    integers, outside the position table, or, for rotary positions, not a shift of each
+    sequence's slots (only differences count there; see ModernEmbeddings.rotary_positions)."""
+    if position_ids is None:
+        return
+    B, T = input_ids.shape
+    if not (isinstance(position_ids, torch.Tensor) and position_ids.dtype in ID_DTYPES and position_ids.dim() == 2
+            and position_ids.shape[0] in (1, B) and position_ids.shape[1] == T):
+        got = (f"shape {tuple(position_ids.shape)}, {position_ids.dtype}" if isinstance(position_ids, torch.Tensor)
+               else type(position_ids).__name__)
+        raise BertkitError(f"position_ids must be a ({B}, {T}) or (1, {T}) tensor of int64 or int32 positions, "
+                           f"as input_ids; got {got}")
+    if torch.jit.is_tracing() or torch.compiler.is_compiling() or func_transforming() or position_ids.is_meta:
+        return
+    table = getattr(embeddings, "position", None)
+    size = table.num_embeddings if isinstance(table, nn.Embedding) else None
+    low, high = (int(v) for v in torch.aminmax(position_ids))
+    if low < 0 or (size is not None and high >= size):
+        raise BertkitError(f"position_ids holds {low if low < 0 else high}, outside the position table's {size} rows "
+                           f"(0..{size - 1})" if size is not None else f"position_ids holds {low}, below 0")
+    if getattr(embeddings, "rotary_positions", False):
+        shift = (position_ids.to(input_ids.device) - torch.arange(T, device=input_ids.device)).expand(B, T)
+        real = keys if keys is not None else torch.ones_like(shift, dtype=torch.bool)
+        first = shift.gather(1, real.long().argmax(1, keepdim=True))  # (B, 1): at each first real token
+        if ((shift != first) & real).any():
+            raise BertkitError("position_ids must count up by one over each sequence's real tokens here: this "
+                               "family's positions are rotations, relative between tokens, so a shift (as left "
+                               "padding gives) changes nothing and other orders cannot be followed")
 
 
 def _indices(wanted: torch.Tensor, real: torch.Tensor | None) -> torch.Tensor | None:

@@ -35,13 +35,15 @@ class Embeddings(nn.Module):
         return torch.arange(input_ids.shape[1], device=input_ids.device)[None, :]  # (1, T)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                words: torch.Tensor | None = None) -> torch.Tensor:
-        """`words` (B, T, E): word vectors to use instead of looking input_ids up (inputs_embeds)."""
+                words: torch.Tensor | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """`words` (B, T, E): word vectors to use instead of looking input_ids up (inputs_embeds).
+        `positions` (B, T) or (1, T): the rows of the position table to add, in place of the
+        family's own numbering (position_ids; the caller checked they fit the table)."""
         T = input_ids.shape[1]
-        if T > self.max_length:
+        if T > self.max_length and positions is None:
             raise BertkitError(f"sequence length {T} exceeds the model's maximum of {self.max_length} tokens")
         words = self.word(input_ids) if words is None else words  # (B, T, H)
-        x = words + self.position(self.position_ids(input_ids))  # (B, T, H)
+        x = words + self.position(self.position_ids(input_ids) if positions is None else positions)  # (B, T, H)
         if self.token_type is not None:
             if token_type_ids is None:
                 x = x + self.token_type.weight[0]  # every token is segment A

@@ -279,11 +279,16 @@ class DebertaEmbeddings(nn.Module):
         self.max_length = config.max_positions
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                words: torch.Tensor | None = None) -> torch.Tensor:
-        """`words` (B, T, E): word vectors to use instead of looking input_ids up (inputs_embeds)."""
+                words: torch.Tensor | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """`words` (B, T, E): word vectors to use instead of looking input_ids up (inputs_embeds).
+        `positions` (B, T) or (1, T): position_ids for the absolute table, when there is one
+        (position_biased_input); relative attention counts slots whatever they say, as in
+        transformers."""
         T = input_ids.shape[1]
         x = self.word(input_ids) if words is None else words  # (B, T, E)
-        if self.position is not None:
+        if self.position is not None and positions is not None:
+            x = x + self.position(positions)
+        elif self.position is not None:
             if T > self.max_length:
                 raise BertkitError(f"sequence length {T} exceeds the model's maximum of {self.max_length} tokens")
             x = x + self.position.weight[:T]

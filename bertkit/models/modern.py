@@ -198,6 +198,10 @@ class ModernEncoder(Encoder):
 class ModernEmbeddings(nn.Module):
     """Word embeddings, LayerNorm, dropout: no positions (RoPE) and no token types."""
 
+    # Positions enter as rotations, which only their differences survive: position_ids that
+    # shift a whole sequence (left padding's) change nothing; others cannot be followed.
+    rotary_positions = True
+
     def __init__(self, config: ModernConfig):
         super().__init__()
         self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
@@ -213,8 +217,9 @@ class ModernEmbeddings(nn.Module):
         self.word.weight[self.word.padding_idx].zero_()  # bertkit's convention: padding embeds to 0
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                words: torch.Tensor | None = None) -> torch.Tensor:
-        """`words` (B, T, E): word vectors to use instead of looking input_ids up (inputs_embeds)."""
+                words: torch.Tensor | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """`words` (B, T, E): word vectors to use instead of looking input_ids up (inputs_embeds).
+        `positions`: checked to be shifts (rotary_positions), so they change nothing here."""
         words = self.word(input_ids) if words is None else words  # (B, T, H)
         return self.dropout(self.norm(words))  # (B, T, H); token types ignored
 
