@@ -16,6 +16,7 @@ import pytest
 
 from bertkit.data import DataWarning, builtin
 from bertkit.data.trainers import TokenizerSettings, train_tokenizer
+from bertkit.errors import BertkitError
 from bertkit.tasks import Answer, QAExample, TaggedSentence, load_examples
 from bertkit.tasks.qa import Decoding, QuestionAnswering, Windowing, answer_tokens, best_answers, windows
 from bertkit.tasks.tagging import encode_sentences
@@ -125,12 +126,15 @@ def test_n_best_alternatives_are_ranked_and_deduplicated(tokenizer):
     assert scores == sorted(scores, reverse=True) and 0 < sum(scores) <= 1
 
 
-def run_qa_best(features, starts, ends, n_best=20, max_answer_length=30):
+def run_qa_best(features, starts, ends, n_best=20, max_answer_length=30, v2=False):
     """The best span and its probability as transformers' run_qa post-processing
-    (examples/pytorch/question-answering/utils_qa.py, SQuAD v1) computes them: each window's n-best
+    (examples/pytorch/question-answering/utils_qa.py) computes them: each window's n-best
     start and end positions over the whole window, kept where both lie in the context, every
-    window's candidates together (a span two windows propose counts twice), softmax over the n-best."""
+    window's candidates together (a span two windows propose counts twice), softmax over the n-best.
+    v2: the smallest [CLS] score joins the candidates before the n-best cut (added back if cut);
+    returns then also the null answer's probability."""
     candidates = []
+    null = min(s[0] + e[0] for s, e in zip(starts, ends))
     for f, s_logits, e_logits in zip(features, starts, ends):
         cs, offsets = f["context_start"], f["offsets"]
         for s in np.argsort(s_logits)[-1:-n_best - 1:-1]:
@@ -140,10 +144,15 @@ def run_qa_best(features, starts, ends, n_best=20, max_answer_length=30):
                 if e < s or e - s + 1 > max_answer_length:
                     continue
                 candidates.append(((int(offsets[s - cs, 0]), int(offsets[e - cs, 1])), s_logits[s] + e_logits[e]))
-    candidates = sorted(candidates, key=lambda c: -c[1])[:n_best]
+    candidates = sorted(candidates + [(None, null)] * v2, key=lambda c: -c[1])[:n_best]
+    if v2 and all(c[0] is not None for c in candidates):
+        candidates.append((None, null))
     scores = np.array([c[1] for c in candidates])
-    probs = np.exp(scores - scores.max())
-    return candidates[0][0], float(probs[0] / probs.sum())
+    probs = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum()
+    best = next(i for i, c in enumerate(candidates) if c[0] is not None)
+    if v2:
+        return candidates[best][0], float(probs[best]), float(probs[[c[0] is None for c in candidates]][0])
+    return candidates[best][0], float(probs[best])
 
 
 def test_a_span_several_windows_propose_shares_its_probability_as_in_run_qa(tokenizer):
@@ -161,6 +170,89 @@ def test_a_span_several_windows_propose_shares_its_probability_as_in_run_qa(toke
     assert (result["start"], result["end"]) == span == (offsets[edge - 3, 0], offsets[edge - 2, 1])
     assert result["score"] == pytest.approx(probability, abs=1e-6)
     assert (result["start"], result["end"]) not in [(a["start"], a["end"]) for a in result["alternatives"]]
+
+
+def test_the_null_answer_competes_for_the_n_best_as_in_run_qa(tokenizer):
+    """run_qa puts the null answer among the candidates before cutting them to the n-best (so a
+    strong null leaves room for 19 spans, not 20) and adds it back after when cut."""
+    example = QAExample("q", "What?", CONTEXT)
+    features, _ = windows([example], tokenizer, SETTING)
+    rng = np.random.default_rng(1)
+    for null in (3.0, -30.0):  # among the n-best; below every span
+        starts = [rng.normal(size=len(f["input_ids"])) for f in features]
+        ends = [rng.normal(size=len(f["input_ids"])) for f in features]
+        for s, e in zip(starts, ends):
+            s[0] = e[0] = null
+        [result] = best_answers([example], features, starts, ends, Decoding(null_answers=True, null_threshold=1e9),
+                                top_k=100)
+        span, probability, null_probability = run_qa_best(features, starts, ends, v2=True)
+        assert (result["start"], result["end"]) == span
+        assert result["score"] == pytest.approx(probability, abs=1e-6)
+        [listed_null] = [a for a in result["alternatives"] if a["start"] is None]
+        assert listed_null["score"] == pytest.approx(null_probability, abs=1e-6)
+
+
+def test_a_long_question_beside_a_short_context_still_gets_a_span(tokenizer):
+    """When every window's n-best starts or ends lie on the question (a long question, a short
+    context), a v1 model answers with the context's best span, as transformers' pipeline does,
+    not with an empty answer it was never trained to give."""
+    context = "Paris is the capital of France."
+    example = QAExample("q", " ".join(["which"] * 30) + "?", context)
+    features, _ = windows([example], tokenizer, Windowing(max_length=64))
+    [f] = features
+    starts, ends = (np.zeros(len(f["input_ids"])) for _ in range(2))
+    starts[:f["context_start"]] = ends[:f["context_start"]] = 9.0  # the question's tokens fill the n-best
+    offsets = f["offsets"]
+    starts[f["context_start"]] = ends[f["context_start"] + len(offsets) - 2] = 1.0
+    [result] = best_answers([example], features, [starts], [ends])
+    assert result["answer"] == context[offsets[0, 0]:offsets[-2, 1]] != ""
+    assert 0 < result["score"] < 1
+
+
+def test_a_questions_windows_do_not_depend_on_the_other_questions(tokenizer):
+    context = " ".join(f"w{i}" for i in range(150))
+    short = QAExample("a", "What?", context)
+    long = QAExample("b", "What is the word that comes right after the other word in this long list here?", context)
+    alone, _ = windows([short], tokenizer, Windowing(max_length=64))
+    together, _ = windows([short, long], tokenizer, Windowing(max_length=64))
+    mine = [f for f in together if f["example"] == 0]
+    assert len(mine) == len(alone)
+    for a, b in zip(alone, mine):
+        assert np.array_equal(a["input_ids"], b["input_ids"]) and np.array_equal(a["offsets"], b["offsets"])
+
+
+def test_leading_white_space_of_a_question_is_dropped_as_run_qa_drops_it(trained_tokenizer):
+    context = "The crew visited Zurich in 1998."
+    padded, _ = windows([QAExample("a", "   When?", context)], trained_tokenizer, Windowing(64, 8, 16))
+    plain_, _ = windows([QAExample("a", "When?", context)], trained_tokenizer, Windowing(64, 8, 16))
+    assert np.array_equal(padded[0]["input_ids"], plain_[0]["input_ids"])
+
+
+def test_a_context_of_characters_the_tokenizer_drops_is_an_error(tokenizer):
+    with pytest.raises(BertkitError, match="question 'z': its context holds no token"):
+        windows([QAExample("z", "Who?", "\u200b\u200b\ufeff")], tokenizer, Windowing(max_length=64))
+
+
+def test_qa_rows_read_from_json_lines_in_a_json_file_and_from_a_json_array(tmp_path):
+    """datasets' to_json writes JSON Lines into a .json file; a JSON array of rows reads too."""
+    rows = [{"id": "1", "question": "Who?", "context": "Ann went home.", "answers": {"text": ["Ann"],
+                                                                                   "answer_start": [0]}},
+            {"id": "2", "question": "Where?", "context": "Ann went home.", "answers": {"text": [], "answer_start": []}}]
+    lines, array = tmp_path / "lines.json", tmp_path / "array.json"
+    lines.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    array.write_text(json.dumps(rows))
+    for path in (lines, array):
+        examples = load_examples("qa", path)
+        assert [(e.id, e.gold_texts, e.is_impossible) for e in examples] == [("1", ["Ann"], False), ("2", [], True)]
+    (tmp_path / "qa.csv").write_text("question,context\nWho?,Ann\n")
+    with pytest.raises(BertkitError, match="qa.csv: QA data is SQuAD JSON, or rows .* not .csv"):
+        load_examples("qa", tmp_path / "qa.csv")
+    (tmp_path / "other.json").write_text(json.dumps({"version": 1}))
+    with pytest.raises(BertkitError, match="not SQuAD JSON \\(expected an object with a 'data' list\\), nor rows"):
+        load_examples("qa", tmp_path / "other.json")
+    (tmp_path / "bad.json").write_text('{"data": [}')
+    with pytest.raises(BertkitError, match="bad.json: not valid JSON \\(line 1"):
+        load_examples("qa", tmp_path / "bad.json")
 
 
 def test_null_answers_compare_the_smallest_cls_score_with_the_best_span(tokenizer):
@@ -310,7 +402,7 @@ def test_evaluation_predicts_and_scores_every_question_of_a_file(tmp_path, token
 def test_a_short_window_without_a_stride_overlaps_half_its_context(tokenizer):
     """transformers' pipeline halves the stride of a short window; with run_qa's 128 a 128-token
     window beside a 64-token question would hold no context at all. The room is the one beside the
-    longest question there is, as run_qa budgets each window by its own question."""
+    example's own question, as run_qa budgets each window by its own question."""
     example = QAExample("0", "Where?", " ".join(f"word{i}" for i in range(300)))
     features, _ = windows([example], tokenizer, Windowing(max_length=128))
     question = len(tokenizer.encode_plain(["Where?"])[0])

@@ -387,8 +387,8 @@ def add_parsers(sub, predict_modes) -> None:
                    "bertkit.tasks.FinetuneSettings), typed")
     g = s.add_argument_group("extractive QA")
     g.add_argument("--doc-stride", dest="doc_stride", type=int,
-                   help="context tokens consecutive windows share (128, at most half a window's context; the "
-                   "overlap, as in transformers, not the step)")
+                   help="context tokens consecutive windows share (128, at most half the context a window holds "
+                   "beside the question; the overlap, as in transformers, not the step)")
     g.add_argument("--max-query-length", dest="max_query_length", type=int, help="question tokens kept (64)")
     g.add_argument("--max-answer-length", dest="max_answer_length", type=int, help="longest answer in tokens (30)")
     g.add_argument("--n-best", dest="n_best", type=int, help="start and end candidates per window (20)")
@@ -446,7 +446,7 @@ def add_parsers(sub, predict_modes) -> None:
                    help="longest answer in tokens (default: as fine-tuned, else 30 as run_qa; the pipeline's is 15)")
     m.add_argument("--doc-stride", dest="doc_stride", type=int,
                    help="context tokens consecutive windows share (default: as fine-tuned, else 128, at most half "
-                   "a window's context)")
+                   "the context a window holds beside the question)")
     m.add_argument("--max-query-length", dest="max_query_length", type=int,
                    help="question tokens kept (default: as fine-tuned, else 64)")
     m.set_defaults(func=cmd_answer)

@@ -10,6 +10,8 @@ unanswerable question) points start and end at [CLS], position 0.
 Post-processing takes, in every window, the n_best start and end tokens, keeps spans with
 start <= end and at most max_answer_length tokens, scores them start + end logit, and maps the
 best back through the tokenizer's character offsets to the exact span of the original context.
+When no such span lies in the context (a long question beside a short context fills the n-best),
+the n-best of the context tokens alone are taken instead, as transformers' pipeline takes them.
 For v2, the null score is the smallest [CLS] start + end over the windows; the answer is empty
 when it beats the best span by more than null_threshold (Devlin et al.'s v2 rule).
 
@@ -34,13 +36,15 @@ from .readers import QAExample, report
 @dataclass(frozen=True)
 class Windowing:
     max_length: int = 384
-    doc_stride: int | None = None  # tokens shared by consecutive windows; None: 128, at most half a window's context
+    doc_stride: int | None = None  # tokens shared by consecutive windows; None: 128, at most half the context
+                                   # a window holds beside the example's own question
     max_query_length: int = 64     # longer questions are cut
 
     def stride(self, specials: int, question: int | None = None) -> int:
         """The doc stride: as given, else 128 (run_qa's), at most half the context a window holds
-        beside a question of `question` tokens (default max_query_length), as transformers'
-        pipeline halves short windows."""
+        beside a question of `question` tokens (the example's own, so that no other example in
+        the call changes its windows; default max_query_length), as transformers' pipeline
+        halves short windows."""
         if self.doc_stride is not None:
             return self.doc_stride
         question = self.max_query_length if question is None else question
@@ -66,23 +70,28 @@ def windows(examples: list[QAExample], tokenizer, w: Windowing) -> tuple[list[di
     frame = tokenizer.frame
     before, between = _layout(frame)
     specials = frame.specials(True)
-    questions = tokenizer.encode_plain([e.question for e in examples])
+    # leading white space dropped as run_qa drops it (byte-level BPE would make a token of it)
+    questions = tokenizer.encode_plain([e.question.lstrip() for e in examples])
     # the longest question, as cut: run_qa budgets each window by its own question, not the cap
     longest = min(w.max_query_length, max(map(len, questions), default=0))
     room = w.max_length - specials - longest  # context tokens a window beside it holds
     if room < 1:
         raise BertkitError(f"max_length {w.max_length} leaves no context after {specials} special tokens and a "
                            f"question of {longest} tokens; raise max_length or lower max_query_length")
-    stride = w.stride(specials, longest)
-    if stride < 0 or room - stride < 1:
-        raise BertkitError(f"a doc stride of {stride} must be at least 0 and below the {room} context tokens a window "
-                           f"holds (max_length {w.max_length}, the longest question {longest} tokens)")
+    if w.doc_stride is not None and (w.doc_stride < 0 or room - w.doc_stride < 1):
+        raise BertkitError(f"a doc stride of {w.doc_stride} must be at least 0 and below the {room} context tokens "
+                           f"a window holds (max_length {w.max_length}, the longest question {longest} tokens)")
     contexts = tokenizer.encode_offsets([e.context for e in examples])
     features, lost = [], 0
     for k, (example, question, (ids, offsets)) in enumerate(zip(examples, questions, contexts)):
         question = np.asarray(question[:w.max_query_length], dtype=np.int64)
         ids, offsets = np.asarray(ids, dtype=np.int64), np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+        if not len(ids):
+            raise BertkitError(f"question {example.id!r}: its context holds no token (only characters the "
+                               "tokenizer drops, such as zero-width ones)")
         budget = w.max_length - specials - len(question)
+        # each example's own question sizes its stride, so its windows do not depend on the others
+        stride = w.stride(specials, len(question))
         context_start = before + len(question) + between
         starts = [0]
         while starts[-1] + budget < len(ids):
@@ -183,29 +192,21 @@ def best_answers(examples: list[QAExample], features: list[dict], start_logits: 
         by_example.setdefault(f["example"], []).append(i)
     results = []
     for k, example in enumerate(examples):
-        spans: list[tuple[tuple[int, int], float]] = []
-        null = np.inf
-        for i in by_example.get(k, []):
-            f = features[i]
-            offsets, cs = f["offsets"], f["context_start"]
-            starts = start_logits[i][cs:cs + len(offsets)]  # (W,)
-            ends = end_logits[i][cs:cs + len(offsets)]      # (W,)
-            null = min(null, float(start_logits[i][0] + end_logits[i][0]))
-            # the n-best positions of the whole window, then those in the context (as run_qa picks them)
-            best_starts = [s - cs for s in np.argsort(-start_logits[i], kind="stable")[:d.n_best] if 0 <= s - cs < len(offsets)]
-            best_ends = [e - cs for e in np.argsort(-end_logits[i], kind="stable")[:d.n_best] if 0 <= e - cs < len(offsets)]
-            for s in best_starts:
-                for e in best_ends:
-                    if e < s or e - s + 1 > d.max_answer_length:
-                        continue
-                    span = _trim(example.context, int(offsets[s, 0]), int(offsets[e, 1]))
-                    if span[1] <= span[0]:
-                        continue
-                    spans.append((span, float(starts[s] + ends[e])))
-        ranked = sorted(spans, key=lambda item: -item[1])[:d.n_best]  # (stable: window order in ties)
-        candidates = [{"answer": example.context[s:e], "start": s, "end": e, "score": score}
-                      for (s, e), score in ranked]
-        if d.null_answers and np.isfinite(null):
+        mine = [features[i] for i in by_example.get(k, [])]
+        logits = [(start_logits[i], end_logits[i]) for i in by_example.get(k, [])]
+        null = min((float(s[0] + e[0]) for s, e in logits), default=np.inf)
+        nullable = bool(d.null_answers and np.isfinite(null))
+        spans = _spans(example.context, mine, logits, d, in_context=False)
+        if not spans and not nullable:
+            # every n-best position of every window fell outside the context (a long question
+            # beside a short context): the best spans of the context instead, as transformers'
+            # QA pipeline takes them, not an empty answer a v1 model cannot give
+            spans = _spans(example.context, mine, logits, d, in_context=True)
+        # run_qa cuts the n-best with the null answer among them and adds it back if cut
+        ranked = sorted(spans + [(None, null)] * nullable, key=lambda item: -item[1])[:d.n_best]  # (stable)
+        candidates = [{"answer": example.context[span[0]:span[1]], "start": span[0], "end": span[1], "score": score}
+                      for span, score in ranked if span is not None]
+        if nullable:
             null_candidate = {"answer": "", "start": None, "end": None, "score": null}
             if not candidates or null - candidates[0]["score"] > d.null_threshold:
                 candidates.insert(0, null_candidate)
@@ -225,6 +226,32 @@ def best_answers(examples: list[QAExample], features: list[dict], start_logits: 
             result["alternatives"] = candidates[1:top_k]
         results.append(result)
     return results
+
+
+def _spans(context: str, features: list[dict], logits: list[tuple[np.ndarray, np.ndarray]], d: Decoding,
+           in_context: bool) -> list[tuple[tuple[int, int], float]]:
+    """((start, end) characters, start + end logit) for every allowed pair of each window's n-best
+    start and end tokens: the n-best of the whole window kept where they fall in the context (as
+    run_qa picks them), or, `in_context`, the n-best of the context tokens alone."""
+    spans = []
+    for f, (start_logits, end_logits) in zip(features, logits):
+        offsets, cs = f["offsets"], f["context_start"]
+        starts = start_logits[cs:cs + len(offsets)]  # (W,)
+        ends = end_logits[cs:cs + len(offsets)]      # (W,)
+        if in_context:
+            best_starts = np.argsort(-starts, kind="stable")[:d.n_best]
+            best_ends = np.argsort(-ends, kind="stable")[:d.n_best]
+        else:
+            best_starts = [s - cs for s in np.argsort(-start_logits, kind="stable")[:d.n_best] if 0 <= s - cs < len(offsets)]
+            best_ends = [e - cs for e in np.argsort(-end_logits, kind="stable")[:d.n_best] if 0 <= e - cs < len(offsets)]
+        for s in best_starts:
+            for e in best_ends:
+                if e < s or e - s + 1 > d.max_answer_length:
+                    continue
+                span = _trim(context, int(offsets[s, 0]), int(offsets[e, 1]))
+                if span[1] > span[0]:
+                    spans.append((span, float(starts[s] + ends[e])))
+    return spans
 
 
 class QuestionAnswering(Task):

@@ -654,19 +654,29 @@ def squad_rows(data: dict, path: Path):
 
 
 def read_squad(path: str | Path) -> list[QAExample]:
-    """SQuAD v1.1 / v2.0 JSON ({"data": [{"paragraphs": [{"context", "qas": [...]}]}]}), or JSONL
-    rows in the Hugging Face `squad` layout."""
+    """SQuAD v1.1 / v2.0 JSON ({"data": [{"paragraphs": [{"context", "qas": [...]}]}]}), or rows
+    in the Hugging Face `squad` layout: JSON Lines (also in a .json file, as `datasets`'
+    to_json writes them) or a JSON array."""
     path = Path(path)
-    if data_suffix(path) == ".jsonl":
-        items = ((f"{path}, line {n}", row) for n, row, _ in _table_rows(path) if row is not None)
-    else:
+    suffix = data_suffix(path)
+    if suffix not in (".json", ".jsonl"):
+        raise BertkitError(f"{path}: QA data is SQuAD JSON, or rows in the Hugging Face squad layout as JSON Lines "
+                           f"or a JSON array (.json / .jsonl), not {suffix or 'a file without a suffix'}")
+    data = None
+    if suffix == ".json":
         try:
             data = json.loads(read_text(path))
         except json.JSONDecodeError as e:
-            raise BertkitError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
-        if not isinstance(data, dict) or not isinstance(data.get("data"), list):
-            raise BertkitError(f"{path}: not SQuAD JSON (expected an object with a 'data' list)")
+            if e.msg != "Extra data":  # (JSON Lines: the first object ends before the text does)
+                raise BertkitError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
+    if isinstance(data, dict) and "data" in data:
         items = squad_rows(data, path)
+    elif isinstance(data, dict) and not {"question", "context"} <= data.keys():
+        raise BertkitError(f"{path}: not SQuAD JSON (expected an object with a 'data' list), nor rows with "
+                           "'question' and 'context'")
+    else:
+        where = "item" if isinstance(data, list) else "line"
+        items = ((f"{path}, {where} {n}", row) for n, row, _ in _table_rows(path) if row is not None)
     examples = qa_examples(items, str(path))
     if not examples:
         raise BertkitError(f"{path}: no questions")
