@@ -621,6 +621,22 @@ def _terminated(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def out_of_memory(error: BaseException) -> str | None:
+    """One line for running out of memory (Python's MemoryError, torch's CPU allocator refusing,
+    CUDA's OutOfMemoryError), naming the allocation that failed; None for any other error."""
+    import re
+
+    text = str(error)
+    if not (isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError"
+            or "can't allocate memory" in text or "DefaultCPUAllocator: not enough memory" in text):
+        return None
+    size = re.search(r"tried to allocate (\d+) bytes", text)
+    asked = f" (an allocation of {int(size[1]) / 2**20:,.1f} MiB failed)" if size else ""
+    device = " on the GPU" if type(error).__name__ == "OutOfMemoryError" else ""
+    return (f"out of memory{device}{asked}; use a smaller --batch-size, --max-length or model "
+            "(in training, --accumulation keeps a step's batch size)")
+
+
 def main(argv: list[str] | None = None) -> int:
     import os
     import signal
@@ -654,8 +670,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bertkit: error{f' (process {rank})' if rank else ''}: {e}", file=stderr)
         return 2
     except KeyboardInterrupt as e:  # its message, if any, says what was kept
+        if main_thread and argv is None:  # the program ends here: a second Ctrl-C must not cut its last
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # words (or interpreter shutdown) with a traceback
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            previous = None
         print("bertkit: interrupted" + (f" {e}" if str(e) else ""), file=sys.stderr)
         return 130
+    except (MemoryError, RuntimeError) as e:
+        line = out_of_memory(e)
+        if line is None:
+            raise
+        print(f"bertkit: error{f' (process {rank})' if rank else ''}: {line}", file=stderr)
+        return 2
     except BrokenPipeError:  # e.g. `bertkit embed ... | head`
         return 0
     finally:

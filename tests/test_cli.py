@@ -206,6 +206,36 @@ def test_sigterm_stops_a_command_as_ctrl_c_does(monkeypatch, capsys):
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+def test_a_second_ctrl_c_while_the_program_ends_is_ignored():
+    """Run as the program (no argv given), an interrupted command ignores further Ctrl-C and
+    SIGTERM while it prints what was kept and Python shuts down: a second Ctrl-C 10-30 ms after
+    the first printed a traceback from an atexit hook. Called as a function, main leaves them be."""
+    code = ("import signal, sys, bertkit.cli as c\n"
+            "c.cmd_models = lambda args: (_ for _ in ()).throw(KeyboardInterrupt)\n"
+            "sys.argv = ['bertkit', 'models']\n"
+            "rc = c.main()\n"
+            "print(rc, signal.getsignal(signal.SIGINT) is signal.SIG_IGN, signal.getsignal(signal.SIGTERM) is signal.SIG_IGN)\n"
+            "print(c.main(['models']), signal.getsignal(signal.SIGINT) is signal.SIG_IGN)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.stdout.split() == ["130", "True", "True", "130", "True"], run.stderr
+    code = code.replace("sys.argv = ['bertkit', 'models']\nrc = c.main()", "rc = c.main(['models'])")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.stdout.split()[:3] == ["130", "False", "False"], run.stderr
+
+
+def test_running_out_of_memory_is_one_line(monkeypatch, capsys):
+    import bertkit.cli
+
+    monkeypatch.setattr(bertkit.cli, "cmd_models", lambda args: torch.empty(2**50, dtype=torch.uint8))
+    assert main(["models"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("bertkit: error: out of memory (an allocation of 1,073,741,824.0 MiB failed); use a smaller "
+                   "--batch-size, --max-length or model (in training, --accumulation keeps a step's batch size)\n")
+    monkeypatch.setattr(bertkit.cli, "cmd_models", lambda args: torch.zeros(2) + torch.zeros(3))
+    with pytest.raises(RuntimeError, match="must match the size"):  # any other error is a bug to see
+        main(["models"])
+
+
 def test_console_script_help_explains_itself():
     run = subprocess.run([sys.executable, "-m", "bertkit.cli", "--help"], capture_output=True, text=True)
     assert run.returncode == 0
