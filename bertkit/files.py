@@ -270,10 +270,16 @@ def writing(what: str, where: Path, kept: Callable[[], str] | None = None):
         if not isinstance(e, (OSError, RuntimeError, SafetensorError)) and "(os error" not in str(e):
             raise
         reason = e.strerror if isinstance(e, OSError) and e.strerror else first_line(e)
+        # torch's own words for a write cut short (a full disk, a file-size limit) are an internal
+        # check ("[enforce fail at inline_container.cc] . unexpected pos ...")
+        cut = "unexpected pos" in reason
+        if cut:
+            reason = "the file was cut short"
         try:
             left = shutil.disk_usage(where).free / 2**20
-            # torch's own words for a full disk are an internal check ("unexpected pos ...")
             nearly = "; the disk is nearly full" if left < 64 and "space" not in reason.lower() else ""
+            if cut and not nearly:
+                nearly = ", so a limit on file size (ulimit -f; FAT32's 4 GiB) or an I/O error stopped it"
             free = f" ({left:.1f} MiB free there{nearly})"
         except OSError:
             free = ""

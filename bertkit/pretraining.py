@@ -272,7 +272,22 @@ def pretrain(job: PretrainJob) -> Path:
     """Run the job; returns the output directory (final model at its root). Another run writing
     the same folder meanwhile is refused (files.run_lock)."""
     with run_lock(job.out_dir):
-        return _pretrain(job)
+        try:
+            return _pretrain(job)
+        except KeyboardInterrupt as e:
+            if str(e):  # (the NumPy backend's says what it keeps)
+                raise
+            raise KeyboardInterrupt(_what_was_kept(job.out_dir)) from None
+
+
+def _what_was_kept(out: Path) -> str:
+    """What an interrupted run leaves to continue from, for the 'interrupted' line."""
+    kept = checkpoint_folders(out)
+    if not kept:
+        return f"before the first checkpoint; nothing in {out} to resume from: start the run again"
+    step = int(kept[-1].name.removeprefix("step-"))
+    return (f"at or after step {step:,}: {kept[-1]} is intact; continue with bertkit pretrain --out {out} "
+            "--resume")
 
 
 def _pretrain(job: PretrainJob) -> Path:

@@ -108,7 +108,7 @@ def test_fill_mask_on_the_run(corpus, tmp_path, capsys):
         assert tokenizer.id_to_token(p["id"]) == p["token"] and 0 <= p["score"] <= 1
 
 
-def test_resume_continues_bit_for_bit(corpus, tmp_path, monkeypatch):
+def test_resume_continues_bit_for_bit(corpus, tmp_path, monkeypatch, capsys):
     from bertkit.train import Trainer
 
     common = ["--corpus", str(corpus), "--steps", "8", "--save-every", "4", "--eval-every", "4", *TINY, *FAST]
@@ -122,8 +122,18 @@ def test_resume_continues_bit_for_bit(corpus, tmp_path, monkeypatch):
         return real_step(self)
 
     monkeypatch.setattr(Trainer, "train_step", interrupted)
+    capsys.readouterr()
     assert pretrain("--out", str(tmp_path / "split"), *common) == 130
     assert not (tmp_path / "split" / "model.safetensors").exists()
+    checkpoint = tmp_path / "split" / "checkpoints" / "step-00000004"
+    assert capsys.readouterr().err.splitlines()[-1] == (  # what survived, and how to go on
+        f"bertkit: interrupted at or after step 4: {checkpoint} is intact; continue with bertkit pretrain "
+        f"--out {tmp_path / 'split'} --resume")
+    monkeypatch.setattr(Trainer, "train_step", lambda self: (_ for _ in ()).throw(KeyboardInterrupt))
+    assert pretrain("--out", str(tmp_path / "early"), *common) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"bertkit: interrupted before the first checkpoint; nothing in {tmp_path / 'early'} to resume from: start "
+        "the run again")
     monkeypatch.setattr(Trainer, "train_step", real_step)
     assert pretrain("--out", str(tmp_path / "split"), "--resume") == 0  # the settings come from the run's job.json
     a = load_file(tmp_path / "whole" / "model.safetensors")
@@ -315,7 +325,7 @@ def test_a_full_disk_inside_torch_or_safetensors_is_one_line_too(failure, corpus
                     *TINY, *FAST) == 2
     line = error_line(capsys)
     assert "could not write a checkpoint at step 4" in line and "step-00000002 is intact" in line
-    assert ("unexpected pos" if failure == "torch" else "No space left on device") in line
+    assert ("the file was cut short" if failure == "torch" else "No space left on device") in line
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000002"]
 
 
