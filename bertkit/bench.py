@@ -109,7 +109,16 @@ def machine(device: torch.device = CPU) -> str:
     except (OSError, StopIteration):
         pass
     bf16 = EMULATED_BF16 if bf16_emulated() else "bf16 in hardware"
-    return f"{cpu}, {len(os.sched_getaffinity(0))} cores, {bf16}, {versions}"
+    cores, threads = len(os.sched_getaffinity(0)), torch.get_num_threads()
+    chosen = f" ({threads} torch thread{'s' * (threads > 1)})" if threads != cores else ""  # (OMP_NUM_THREADS)
+    return f"{cpu}, {cores} cores{chosen}, {bf16}, {versions}"
+
+
+def use_cores() -> None:
+    """Both sides on every core this process may use (torch's default counts physical cores
+    only), unless the user chose a count with OMP_NUM_THREADS, which is kept (and reported)."""
+    if not os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(len(os.sched_getaffinity(0)))
 
 
 EMULATED_BF16 = "bf16 emulated (no AVX512-BF16 or AMX: bf16 rows time the emulation, several times slower than fp32)"
@@ -632,7 +641,7 @@ def run(quick: bool, repeats: int, json_path: str | None, progress: Callable[[st
         import transformers  # noqa: F401
     except ImportError:
         raise BertkitError("bench compares against transformers: pip install 'bertkit[dev]'") from None
-    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    use_cores()
     here = machine(where)
     progress(here)
     if skip_emulated:

@@ -364,6 +364,26 @@ def test_bench_says_whether_bf16_is_emulated(monkeypatch):
         assert ("bf16 in hardware" in bench.machine()) == native
 
 
+def test_bench_keeps_a_thread_count_chosen_with_omp_num_threads_and_reports_it(monkeypatch):
+    import os
+
+    from bertkit import bench
+
+    before = torch.get_num_threads()
+    cores = len(os.sched_getaffinity(0))
+    try:
+        torch.set_num_threads(1)
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        bench.use_cores()
+        assert torch.get_num_threads() == 1
+        assert ("cores (1 torch thread)" in bench.machine()) == (cores != 1)
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        bench.use_cores()
+        assert torch.get_num_threads() == cores and "torch threads" not in bench.machine()
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_quick_bench_skips_bf16_rows_only_where_bf16_is_emulated(monkeypatch):
     from bertkit import bench, pretraining
 
