@@ -602,7 +602,9 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
     m.add_argument("--batch-size", type=int, default=32, help="texts per batch (32; texts are batched by length)")
     m.add_argument("--json", action="store_true", help="write JSON lines instead of a table")
     m.set_defaults(func=cmd_fill_mask)
-    from .tasks.commands import add_parsers as task_parsers; task_parsers(sub, modes)  # finetune, evaluate, predict ...
+    from .tasks.commands import add_parsers as task_parsers, input_column_flags
+    input_column_flags(m, ("text",))
+    task_parsers(sub, modes)  # finetune, evaluate, predict ...
     return p
 
 

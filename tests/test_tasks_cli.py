@@ -217,6 +217,14 @@ def test_predict_classify_from_arguments_and_files_agree(capsys, classifier, tmp
     table.write_text(table.read_text().replace(texts[1], texts[1].replace(", ", ",\n")))  # a quoted newline
     code, out, _ = run(capsys, "predict", "classify", "--model", classifier, "--input", table)
     assert code == 0 and [r["text"] for r in json_lines(out)] == [texts[0], texts[1].replace(", ", ",\n"), texts[2]]
+    # a table whose columns have other names: the error names the option, which predict takes too
+    renamed = tmp_path / "renamed.csv"
+    renamed.write_text(table.read_text().replace("text,label", "review,sentiment", 1))
+    code, _, err = run(capsys, "predict", "classify", "--model", classifier, "--input", renamed)
+    assert code == 2 and one_error(err).endswith("no column 'text' (columns: review, sentiment); --text-column NAME "
+                                                 "names yours")
+    code, out, _ = run(capsys, "predict", "classify", "--model", classifier, "--input", renamed, "--text-column", "review")
+    assert code == 0 and [r["text"] for r in json_lines(out)] == [texts[0], texts[1].replace(", ", ",\n"), texts[2]]
 
 
 def test_standard_input_is_read_as_utf8_files_are(capsys, classifier, monkeypatch):

@@ -72,15 +72,16 @@ DATA_FILES = (".csv", ".tsv", ".json", ".conll")
 READER_OF = {"tokens": "token-classification", "question": "qa", "choices": "multiple-choice"}
 
 
-def _data_file_records(path: str, fields: tuple[str, ...]) -> list[dict]:
+def _data_file_records(path: str, fields: tuple[str, ...], columns) -> list[dict]:
     """Inputs from a data file (DATA_FILES), read by finetune's readers for the task these fields
-    belong to: a table's text / text_pair columns, SQuAD JSON's questions and contexts, a CoNLL
-    file's sentences, multiple-choice rows; each example as the fields an input line would give."""
+    belong to: a table's text / text_pair columns (named by `columns`), SQuAD JSON's questions and
+    contexts, a CoNLL file's sentences, multiple-choice rows; each example as the fields an input
+    line would give."""
     from .readers import load_examples
 
     task = next((READER_OF[f] for f in fields if f in READER_OF), "classification")
     records = []
-    for e in load_examples(task, path, labelled=False):
+    for e in load_examples(task, path, columns=columns, labelled=False):
         record = {"text": getattr(e, "text", None), "text_pair": getattr(e, "text_pair", None),
                   "tokens": list(e.words) if hasattr(e, "words") else None,
                   "question": getattr(e, "question", None), "context": getattr(e, "context", None),
@@ -105,7 +106,11 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of
     if args.text:
         return [{fields[0]: t} for t in args.text]
     if args.input != "-" and data_suffix(Path(args.input)) in DATA_FILES:
-        return _data_file_records(args.input, fields)
+        from .readers import Columns
+
+        columns = Columns(getattr(args, "text_column", None), getattr(args, "pair_column", None),
+                          choices=getattr(args, "choices_column", None))
+        return _data_file_records(args.input, fields, columns)
     records = []
     for n, line in _text_lines(args.input):
         where = f"{args.input} line {n}"
@@ -311,19 +316,33 @@ def cmd_embed(args) -> None:
 
 
 # ---- parsers ----------------------------------------------------------------------------------
+INPUT_COLUMNS = {"text": ("--text-column", "text_column", "the text (default text)"),
+                 "pair": ("--pair-column", "pair_column", "the second text of a pair (default text_pair, when present)"),
+                 "choices": ("--choices-column", "choices_column", "a list column, or the prefix of numbered ones "
+                             "(default choices, else choice0 ... or ending0 ...)")}
+
+
 def _data_flags(p) -> None:
     g = p.add_argument_group("columns of CSV / TSV / JSONL data")
-    g.add_argument("--text-column", dest="text_column", metavar="NAME", help="the text (default text)")
-    g.add_argument("--pair-column", dest="pair_column", metavar="NAME",
-                   help="the second text of a pair (default text_pair, when present)")
+    for column in ("text", "pair"):
+        flag, dest, text = INPUT_COLUMNS[column]
+        g.add_argument(flag, dest=dest, metavar="NAME", help=text)
     g.add_argument("--label-column", dest="label_column", metavar="NAME", help="the label (default label)")
     g.add_argument("--negative-column", dest="negative_column", metavar="NAME",
                    help="embedding: a hard negative for each pair (default negative, when present)")
-    g.add_argument("--choices-column", dest="choices_column", metavar="NAME", help="multiple choice: a list "
-                   "column, or the prefix of numbered ones (default choices, else choice0 ... or ending0 ...)")
+    flag, dest, text = INPUT_COLUMNS["choices"]
+    g.add_argument(flag, dest=dest, metavar="NAME", help=f"multiple choice: {text}")
 
 
-def _predict_flags(m, what: str, precision: bool = True) -> None:
+def input_column_flags(m, columns: tuple[str, ...]) -> None:
+    """--text-column and the like for an --input data file whose columns have other names."""
+    g = m.add_argument_group("columns of a CSV / TSV / JSON --input file")
+    for column in columns:
+        flag, dest, text = INPUT_COLUMNS[column]
+        g.add_argument(flag, dest=dest, metavar="NAME", help=text)
+
+
+def _predict_flags(m, what: str, precision: bool = True, columns: tuple[str, ...] = ("text",)) -> None:
     m.add_argument("text", nargs="*", help="texts (or --input)")
     m.add_argument("--model", required=True, help=f"a {what} directory (bertkit finetune's --out)")
     m.add_argument("--input", metavar="FILE|-", help="one input per line (text, or a JSON object) from a file or "
@@ -336,6 +355,8 @@ def _predict_flags(m, what: str, precision: bool = True) -> None:
         m.add_argument("--precision", help="fp32 (default: the checkpoint's numbers), bf16, or auto (bf16 where the "
                        "hardware has it): bf16 is faster and rounds scores to about 3 digits")
     m.add_argument("--tokenizer", help="a tokenizer file or directory, if the model directory has none")
+    if columns:
+        input_column_flags(m, columns)
 
 
 def add_parsers(sub, predict_modes) -> None:
@@ -423,20 +444,20 @@ def add_parsers(sub, predict_modes) -> None:
 
     m = predict_modes.add_parser("classify", help="labels and scores of texts or text pairs (JSON lines)",
                                  description=f"{PREDICT_INPUT}: text, text_pair.")
-    _predict_flags(m, "classification or regression")
+    _predict_flags(m, "classification or regression", columns=("text", "pair"))
     m.add_argument("--text-pair", dest="text_pair", help="the second text, with one positional text")
     m.set_defaults(func=cmd_classify)
 
     m = predict_modes.add_parser("tag", help="a tag per word (JSON lines)",
                                  description=f"{PREDICT_INPUT}: text (split into words and punctuation) or "
                                  "tokens (a list of words, kept as given).")
-    _predict_flags(m, "token-classification")
+    _predict_flags(m, "token-classification", columns=())
     m.set_defaults(func=cmd_tag)
 
     m = predict_modes.add_parser("answer", help="answer spans of questions in a context (JSON lines)",
                                  description="Questions as arguments with --context / --context-file, or "
                                  "--input with JSON lines {\"question\": ..., \"context\": ...}.")
-    _predict_flags(m, "qa")
+    _predict_flags(m, "qa", columns=())
     m.add_argument("--context", help="the text the answers come from")
     m.add_argument("--context-file", dest="context_file", metavar="FILE", help="the context from a file")
     m.add_argument("--top-k", dest="top_k", type=int, default=1, help="answers per question (1)")
@@ -455,7 +476,7 @@ def add_parsers(sub, predict_modes) -> None:
                                  description="Contexts as arguments with the same --choice list for each, or "
                                  "--input with JSON lines {\"text\": ..., \"choices\": [...]}. Each line "
                                  "gives choice (its index), answer, score and scores.")
-    _predict_flags(m, "multiple-choice")
+    _predict_flags(m, "multiple-choice", columns=("text", "choices"))
     m.add_argument("--choice", action="append", metavar="TEXT", help="a candidate answer (repeat: at least two)")
     m.set_defaults(func=cmd_choose)
 

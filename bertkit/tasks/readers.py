@@ -226,15 +226,15 @@ def _label_value(value, numeric: bool, where: str, column: str):
     return _class_name(str(value))
 
 
-def _no_column(place, column: str, keys) -> BertkitError:
+def _no_column(place, column: str, keys, flag: str) -> BertkitError:
     """The error for a missing column, with what it most likely means: another spelling of the
-    same name, or a header that is not comma-separated."""
+    same name, or a header that is not comma-separated; else the option (`flag`) that names it."""
     names = [str(k) for k in keys]
-    hint = next((f"; {k!r} differs only in case (name the column with --text-column, --label-column ...)"
+    hint = next((f"; {k!r} differs only in case (name the column with {flag})"
                  for k in names if k.strip().lower() == column.lower()), "")
     if not hint and len(names) == 1 and ";" in names[0]:
         hint = "; the header looks ;-separated (as some Excel versions save CSV): save it with commas, or as .tsv"
-    return BertkitError(f"{place}: no column {column!r} (columns: {shown(', '.join(names))}){hint}")
+    return BertkitError(f"{place}: no column {column!r} (columns: {shown(', '.join(names))}){hint or f'; {flag} NAME names yours'}")
 
 
 def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool | None = True,
@@ -267,11 +267,11 @@ def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool | 
             late = [c for c in optional if not present[c] and c in keys]  # in later JSON rows only: not ignored
             if late:
                 raise BertkitError(f"{where}: has a {late[0]!r} but the first row has none; give every row one or none")
-            for column, needed in ((text_col, True), (label_col, labelled),
-                                   (pair_col, columns.text_pair is not None or pairs),
-                                   (negative_col, pairs and columns.negative is not None)):
+            for column, needed, flag in ((text_col, True, "--text-column"), (label_col, labelled, "--label-column"),
+                                         (pair_col, columns.text_pair is not None or pairs, "--pair-column"),
+                                         (negative_col, pairs and columns.negative is not None, "--negative-column")):
                 if needed and column not in keys:
-                    raise _no_column(path if header is not None else where, column, keys)
+                    raise _no_column(path if header is not None else where, column, keys, flag)
             checked = True
         text = row.get(text_col)
         if not isinstance(text, str):
