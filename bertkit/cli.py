@@ -442,8 +442,25 @@ def check_paths_given(args: argparse.Namespace) -> None:
             raise BertkitError(f"{flag}: an empty path (an unset shell variable?); give a file or folder")
 
 
+class _Parser(argparse.ArgumentParser):
+    """A command's own parser names an option it does not know, with its own usage and the
+    option nearest in spelling: argparse leaves unknown options to the top parser, whose usage
+    ("bertkit [-h] COMMAND ...") tells nothing about the command's options."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extra = super().parse_known_args(args, namespace)
+        unknown = [a for a in extra if a.startswith("-") and a != "-"]
+        if unknown and self._subparsers is None:  # a command, not a group of them
+            import difflib
+
+            options = [o for action in self._actions for o in action.option_strings]
+            near = difflib.get_close_matches(unknown[0].split("=", 1)[0], options, n=1)
+            self.error(f"unrecognized arguments: {' '.join(extra)}" + (f" (did you mean {near[0]}?)" if near else ""))
+        return namespace, extra
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="bertkit",
         description="The BERT encoder family from scratch: load Hugging Face checkpoints, embed, predict.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)

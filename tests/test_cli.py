@@ -236,6 +236,21 @@ def test_running_out_of_memory_is_one_line(monkeypatch, capsys):
         main(["models"])
 
 
+def test_a_mistyped_option_is_named_by_its_command_with_the_nearest_option(capsys):
+    """argparse left unknown options to the top parser: its usage, 'bertkit [-h] COMMAND ...',
+    said nothing of the command's own options."""
+    with pytest.raises(SystemExit) as e:
+        main(["predict", "embed", "--model", "m", "--query", "q", "--topk", "2", "text"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: bertkit predict embed ")
+    assert err.splitlines()[-1] == ("bertkit predict embed: error: unrecognized arguments: --topk "
+                                    "(did you mean --top-k?)")
+    with pytest.raises(SystemExit):
+        main(["models", "--zzz"])
+    assert capsys.readouterr().err.splitlines()[-1] == "bertkit models: error: unrecognized arguments: --zzz"
+
+
 def test_console_script_help_explains_itself():
     run = subprocess.run([sys.executable, "-m", "bertkit.cli", "--help"], capture_output=True, text=True)
     assert run.returncode == 0
