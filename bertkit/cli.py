@@ -166,7 +166,7 @@ def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, pro
     from tqdm.auto import tqdm
 
     from .model import evaluating
-    from .tasks.base import length_batches, report_truncated, serving
+    from .tasks.base import leave_bar, length_batches, report_truncated, serving
 
     tok = model.tokenizer
     if model.head is None or not model.head.predicts_tokens:
@@ -206,7 +206,7 @@ def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, pro
     found: list[list[dict]] = [[] for _ in texts]
     with evaluating(model), torch.no_grad(), serving(model, len(batches)):
         for chunk, batch in tqdm(list(zip(chunks, batches)), disable=not progress, desc="filling masks",
-                                 unit="batch", leave=False):
+                                 unit="batch", leave=leave_bar()):
             masked = batch["input_ids"] == tok.mask_token_id  # (B, T)
             logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
                            masked_positions=masked).logits  # (K, V), the masks in row-major order

@@ -129,6 +129,9 @@ def test_evaluate_reproduces_the_dev_scores(capsys, classifier, sentiment_files,
     code, out, err = run(capsys, "evaluate", "--model", classifier, "--data", sentiment_files[1],
                          "--out", tmp_path / "m.json")
     assert code == 0 and "predicting" in err  # a progress bar on stderr
+    # into a log (stderr is no terminal here) the finished bar stays, drawn at its end: erased, the
+    # file kept its last redraw, 0% for work that ended within the 30 s between redraws
+    assert re.search(r"predicting: 100%\|[^\r\n]*\| (\d+)/\1 ", err.split("\r")[-1]), err
     scores, saved = json.loads(out), json.loads((classifier / "metrics.json").read_text())
     for key in ("accuracy", "f1", "mcc", "eval_examples"):
         assert scores[key] == pytest.approx(saved[key], abs=1e-9), key

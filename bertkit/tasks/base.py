@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -268,6 +269,13 @@ def model_max_length(model, max_length: int | None, default: int = 512) -> int:
     return max_length
 
 
+def leave_bar() -> bool:
+    """Whether a finished bar stays: in a log file, where erasing it only leaves its last redraw
+    (0% when the work ended within tqdm's 30 s interval there), it stays, drawn at the end; on a
+    terminal it goes."""
+    return not sys.stderr.isatty()
+
+
 @torch.no_grad()
 def run_batches(model, features: list[dict], batch_size: int, bf16: bool, fields: tuple[str, ...],
                 progress: bool = False, collate_fn=collate):
@@ -281,7 +289,8 @@ def run_batches(model, features: list[dict], batch_size: int, bf16: bool, fields
     chunks = length_batches([feature_length(f) for f in features], batch_size)
     with evaluating(model):
         with serving(model, len(chunks), bf16):
-            for chunk in tqdm(chunks, disable=not progress, desc="predicting", unit="batch", leave=False):
+            for chunk in tqdm(chunks, disable=not progress, desc="predicting", unit="batch",
+                              leave=leave_bar()):
                 batch = collate_fn([features[i] for i in chunk], pad_id)
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                     out = model(batch["input_ids"].to(device), batch["attention_mask"].to(device),
