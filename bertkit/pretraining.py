@@ -446,9 +446,10 @@ def _check_left_to_train(trainer, out: Path) -> None:
         raise BertkitError(f"--resume: the run is at step {trainer.step}, past the {s.steps} steps asked for; "
                            "give more --steps")
     if trainer.done() and (out / "metrics.json").exists():
-        length = f"{s.steps} steps" if s.steps is not None and trainer.step >= s.steps else f"{s.time_budget:.0f} s"
-        raise BertkitError(f"--resume: the run has finished its {length}; give more --steps or a longer "
-                           "--time-budget to train on")
+        if s.steps is not None and trainer.step >= s.steps:
+            raise BertkitError(f"--resume: the run has finished its {s.steps} steps; give more --steps to train on")
+        raise BertkitError(f"--resume: the run has used its time budget of {s.time_budget:.0f} s; give a longer "
+                           "--time-budget to train on (more --steps alone do not lift it)")
 
 
 def _check_fits(job: PretrainJob) -> None:

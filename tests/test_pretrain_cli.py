@@ -341,7 +341,7 @@ def test_a_resumed_run_keeps_its_settings_and_must_have_steps_left(corpus, tmp_p
     line = error_line(capsys)
     assert "this run was started with other settings (batch_size 8 -> 16; seed 0 -> 3)" in line and "job.json" in line
     assert pretrain("--out", out, "--resume") == 2
-    assert "the run has finished its 4 steps; give more --steps" in error_line(capsys)
+    assert error_line(capsys).endswith("the run has finished its 4 steps; give more --steps to train on")
     assert pretrain("--out", out, "--resume", "--steps", "2") == 2
     assert "the run is at step 4, past the 2 steps asked for" in error_line(capsys)
     assert pretrain("--out", out, "--resume", "--steps", "6") == 0
@@ -354,6 +354,15 @@ def test_a_resumed_run_keeps_its_settings_and_must_have_steps_left(corpus, tmp_p
     assert pretrain("--out", out, "--resume", "--steps", "10") == 2
     assert "job.json: missing, so --resume does not know the run's settings" in error_line(capsys)
 
+
+def test_a_run_that_used_its_time_budget_is_told_to_get_a_longer_one(corpus, tmp_path, capsys):
+    """More --steps cannot lift a budget the run keeps: the message named them as a way on."""
+    out = str(tmp_path / "run")
+    assert pretrain("--corpus", str(corpus), "--out", out, "--time-budget", "1s", *TINY, *FAST) == 0
+    capsys.readouterr()
+    assert pretrain("--out", out, "--resume", "--steps", "100000") == 2
+    assert error_line(capsys).endswith("--resume: the run has used its time budget of 1 s; give a longer "
+                                       "--time-budget to train on (more --steps alone do not lift it)")
 
 
 def test_resume_refuses_a_corpus_changed_since_the_run_started(corpus, tmp_path, capsys):
