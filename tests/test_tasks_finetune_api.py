@@ -5,6 +5,7 @@ prediction helpers' plain-dict output. Whether fine-tuning *learns* is checked o
 test_tasks_finetune_*.py."""
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -584,6 +585,21 @@ def test_a_classifier_without_label_names_scores_data_labelled_by_index(tokenize
     predicted = [p["label"] for p in classify(tmp_path, [e.text for e in examples], max_length=32)]
     expected = sum(p == f"LABEL_{e.label}" for p, e in zip(predicted, by_index)) / len(by_index)
     assert evaluate(tmp_path, None, by_index, max_length=32)["accuracy"] == pytest.approx(expected)
+
+
+def test_a_head_trained_on_other_label_names_carries_over_with_a_warning(tokenizer, tmp_path):
+    """Fine-tuning a classifier again on data whose labels have other names takes its outputs
+    over in order: said, since class 0 becomes whatever sorts first in the new data."""
+    dev = load_examples("classification", "rotten-tomatoes", "dev")
+    examples = dev[:8] + dev[-8:]  # (the split is grouped by label)
+    by_index = [type(e)(e.text, None, str(["negative", "positive"].index(e.label))) for e in examples]
+    finetune("classification", tiny("classification", tokenizer), by_index, by_index, tmp_path / "a", quiet(steps=1))
+    with pytest.warns(DataWarning, match=r"the model's head was trained on other labels; its outputs carry over in "
+                                         r"order \(0 -> negative, 1 -> positive\)"):
+        finetune("classification", str(tmp_path / "a"), examples, examples, tmp_path / "b", quiet(steps=1))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", "the model's head", DataWarning)  # the same names again: nothing to say
+        finetune("classification", str(tmp_path / "b"), examples, examples, tmp_path / "c", quiet(steps=1))
 
 
 def test_tag_and_answer_helpers_return_plain_spans(tokenizer, tmp_path):

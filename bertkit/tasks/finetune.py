@@ -189,6 +189,11 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
             raise BertkitError(f"the model has {model.config.num_labels} outputs but the data has {len(labels)} labels")
         if set(model.config.label_names) == set(labels):
             labels = model.config.label_names  # a model fine-tuned on these labels keeps its order
+        elif model.config.label_names:  # a head trained on other names: its outputs are taken over in order
+            carried = ", ".join(f"{a} -> {b}" for a, b in zip(model.config.label_names, labels))
+            warnings.warn(f"the model's head was trained on other labels; its outputs carry over in order "
+                          f"({carried}): check that they mean the same, or fine-tune from the encoder alone",
+                          DataWarning, stacklevel=2)
         model.config = model.config.replace(label_names=tuple(labels))
     if task.head == "classification":  # what the training makes of the outputs, for whoever loads the model
         model.config = model.config.replace(
