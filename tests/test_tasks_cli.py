@@ -77,6 +77,21 @@ def classifier(encoder_dir, sentiment_files, tmp_path_factory):
     return out
 
 
+def test_finetune_ends_with_a_next_command_that_runs_for_every_task(capsys, classifier, tmp_path):
+    import shlex
+
+    from bertkit.cli import parser
+    from bertkit.tasks.commands import NEXT_STEP
+    from bertkit.tasks.readers import TASKS
+
+    assert set(NEXT_STEP) == set(TASKS)
+    for task, step in NEXT_STEP.items():  # each hint is a command the parser takes as it stands
+        args = parser().parse_args(shlex.split(step.format(out=shlex.quote(str(tmp_path / "a run")))))
+        assert args.model == str(tmp_path / "a run"), task
+    code, out, _ = run(capsys, *shlex.split(NEXT_STEP["classification"].format(out=classifier)))
+    assert code == 0 and json_lines(out)[0]["text"] == "a text"
+
+
 def test_finetune_writes_the_run_directory_and_flat_metrics(classifier, sentiment_files):
     metrics = json.loads((classifier / "metrics.json").read_text())
     dev_rows = sum(1 for _ in open(sentiment_files[1], encoding="utf-8")) - 1

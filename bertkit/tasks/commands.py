@@ -10,6 +10,7 @@ import argparse
 import gzip
 import json
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -196,6 +197,16 @@ def cmd_finetune(args) -> None:
     metrics = finetune(args.task, args.model, args.train, args.eval, out, settings, args.tokenizer, _columns(args))
     print(json.dumps(metrics, indent=2))
     print(f"best model, metrics.json and loss_curve.png in {out}", file=sys.stderr)
+    print(f"next: bertkit {NEXT_STEP[args.task].format(out=shlex.quote(str(out)))}; bertkit evaluate --model "
+          f"{shlex.quote(str(out))} --data TEST_FILE", file=sys.stderr)
+
+
+NEXT_STEP = {"classification": 'predict classify --model {out} "a text"',
+             "regression": 'predict classify --model {out} "a text"',
+             "token-classification": 'predict tag --model {out} "a sentence"',
+             "qa": 'predict answer --model {out} --context "a text" "a question?"',
+             "multiple-choice": 'predict choose --model {out} --choice "one" --choice "another" "a context"',
+             "embedding": 'predict embed --model {out} --query "a text" --input FILE'}
 
 
 def cmd_evaluate(args) -> None:
