@@ -448,6 +448,7 @@ class _Parser(argparse.ArgumentParser):
     ("bertkit [-h] COMMAND ...") tells nothing about the command's options."""
 
     def parse_known_args(self, args=None, namespace=None):
+        self._given = list(sys.argv[1:] if args is None else args)  # (for error's hint)
         namespace, extra = super().parse_known_args(args, namespace)
         unknown = [a for a in extra if a.startswith("-") and a != "-"]
         if unknown and self._subparsers is None:  # a command, not a group of them
@@ -457,6 +458,16 @@ class _Parser(argparse.ArgumentParser):
             near = difflib.get_close_matches(unknown[0].split("=", 1)[0], options, n=1)
             self.error(f"unrecognized arguments: {' '.join(extra)}" + (f" (did you mean {near[0]}?)" if near else ""))
         return namespace, extra
+
+    def error(self, message: str):
+        """argparse takes a value such as -1,5 for an option of its own: the way to give it."""
+        import re
+
+        option = re.fullmatch(r"argument (\S+?)(?:/\S+)?: expected one argument", message)
+        given = getattr(self, "_given", [])
+        if option and option[1] in given[:-1] and re.match(r"-[\d.]", given[given.index(option[1]) + 1]):
+            message += f" ({option[1]}={given[given.index(option[1]) + 1]} gives a value that starts with '-')"
+        super().error(message)
 
 
 def parser() -> argparse.ArgumentParser:

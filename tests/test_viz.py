@@ -354,6 +354,21 @@ def test_cli_deberta_components(tokenizer, tmp_path, capsys):
     assert_picture(tmp_path / "o" / "deberta_components_l1_h3.png", 1200, 250)
 
 
+def test_a_picture_name_as_out_and_a_value_starting_with_a_dash_are_explained(tmp_path, capsys):
+    assert main(["visualize", "distillation-temperature", "--out", str(tmp_path / "t.png")]) == 2
+    assert capsys.readouterr().err == (f"bertkit: error: --out {tmp_path / 't.png'}: visualize writes a folder of "
+                                       f"pictures, named after what they show; give a folder (e.g. --out "
+                                       f"{tmp_path / 't'})\n")
+    assert not (tmp_path / "t.png").exists()  # (a folder of that name was made)
+    with pytest.raises(SystemExit):  # argparse reads -1,1 as an option of its own
+        main(["visualize", "distillation-temperature", "--temperatures", "-1,1"])
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        "argument --temperatures: expected one argument (--temperatures=-1,1 gives a value that starts with '-')")
+    with pytest.raises(SystemExit):  # a value left out is only that
+        main(["visualize", "distillation-temperature", "--temperatures"])
+    assert capsys.readouterr().err.splitlines()[-1].endswith("argument --temperatures: expected one argument")
+
+
 def test_cli_pictures_and_compare(tmp_path, capsys):
     out = tmp_path / "viz"
     assert main(["visualize", "distillation-temperature", "--out", str(out)]) == 0

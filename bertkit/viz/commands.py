@@ -69,7 +69,14 @@ def _out(args) -> Path:
     already in it are replaced, since pictures are cheap to redraw."""
     from ..files import output_dir
 
+    out = Path(args.out).expanduser()
+    if out.suffix.lower() in PICTURE_SUFFIXES and not out.is_dir():  # a folder named x.png was made
+        raise BertkitError(f"--out {args.out}: visualize writes a folder of pictures, named after what they show; "
+                           f"give a folder (e.g. --out {out.with_suffix('')})")
     return output_dir(args.out, keep=())
+
+
+PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".svg", ".pdf", ".html")
 
 
 def _model_name(args) -> str:
