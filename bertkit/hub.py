@@ -30,10 +30,12 @@ def resolve(path_or_id: str | os.PathLike, revision: str | None = None, token: s
         verbosity = hub_logging.get_verbosity()
         hub_logging.set_verbosity_error()  # its retries offline are a line each: the error says it once
         try:
-            try:  # download what loading reads, not every format the repo holds
-                wanted = hub_files(HfApi().list_repo_files(text, **where))
+            try:  # download what loading reads, not every format the repo holds; model_info, not
+                # list_repo_files, which retried for 23 s offline before the cache could answer
+                siblings = HfApi().model_info(text, **where).siblings
+                wanted = hub_files([s.rfilename for s in siblings]) if siblings is not None else FALLBACK_PATTERNS
             except Exception:  # offline (then the cache answers), or an error snapshot_download reports
-                wanted = ["*.json", "*.safetensors", "*.bin", "*.txt", "*.model"]
+                wanted = FALLBACK_PATTERNS
             local = snapshot_download(text, allow_patterns=wanted, **where)
         finally:
             hub_logging.set_verbosity(verbosity)
@@ -53,6 +55,7 @@ def resolve(path_or_id: str | os.PathLike, revision: str | None = None, token: s
 
 
 HUB_SUFFIXES = (".json", ".txt", ".model", ".safetensors", ".bin")  # configs, vocabularies, spm models, weights
+FALLBACK_PATTERNS = ["*.json", "*.safetensors", "*.bin", "*.txt", "*.model"]  # when the file list is unknown
 
 
 def hub_files(files: list[str]) -> list[str]:

@@ -5,6 +5,7 @@ fine-tuning), and refusals that say what to do."""
 from __future__ import annotations
 
 import shutil
+import types
 
 import pytest
 import torch
@@ -45,11 +46,11 @@ def test_from_pretrained_downloads_that_list(minilm_dir, monkeypatch, tmp_path):
         asked.append((allow_patterns, where))
         return str(minilm_dir)
 
-    def listing(self, repo, **where):
+    def listing(self, repo, **where):  # the repo's files, as model_info lists them (its siblings)
         asked.append(where)
-        return MINILM_REPO
+        return types.SimpleNamespace(siblings=[types.SimpleNamespace(rfilename=f) for f in MINILM_REPO])
 
-    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", listing)
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", listing)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", download)
     monkeypatch.chdir(tmp_path)
     assert bertkit.from_pretrained("sentence-transformers/all-MiniLM-L6-v2").config.hidden_size == 384
@@ -112,11 +113,27 @@ def test_a_refused_download_says_what_to_do(monkeypatch, tmp_path, error, advice
         e.args = ("403 Client Error.",)
         raise e
 
-    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", refuse)
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", refuse)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", refuse)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(bertkit.BertkitError, match=advice):
         bertkit.from_pretrained("org/gated")
+
+
+def test_an_unreachable_hub_is_told_at_once(monkeypatch, tmp_path):
+    """Offline, the file listing must not retry (list_repo_files did, for 23 s) before the cache
+    is asked: the whole lookup fails without a single retry."""
+    import huggingface_hub.constants as hub
+    from huggingface_hub.utils import _http
+
+    sleeps = []
+    monkeypatch.setattr(_http.time, "sleep", sleeps.append)  # each retry waits first
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(hub, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(bertkit.BertkitError, match="org/minilm: no such directory, and not downloadable"):
+        bertkit.from_pretrained("org/minilm")
+    assert sleeps == []
 
 
 def test_a_tokenizer_loads_by_hub_id_too(hub_cache, minilm_dir):
