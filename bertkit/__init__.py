@@ -22,6 +22,7 @@ _LAZY = {
     "PRESETS": ".config", "EncoderConfig": ".config",
     "Tokenizer": ".data", "load_tokenizer": ".data",
     "from_pretrained": ".interop.hf", "FreshHeadWarning": ".interop.hf", "UnusedHeadWarning": ".interop.hf",
+    "EnhancedMaskDecoderWarning": ".interop.hf",
     "EncoderOutput": ".layers",
     "Model": ".model", "build": ".model", "build_electra_pair": ".model", "student_from_teacher": ".model",
 }
@@ -47,6 +48,7 @@ def list_models() -> list[str]:
     return sorted(__getattr__("PRESETS"))
 
 
-__all__ = ["BertkitError", "EncoderConfig", "EncoderOutput", "FreshHeadWarning", "Model", "Tokenizer",
+__all__ = ["BertkitError", "EncoderConfig", "EncoderOutput", "EnhancedMaskDecoderWarning", "FreshHeadWarning", "Model",
+           "Tokenizer",
            "UnusedHeadWarning", "build",
            "build_electra_pair", "from_pretrained", "list_models", "load_tokenizer", "student_from_teacher"]

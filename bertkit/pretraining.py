@@ -377,7 +377,12 @@ def _pretrain(job: PretrainJob) -> Path:
     say(f"{job.objective} on {what} ({sum(unique.values()):,} parameters), "
         f"{device}, {'bf16 autocast' if settings.bf16 else 'fp32'}, "
         + (f"budget {settings.time_budget:.0f} s" if settings.time_budget else f"{settings.steps} steps"))
-    trainer.fit()
+    with warnings.catch_warnings():
+        if any(getattr(m.config, "enhanced_mask_decoder", False) for m in models.values()):
+            from .interop.hf import EnhancedMaskDecoderWarning
+
+            warnings.simplefilter("ignore", EnhancedMaskDecoderWarning)  # said when the run started
+        trainer.fit()
     return out
 
 

@@ -1,6 +1,8 @@
 """What makes each family itself: ALBERT's sharing, DistilBERT's student initialization and
 sinusoidal positions, ELECTRA's generator/discriminator pair."""
 
+import warnings
+
 import pytest
 import torch
 import transformers
@@ -10,6 +12,7 @@ import bertkit.config
 from bertkit.models.albert import AlbertConfig
 from bertkit.models.distilbert import DistilBertConfig, sinusoidal_table
 from bertkit.models.electra import ElectraConfig
+from conftest import randomize
 
 
 def test_albert_base_is_one_block_applied_twelve_times():
@@ -32,9 +35,31 @@ def test_albert_groups_follow_transformers_schedule():
     assert order == [(0, 0), (0, 1), (0, 0), (0, 1), (1, 0), (1, 1), (1, 0), (1, 1), (2, 0), (2, 1), (2, 0), (2, 1)]
 
 
-def test_albert_config_refuses_more_groups_than_layers():
-    with pytest.raises(bertkit.BertkitError, match="num_hidden_groups"):
-        AlbertConfig(num_layers=2, num_hidden_groups=3)
+def test_albert_config_refuses_no_groups():
+    with pytest.raises(bertkit.BertkitError, match="num_hidden_groups must be >= 1, got 0"):
+        AlbertConfig(num_layers=2, num_hidden_groups=0)
+
+
+def test_albert_with_more_groups_than_layers_runs_and_round_trips_as_in_transformers(tmp_path):
+    """transformers builds every group and runs group int(i / (L / groups)) at depth i: with 2
+    layers and 3 groups, groups 0 and 1; group 2 is never run but stays in the file."""
+    config = transformers.AlbertConfig(vocab_size=99, embedding_size=16, hidden_size=32, num_attention_heads=4,
+                                       intermediate_size=37, num_hidden_layers=2, num_hidden_groups=3,
+                                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    ref = transformers.AlbertModel(config).eval()
+    randomize(ref, 0)
+    ref.save_pretrained(tmp_path / "hf")
+    ours = bertkit.from_pretrained(tmp_path / "hf")
+    ids = torch.randint(5, 99, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = ref(ids).last_hidden_state
+        assert (ours(ids).last_hidden_state - expected).abs().max().item() <= 1e-5
+    ours.save_pretrained(tmp_path / "ours")
+    again = transformers.AlbertModel.from_pretrained(tmp_path / "ours").eval()
+    for name, tensor in ref.state_dict().items():  # the unused group's weights too
+        assert torch.equal(again.state_dict()[name], tensor), name
+    with torch.no_grad():
+        assert torch.equal(again(ids).last_hidden_state, expected)
 
 
 @pytest.fixture(scope="module")
@@ -207,6 +232,7 @@ def test_emd_gradients_reach_positions_last_layer_and_head():
         assert p.grad is not None and p.grad.abs().sum() > 0
 
 
+@pytest.mark.filterwarnings("ignore:.*transformers lacks the enhanced mask decoder")  # (its own test below)
 def test_emd_survives_save_and_transformers_still_loads_the_encoder(tmp_path):
     model = emd_model()
     with torch.no_grad():
@@ -221,3 +247,67 @@ def test_emd_survives_save_and_transformers_still_loads_the_encoder(tmp_path):
         ours = model(EMD_IDS, EMD_MASK).last_hidden_state
     keep = EMD_MASK.bool()
     assert (theirs[keep] - ours[keep]).abs().max().item() <= 1e-4
+
+
+def test_emd_save_warns_once_that_transformers_decodes_otherwise(tmp_path):
+    from bertkit.interop.hf import EnhancedMaskDecoderWarning
+
+    model = emd_model()
+    with pytest.warns(EnhancedMaskDecoderWarning, match="transformers lacks the enhanced mask decoder") as said:
+        model.save_pretrained(tmp_path / "first")
+    assert len([w for w in said if w.category is EnhancedMaskDecoderWarning]) == 1
+    assert str(tmp_path / "first") in str(said[0].message) and "MLM logits differ" in str(said[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EnhancedMaskDecoderWarning)
+        model.save_pretrained(tmp_path / "again")  # the same model: said once (a run saves at every checkpoint)
+        plain = bertkit.Model(model.config.replace(enhanced_mask_decoder=False), head="mlm")
+        plain.save_pretrained(tmp_path / "plain")
+
+
+def test_deberta_even_conv_kernel_is_refused_by_name(tmp_path):
+    config = transformers.DebertaV2Config(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                          intermediate_size=37, max_position_embeddings=64, type_vocab_size=0,
+                                          relative_attention=True, position_buckets=8, pos_att_type=["p2c", "c2p"],
+                                          conv_kernel_size=4)
+    ref = transformers.DebertaV2Model(config).eval()
+    with pytest.raises(RuntimeError):  # transformers cannot run it either: the convolution changes the length
+        ref(torch.randint(5, 99, (1, 7)))
+    ref.save_pretrained(tmp_path)
+    with pytest.raises(bertkit.BertkitError, match=r"config.json: config: conv_kernel_size must be odd, got 4$"):
+        bertkit.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("spelling, normed", [("layer_norm|x", True), ("x", False), ("NONE| Layer_Norm ", True)])
+def test_deberta_norm_rel_ebd_is_read_as_transformers_reads_it(spelling, normed, tmp_path):
+    """transformers splits it on '|' and normalizes the position table if a part is layer_norm."""
+    config = transformers.DebertaV2Config(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                          intermediate_size=37, max_position_embeddings=64, type_vocab_size=0,
+                                          relative_attention=True, position_buckets=8, pos_att_type=["p2c", "c2p"],
+                                          norm_rel_ebd=spelling)
+    ref = transformers.DebertaV2Model(config).eval()
+    randomize(ref, 0)  # (LayerNorm's 1/0 would hide a norm left out)
+    ref.save_pretrained(tmp_path)
+    ours = bertkit.from_pretrained(tmp_path)
+    assert (ours.config.norm_rel_ebd == "layer_norm") is normed
+    ids = torch.randint(5, 99, (2, 11), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (ours(ids).last_hidden_state - ref(ids).last_hidden_state).abs().max().item() <= 1e-4
+
+
+def test_a_safetensors_file_that_shrinks_while_read_is_one_line(tmp_path, monkeypatch):
+    """torch maps the tensors after safetensors read the header: a file cut short or replaced in
+    between fails there with a RuntimeError, not safetensors' own error."""
+    import safetensors.torch
+
+    bertkit.build("bert-base", vocab_size=50, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=20,
+                  max_positions=16).save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+
+    def shrunk(path, *args, **kwargs):
+        raise RuntimeError(f"file {path} size <118208> is smaller than the required mapping size <303336>")
+
+    monkeypatch.setattr(safetensors.torch, "load_file", shrunk)
+    with pytest.raises(bertkit.BertkitError, match="not a readable safetensors file") as error:
+        bertkit.from_pretrained(tmp_path)
+    assert str(error.value).startswith(f"{weights}: ") and "\n" not in str(error.value)
+    assert "cut short or replaced while it was read" in str(error.value)

@@ -191,9 +191,53 @@ def test_save_writes_what_transformers_reads(tmp_path):
         assert max_diff_on_real(ours.eval()(ids, mask).last_hidden_state, expected, mask) <= TOL
 
 
+def test_an_old_layout_local_rope_theta_of_null_is_the_global_base(tmp_path):
+    """transformers 4 rotated the local layers by global_rope_theta when local_rope_theta was None."""
+    ref = reference(local_rope_theta=SMALL["global_rope_theta"])
+    ref.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config.pop("rope_parameters")
+    config.update(global_rope_theta=SMALL["global_rope_theta"], local_rope_theta=None)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    ours = bertkit.from_pretrained(tmp_path)
+    assert ours.config.local_rope_theta == SMALL["global_rope_theta"]
+    ids, mask = batch()
+    with torch.no_grad():
+        expected = ref(input_ids=ids, attention_mask=mask).last_hidden_state
+        assert max_diff_on_real(ours(ids, mask).last_hidden_state, expected, mask) <= TOL
+
+
+@pytest.mark.parametrize("layer_types, every", [(["local", "global", "local"], None), (["global", "local", "local"], 3),
+                                                ([], 2)])
+def test_global_attn_every_n_layers_is_saved_only_where_it_gives_the_same_layers(layer_types, every, tmp_path):
+    """transformers 4 reads only global_attn_every_n_layers (layer i global iff i % n == 0),
+    transformers 5 layer_types: a schedule the period cannot describe is saved without it."""
+    ours = bertkit.build(ModernConfig(vocab_size=99, hidden_size=32, num_layers=3, num_heads=4, intermediate_size=37,
+                                      pad_token_id=0, global_every=every or 3, layer_types=layer_types,
+                                      local_rope_theta=33.0, local_attention=4))
+    randomize(ours, 0)
+    ours.save_pretrained(tmp_path)
+    written = json.loads((tmp_path / "config.json").read_text())
+    assert written.get("global_attn_every_n_layers") == every
+    theirs = transformers.AutoModel.from_pretrained(tmp_path).eval()
+    assert theirs.config.layer_types == [("sliding_attention", "full_attention")[ours.config.is_global(i)]
+                                         for i in range(3)]
+    again = bertkit.from_pretrained(tmp_path)
+    ids, mask = batch()
+    with torch.no_grad():
+        mine = ours.eval()(ids, mask).last_hidden_state
+        assert max_diff_on_real(mine, theirs(input_ids=ids, attention_mask=mask).last_hidden_state, mask) <= TOL
+        assert torch.equal(again(ids, mask).last_hidden_state, mine)
+
+
 @pytest.mark.parametrize("change, message", [
     ({"rope_parameters": {"full_attention": {"rope_type": "linear", "rope_theta": 10.0, "factor": 2.0}}},
      "rope_type 'linear' is not supported"),
+    ({"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": None}}},
+     r"config.json: rope_parameters.full_attention.rope_theta must be a number, got None$"),
+    # transformers runs a window of 0 or 1 (each token alone); bertkit does not: the one key is named
+    ({"local_attention": 1}, r"config.json: local_attention must be >= 2 \(the sliding window's width\), got 1$"),
+    ({"global_attn_every_n_layers": 0}, r"config.json: global_attn_every_n_layers must be >= 1, got 0$"),
     ({"layer_types": ["full_attention", "chunked_attention", "full_attention"]}, "unknown layer type"),
     ({"layer_types": ["full_attention"]}, "layer_types has 1 entries for num_layers=3"),
     ({"classifier_pooling": "max"}, "classifier_pooling must be one of cls, mean"),

@@ -15,6 +15,7 @@ import os
 import re
 import tempfile
 import warnings
+import weakref
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,6 +253,11 @@ def _load_file(path: Path) -> dict[str, torch.Tensor]:
             return load_file(str(path))
         except (SafetensorError, OSError) as e:
             raise BertkitError(f"{path}: not a readable safetensors file ({e})") from None
+        except RuntimeError as e:  # torch maps the tensors after reading the header: the file shrank between
+            if "mapping size" not in str(e):
+                raise
+            raise BertkitError(f"{path}: not a readable safetensors file ({first_line(e)}); it may have been cut "
+                               "short or replaced while it was read") from None
     try:
         with warnings.catch_warnings():  # torch warns about pickle protocols before refusing; we explain instead
             warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
@@ -765,6 +771,28 @@ def hf_state_dict(model: Model) -> dict[str, torch.Tensor]:
     return state
 
 
+class EnhancedMaskDecoderWarning(UserWarning):
+    """A masked-LM head decoding through DeBERTa's enhanced mask decoder (bertkit only) was saved
+    under transformers' class name: transformers loads it without complaint but decodes with the
+    plain head."""
+
+
+_TOLD_EMD: weakref.WeakSet = weakref.WeakSet()  # models warned once already (a run saves at every checkpoint)
+
+
+def _warn_enhanced_mask_decoder(model: Model, target: Path) -> None:
+    from ..models.deberta import DebertaConfig
+
+    emd = isinstance(model.config, DebertaConfig) and model.config.enhanced_mask_decoder
+    if not emd or model.head_kind != "mlm" or model in _TOLD_EMD:
+        return
+    _TOLD_EMD.add(model)
+    warnings.warn(f"{target}: saved as {architecture_name(model.config.family, 'mlm')}, but transformers lacks the "
+                  "enhanced mask decoder: it loads the same encoder but its MLM logits differ; bertkit reloads it "
+                  "as saved (enhanced_mask_decoder=false trains the plain head)", EnhancedMaskDecoderWarning,
+                  stacklevel=4)  # (where Model.save_pretrained was called)
+
+
 def save_pretrained(model: Model, path: str | os.PathLike) -> None:
     """Write config.json, model.safetensors and the tokenizer files. Files are written to a
     temporary directory first and moved into place, so a failure leaves any earlier save intact.
@@ -804,3 +832,4 @@ def save_pretrained(model: Model, path: str | os.PathLike) -> None:
         if stale.name in STALE_WEIGHTS or re.fullmatch(r"(model|pytorch_model)-\d{5}-of-\d{5}\.(safetensors|bin)",
                                                        stale.name):
             stale.unlink()
+    _warn_enhanced_mask_decoder(model, target)

@@ -15,6 +15,7 @@ from typing import Callable
 import torch
 
 from ..errors import BertkitError
+from ..models.modern import ModernConfig
 
 HEAD_SUFFIX = {
     "Model": None,
@@ -398,6 +399,8 @@ def modernbert_config_in(hf: dict) -> dict:
     rope_theta}}); older files have global_rope_theta / local_rope_theta. Only plain RoPE is
     implemented: a scaled one would silently compute something else."""
     hf = dict(hf)
+    if "local_rope_theta" in hf and hf["local_rope_theta"] is None:  # transformers 4: the global base
+        hf["local_rope_theta"] = hf.get("global_rope_theta", ModernConfig.global_rope_theta)
     if hf.get("layer_types") is not None:
         unknown = sorted({t for t in hf["layer_types"] if t not in LAYER_TYPES}, key=str)
         if unknown:
@@ -413,12 +416,16 @@ def modernbert_config_in(hf: dict) -> dict:
             raise BertkitError(f"rope_parameters.{kind}: rope_type {params['rope_type']!r} is not supported "
                                "(only 'default')")
         if "rope_theta" in params:
-            hf[ROPE_KEYS[kind]] = params["rope_theta"]
+            theta = params["rope_theta"]
+            if not isinstance(theta, (int, float)) or isinstance(theta, bool):  # named as the file nests it
+                raise BertkitError(f"rope_parameters.{kind}.rope_theta must be a number, got {theta!r}")
+            hf[ROPE_KEYS[kind]] = theta
     return hf
 
 
 def modernbert_config_out(hf: dict) -> dict:
-    """Both layouts of the RoPE bases, and every layer's type spelled out."""
+    """Both layouts of the RoPE bases, and every layer's type spelled out (transformers 5 reads
+    layer_types; 4.x only global_attn_every_n_layers, written where it gives the same layers)."""
     hf = dict(hf)
     hf["rope_parameters"] = {kind: {"rope_type": "default", "rope_theta": hf[key]} for kind, key in ROPE_KEYS.items()}
     # transformers' defaults for these ids (unused by the encoder) lie in the released
@@ -428,7 +435,10 @@ def modernbert_config_out(hf: dict) -> dict:
         if default >= hf["vocab_size"]:
             hf[key] = None
     every = hf["global_attn_every_n_layers"]
-    ours = hf["layer_types"] or [("global", "local")[bool(i % every)] for i in range(hf["num_hidden_layers"])]
+    periodic = [("global", "local")[bool(i % every)] for i in range(hf["num_hidden_layers"])]
+    ours = hf["layer_types"] or periodic
+    if ours != periodic:  # transformers 4 reads only the period, and would build other layers: leave it out
+        del hf["global_attn_every_n_layers"]
     hf["layer_types"] = [HF_LAYER_TYPES[t] for t in ours]
     return hf
 

@@ -35,9 +35,10 @@ class AlbertConfig(EncoderConfig):
         super().__post_init__()
         if self.embedding_size <= 0 or self.inner_group_num <= 0:
             raise BertkitError("config: embedding_size and inner_group_num must be positive")
-        if not 0 < self.num_hidden_groups <= self.num_layers:
-            raise BertkitError(f"config: num_hidden_groups must be in [1, num_layers={self.num_layers}], "
-                               f"got {self.num_hidden_groups}")
+        # More groups than layers is legal, as in transformers: some group is then never run
+        # (its weights are kept, so that a load and save keeps every tensor of the file).
+        if self.num_hidden_groups < 1:
+            raise BertkitError(f"config: num_hidden_groups must be >= 1, got {self.num_hidden_groups}")
 
 
 class SharedEncoder(Encoder):

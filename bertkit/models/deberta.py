@@ -59,7 +59,7 @@ class DebertaConfig(EncoderConfig):
     position_buckets: int = 256  # <= 0: no log bucketing
     pos_att_type: tuple[str, ...] = ("p2c", "c2p")  # also accepted as "p2c|c2p", as configs write it
     share_att_key: bool = True  # position keys/queries reuse the content projections
-    norm_rel_ebd: str = "layer_norm"  # "layer_norm" or "none" (also "layer_norm|none": any list naming it)
+    norm_rel_ebd: str = "layer_norm"  # a '|' list: the position table is normalized if it names "layer_norm"
     conv_kernel_size: int = 0  # 0: no convolution layer
     conv_act: str = "tanh"
     conv_groups: int = 1
@@ -80,18 +80,24 @@ class DebertaConfig(EncoderConfig):
             raise BertkitError(f"config: pos_att_type {unknown} not understood; use a subset of {POSITION_TERMS}")
         object.__setattr__(self, "pos_att_type", terms)
         super().__post_init__()
-        kinds = [k.strip() for k in str(self.norm_rel_ebd).lower().split("|")]
-        if not set(kinds) <= {"layer_norm", "none"}:
-            raise BertkitError(f"config: norm_rel_ebd must be 'layer_norm' or 'none', got {self.norm_rel_ebd!r}")
-        # transformers reads it as a list and normalizes the position table if it names layer_norm.
+        kinds = [k.strip() for k in self.norm_rel_ebd.lower().split("|")]
+        # transformers reads it as a list and normalizes the position table if it names layer_norm,
+        # whatever else it names (modeling_deberta_v2.DebertaV2Encoder).
         # Without relative attention there is no table: 'none', so that a saved folder does not make
         # transformers build a norm for it whose weights no file holds (reported MISSING).
         normed = "layer_norm" in kinds and self.relative_attention
         object.__setattr__(self, "norm_rel_ebd", "layer_norm" if normed else "none")
         if self.relative_attention and self.span < 1:
             raise BertkitError("config: relative attention needs position_buckets or max_relative_positions > 0")
-        if self.conv_kernel_size < 0 or self.conv_kernel_size and self.hidden_size % self.conv_groups:
-            raise BertkitError("config: conv_kernel_size must be >= 0 and conv_groups divide hidden_size")
+        if self.conv_kernel_size < 0:
+            raise BertkitError(f"config: conv_kernel_size must be >= 0 (0: no convolution), "
+                               f"got {self.conv_kernel_size}")
+        if self.conv_kernel_size and self.conv_kernel_size % 2 == 0:
+            # it pads (K - 1) // 2 on each side: only an odd K keeps the length (transformers fails on an even one)
+            raise BertkitError(f"config: conv_kernel_size must be odd, got {self.conv_kernel_size}")
+        if self.conv_kernel_size and not (self.conv_groups >= 1 and self.hidden_size % self.conv_groups == 0):
+            raise BertkitError(f"config: conv_groups must divide hidden_size {self.hidden_size}, "
+                               f"got {self.conv_groups}")
         if not self.legacy_mlm and not self.tie_word_embeddings:
             raise BertkitError("config: the lm_predictions MLM layout (legacy_mlm=False) decodes with the word "
                                "embeddings; it needs tie_word_embeddings=True (or legacy_mlm=True)")

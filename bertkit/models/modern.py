@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..config import EncoderConfig, register_preset
+from ..config import EncoderConfig, FieldTypeError, register_preset
 from ..errors import BertkitError
 from ..layers import (Encoder, EncoderModel, FeedForward, Head, MLMHead, SelfAttention, TransformerBlock,
                       activation, classifier_dropout)
@@ -76,8 +76,12 @@ class ModernConfig(EncoderConfig):
                                f"num_layers={self.num_layers}")
         if unknown := sorted(set(self.layer_types) - set(LAYER_TYPES)):
             raise BertkitError(f"config: unknown layer type(s) {', '.join(unknown)}; known: {', '.join(LAYER_TYPES)}")
-        if self.global_every < 1 or self.local_attention < 2:
-            raise BertkitError("config: global_every must be >= 1 and local_attention >= 2")
+        # (FieldTypeError: a config.json's error names its own key, global_attn_every_n_layers)
+        if self.global_every < 1:
+            raise FieldTypeError("global_every", f"must be >= 1, got {self.global_every}")
+        if self.local_attention < 2:  # transformers runs 0 and 1 (each token alone); the blocked path needs a window
+            raise FieldTypeError("local_attention", f"must be >= 2 (the sliding window's width), "
+                                 f"got {self.local_attention}")
         if self.head_dim % 2:
             raise BertkitError(f"config: rotary embeddings turn pairs of dimensions; head size {self.head_dim} is odd")
         if not (self.global_rope_theta > 0 and self.local_rope_theta > 0):
