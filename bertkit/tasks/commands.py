@@ -323,7 +323,15 @@ def cmd_embed(args) -> None:
         return
     vectors = embed(args.model, texts, normalize=False if args.no_normalize else None, prompt_name=args.prompt_name,
                     **options)
-    _write_lines({"text": t, "embedding": [round(x, 6) for x in v.tolist()]} for t, v in zip(texts, vectors))
+    _write_lines({"text": t, "embedding": float32_list(v)} for t, v in zip(texts, vectors))
+
+
+def float32_list(vector) -> list[float]:
+    """Each value as the shortest decimal that reads back as the same float32: the vector the
+    API returns, exactly, in JSON (rounding to 6 decimals lost all digits of values near 0)."""
+    import numpy as np
+
+    return [float(str(x)) for x in np.asarray(vector, dtype=np.float32)]
 
 
 # ---- parsers ----------------------------------------------------------------------------------
@@ -410,7 +418,8 @@ def add_parsers(sub, predict_modes) -> None:
     g.add_argument("--patience", type=int, help="evaluations without a better dev score before stopping (3)")
     g.add_argument("--metric", help="the dev score to follow (accuracy; pearson for regression; f1 for entity tags "
                    "(BIO, IOBES, BILOU) and QA, accuracy for other tags; spearman or mrr for embedding)")
-    g.add_argument("--seed", type=int, help="head initialization, batch order, dropout (0)")
+    g.add_argument("--seed", type=int, help="head initialization, batch order, dropout (0): the same run again "
+                   "with the same data and thread count (with --time-budget, as far as the clock allows)")
     g.add_argument("--precision", default="auto", help="auto (default: bf16 where the hardware has it), fp32, bf16")
     g.add_argument("--device", help="auto (default: cuda when available), cpu, cuda, cuda:1, ...")
     g.add_argument("--eval-batch-size", dest="eval_batch_size", type=int, help="examples per prediction batch (64)")
