@@ -70,7 +70,7 @@ def _out(args) -> Path:
     from ..files import output_dir
 
     out = Path(args.out).expanduser()
-    if out.suffix.lower() in PICTURE_SUFFIXES and not out.is_dir():  # a folder named x.png was made
+    if out.suffix.lower() in PICTURE_SUFFIXES and not out.exists():  # (a folder named x.png was made)
         raise BertkitError(f"--out {args.out}: visualize writes a folder of pictures, named after what they show; "
                            f"give a folder (e.g. --out {out.with_suffix('')})")
     return output_dir(args.out, keep=())
