@@ -640,7 +640,8 @@ def run(quick: bool, repeats: int, json_path: str | None, progress: Callable[[st
     try:
         import transformers  # noqa: F401
     except ImportError:
-        raise BertkitError("bench compares against transformers: pip install 'bertkit[dev]'") from None
+        raise BertkitError("bench compares against transformers: pip install transformers==5.23.0 (the version "
+                           "the parity tests pin)") from None
     use_cores()
     here = machine(where)
     progress(here)

@@ -471,9 +471,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     p = _Parser(
         prog="bertkit",
         description="The BERT encoder family from scratch: load Hugging Face checkpoints, embed, predict.")
+    p.add_argument("--version", action="version", version=f"bertkit {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     s = sub.add_parser("models", help="table of the model presets with exact parameter counts",

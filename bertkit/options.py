@@ -152,7 +152,10 @@ def read_config(path: str | Path) -> dict[str, Any]:
         raise BertkitError(f"{path}: config files are TOML (.toml) or JSON (.json), not {path.suffix}")
     text = read_text(path, "config file")
     if path.suffix.lower() == ".toml":
-        import tomllib
+        try:
+            import tomllib
+        except ImportError:  # Python 3.10: the same parser, as a package (a dependency there)
+            import tomli as tomllib
 
         try:
             data = tomllib.loads(text)

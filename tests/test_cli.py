@@ -251,6 +251,20 @@ def test_a_mistyped_option_is_named_by_its_command_with_the_nearest_option(capsy
     assert capsys.readouterr().err.splitlines()[-1] == "bertkit models: error: unrecognized arguments: --zzz"
 
 
+def test_the_commands_load_without_matplotlib_and_say_their_version():
+    """matplotlib is needed to draw, not to start: `bertkit models` died on its import
+    (viz/compare.py imported it at the top) where it was missing."""
+    import bertkit
+
+    code = ("import sys; sys.modules['matplotlib'] = None\n"  # (an import of it then fails)
+            "from bertkit.cli import main\n"
+            "sys.exit(main(['models']))\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0 and "mini-bert" in run.stdout, run.stderr
+    run = subprocess.run([sys.executable, "-m", "bertkit", "--version"], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout == f"bertkit {bertkit.__version__}\n"
+
+
 def test_console_script_help_explains_itself():
     run = subprocess.run([sys.executable, "-m", "bertkit.cli", "--help"], capture_output=True, text=True)
     assert run.returncode == 0

@@ -29,7 +29,6 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import matplotlib.ticker
 import torch
 
 from ..errors import BertkitError
@@ -205,7 +204,9 @@ def plot_comparison(rows: list[Row], path: Path, subtitle: str = "") -> Path:
         ax.set_xlim(min(s for s in speed if s > 0) / 2, max(speed) * 4)
         # the values are written on the bars; over one or two decades matplotlib would also
         # label the minor ticks (2x10^4, 3x10^4, ...), and those labels run into each other
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        from matplotlib.ticker import NullFormatter
+
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax = axes[2]
         weights = [r.weights_mib for r in rows]
         work = [r.forward_mib or 0 for r in rows]
