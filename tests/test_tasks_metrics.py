@@ -4,6 +4,7 @@ called directly on random data; SQuAD normalization, exact match and F1 by hand.
 import numpy as np
 import pytest
 from scipy.stats import pearsonr, spearmanr
+from seqeval.metrics import accuracy_score as seqeval_accuracy
 from seqeval.metrics import f1_score as seqeval_f1
 from seqeval.metrics import precision_score as seqeval_precision
 from seqeval.metrics import recall_score as seqeval_recall
@@ -126,6 +127,18 @@ def test_entity_scores_equal_seqeval():
     assert s["precision"] == pytest.approx(seqeval_precision(gold, pred))
     assert s["recall"] == pytest.approx(seqeval_recall(gold, pred))
     assert s["f1"] == pytest.approx(seqeval_f1(gold, pred))
+
+
+def test_a_word_without_a_prediction_is_outside_every_entity_for_accuracy_too():
+    """Entity scores read a missing prediction (a word cut off, or one that makes no token) as
+    "O"; accuracy counted it wrong, so a model that tagged every word it saw right scored < 1."""
+    gold = [["B-PER", "I-PER", "O", "O"], ["O", "B-LOC"]]
+    pred = [["B-PER", "I-PER", "O", None], ["O", None]]
+    s = tagging_scores(gold, pred, bio=True)
+    filled = [[t or "O" for t in x] for x in pred]
+    assert s["accuracy"] == pytest.approx(seqeval_accuracy(gold, filled)) == pytest.approx(5 / 6)
+    assert (s["precision"], s["recall"], s["f1"]) == pytest.approx(
+        (seqeval_precision(gold, filled), seqeval_recall(gold, filled), seqeval_f1(gold, filled)))
 
 
 def test_plain_tags_macro_scores_equal_sklearn_and_missing_predictions_count_wrong():

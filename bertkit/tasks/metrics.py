@@ -146,17 +146,20 @@ def tagging_scores(gold: list[list[str]], predicted: list[list[str | None]], bio
     prefixes) plus per-word accuracy. Plain tags: per-word accuracy, with precision / recall / F1
     as unweighted means over the tags in the gold data or the predictions (scikit-learn's macro
     default: a tag only ever predicted, wrongly, counts with precision 0). A word without a
-    prediction (None: cut off by the length limit) counts as wrong, and as outside any entity."""
+    prediction (None: cut off by the length limit, or a word that makes no token) is outside any
+    entity, "O", for every entity score and accuracy alike; with plain tags, where nothing is
+    outside, it counts as wrong."""
     flat_gold = [t for sentence in gold for t in sentence]
     flat_pred = [t for sentence in predicted for t in sentence]
     if len(flat_gold) != len(flat_pred):
         raise ValueError("gold and predicted tags differ in length")
     if not flat_gold:
         return {"accuracy": 0.0, "precision": 0.0, "recall": 0.0, "f1": 0.0}
-    accuracy = sum(g == p for g, p in zip(flat_gold, flat_pred)) / len(flat_gold)
     if bio:
         filled = [[p if p is not None else "O" for p in sentence] for sentence in predicted]
+        accuracy = sum(g == p for g, p in zip(flat_gold, (t for s in filled for t in s))) / len(flat_gold)
         return {"accuracy": accuracy, **_entity_scores([list(s) for s in gold], filled)}
+    accuracy = sum(g == p for g, p in zip(flat_gold, flat_pred)) / len(flat_gold)
     from sklearn.metrics import precision_recall_fscore_support
 
     tags = sorted(set(flat_gold) | {t for t in flat_pred if t is not None})
