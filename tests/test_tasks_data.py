@@ -259,6 +259,17 @@ def test_conll_columns_sentences_and_docstart(tmp_path):
     path.write_text("EU B-ORG\nrejects\n")
     with pytest.raises(BertkitError, match="line 2: expected a token and a tag"):
         load_examples("token-classification", path)
+    # a line one column short gave its chunk tag as the entity tag
+    path.write_text("EU NNP B-NP B-ORG\nSmith NNP I-NP\n")
+    with pytest.raises(BertkitError, match="ner.conll, line 2: 3 columns where line 1 has 4, so its last is not "
+                                           "the same column: 'Smith NNP I-NP'"):
+        load_examples("token-classification", path)
+    path.write_text("# id abc\tdomain=en\nEU\t_\t_\tB-ORG\n")  # MultiCoNER's comment lines
+    with pytest.raises(BertkitError, match="line 2: 4 columns where line 1 has 2, .*\\(a comment line"):
+        load_examples("token-classification", path)
+    # space-separated columns split at ASCII spaces: a no-break space stays inside its token
+    path.write_text("10\u00a0000 CD O\nEuros NNS O\r\n")
+    assert load_examples("token-classification", path) == [TaggedSentence(("10\u00a0000", "Euros"), ("O", "O"))]
 
 
 def test_word_slash_tag_text_splits_at_the_last_slash(tmp_path):
@@ -297,6 +308,16 @@ def test_token_jsonl(tmp_path):
     _write(path, json.dumps({"tokens": ["a", "b"], "tags": ["O"]}) + "\n")
     with pytest.raises(BertkitError, match="2 tokens but 1 tags"):
         load_examples("token-classification", path)
+    # as datasets writes CoNLL-2003: its tags column is ner_tags (beside pos_tags and chunk_tags)
+    _write(path, json.dumps({"tokens": ["EU", "rejects"], "pos_tags": [22, 42], "chunk_tags": [11, 21],
+                             "ner_tags": [3, 0]}) + "\n")
+    assert load_examples("token-classification", path) == [TaggedSentence(("EU", "rejects"), ("3", "0"))]
+    _write(path, json.dumps({"words": ["a"], "labels": ["O"]}) + "\n")
+    with pytest.raises(BertkitError, match=r"t.jsonl, line 1: no column 'tokens' \(columns: words, labels\); "
+                                           r"--text-column NAME names yours"):
+        load_examples("token-classification", path)
+    with pytest.raises(BertkitError, match=r"no column 'tags' \(columns: words, labels\); --label-column NAME"):
+        load_examples("token-classification", path, columns=readers.Columns(text="words"))
 
 
 def _write(path, text):

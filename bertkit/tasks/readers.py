@@ -382,11 +382,13 @@ def read_choices(path: str | Path, columns: Columns = Columns(), labelled: bool 
 # ---- token classification ---------------------------------------------------------------------
 def read_conll(path: str | Path, labelled: bool = True) -> list[TaggedSentence]:
     """CoNLL-style columns separated by whitespace: the token first, its tag last (CoNLL-2003:
-    token POS chunk NER). Blank lines end sentences; -DOCSTART- lines are skipped."""
+    token POS chunk NER). Blank lines end sentences; -DOCSTART- lines are skipped. Every line has
+    as many columns as the first: one short of them would give another column as its tag."""
     path = Path(path)
     sentences: list[TaggedSentence] = []
     words: list[str] = []
     tags: list[str] = []
+    first: tuple[int, int, bool] | None = None  # (line, columns, whether it starts with #) of the first token line
 
     def flush():
         if words:
@@ -395,8 +397,10 @@ def read_conll(path: str | Path, labelled: bool = True) -> list[TaggedSentence]:
             tags.clear()
 
     for n, line in enumerate(text_lines(read_text(path)), 1):
-        # tab-separated columns are split at tabs only: a token may hold a (no-break) space
-        fields = [f.strip() for f in line.split("\t") if f.strip()] if "\t" in line else line.split()
+        # tab-separated columns are split at tabs only: a token may hold a (no-break) space; others
+        # at ASCII white space only (as datasets' conll2003 reader splits), not a no-break space
+        fields = ([f.strip() for f in line.split("\t") if f.strip()] if "\t" in line
+                  else [f for f in re.split(r"[ \r\f\v]+", line) if f])
         if not fields:
             flush()
             continue
@@ -408,6 +412,11 @@ def read_conll(path: str | Path, labelled: bool = True) -> list[TaggedSentence]:
             continue
         if labelled and len(fields) < 2:
             raise BertkitError(f"{path}, line {n}: expected a token and a tag, found {line.strip()!r}")
+        first = first or (n, len(fields), line.startswith("#"))
+        if len(fields) != first[1]:
+            comment = " (a comment line? remove those)" if line.startswith("#") or first[2] else ""
+            raise BertkitError(f"{path}, line {n}: {len(fields)} columns where line {first[0]} has {first[1]}, so "
+                               f"its last is not the same column{comment}: {line.strip()!r}")
         words.append(fields[0])
         tags.append(fields[-1])
     flush()
@@ -437,18 +446,20 @@ def read_tagged(path: str | Path, sep: str = "/") -> list[TaggedSentence]:
 
 
 def read_token_jsonl(path: str | Path, columns: Columns = Columns(), labelled: bool = True) -> list[TaggedSentence]:
-    """JSONL rows with a list of tokens and a list of tags of the same length."""
+    """JSONL rows with a list of tokens and a list of tags of the same length; the tags column is
+    `tags`, else `ner_tags` or `pos_tags` (what `datasets` writes for CoNLL-2003), unless named."""
     path = Path(path)
-    token_col, tag_col = columns.text or "tokens", columns.label or "tags"
+    token_col, tag_col = columns.text or "tokens", columns.label
     sentences, empty = [], 0
     for n, row, _ in _table_rows(path):
         if row is None:
             empty += 1
             continue
         where = f"{path}, line {n}"
-        for column, needed in ((token_col, True), (tag_col, labelled)):
+        tag_col = tag_col or next((c for c in HUB_TAGS if c in row), "tags")
+        for column, needed, flag in ((token_col, True, "--text-column"), (tag_col, labelled, "--label-column")):
             if needed and column not in row:
-                raise BertkitError(f"{where}: no column {column!r} (columns: {', '.join(map(str, row))})")
+                raise _no_column(where, column, row, flag)
         words = row[token_col]
         tags = row.get(tag_col) if labelled else None
         if not isinstance(words, list) or (labelled and not isinstance(tags, list)):
