@@ -371,17 +371,20 @@ def test_the_best_checkpoint_is_kept_at_the_root_in_hf_format(tokenizer, sentime
 
 
 def test_a_new_head_for_fine_tuning_is_not_warned_about(minilm_dir, tmp_path):
-    """The encoder alone (a new head), and a 2-label classifier re-headed for 3 labels: a fresh
-    head is what fine-tuning starts from, so no warning, and the head fits the labels."""
-    import warnings
-
+    """The encoder alone gets a new head: what fine-tuning starts from, so no warning. A 2-label
+    classifier re-headed for 3 other labels loses a head with named labels: one warning says so
+    (transformers warns of the newly initialized weights too), and the head fits the labels."""
     from bertkit.tasks.finetune import make_task, model_for
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         model, _ = model_for(make_task("classification"), minilm_dir, ("neg", "pos"))
-        model.save_pretrained(tmp_path)
+    model.save_pretrained(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         model, labels = model_for(make_task("classification"), tmp_path, ("a", "b", "c"))
+    assert [str(w.message) for w in caught] == ["the model's head was trained on 2 labels (neg, pos); the data has 3 "
+                                                "(a, b, c), not all among them: the head starts fresh"]
     assert model.head.classifier.out_features == 3 and model.config.labels == labels == ("a", "b", "c")
 
 
@@ -600,6 +603,27 @@ def test_a_head_trained_on_other_label_names_carries_over_with_a_warning(tokeniz
     with warnings.catch_warnings():
         warnings.filterwarnings("error", "the model's head", DataWarning)  # the same names again: nothing to say
         finetune("classification", str(tmp_path / "b"), examples, examples, tmp_path / "c", quiet(steps=1))
+
+
+def test_data_with_some_of_a_trained_heads_labels_keeps_the_head_and_other_labels_are_told(tokenizer, tmp_path):
+    """A tagger trained on B-PER, I-PER, B-LOC, O, fine-tuned on sentences with only O and B-PER,
+    went on with a fresh head of two outputs, silently: it could no longer tag a location."""
+    full = [TaggedSentence(("Ann", "Lee", "in", "Oslo"), ("B-PER", "I-PER", "O", "B-LOC"))] * 8
+    some = [TaggedSentence(("Ann", "left"), ("B-PER", "O"))] * 8
+    finetune("token-classification", tiny("token-classification", tokenizer, num_labels=4), full, full,
+             tmp_path / "a", quiet(steps=1))
+    trained = bertkit.from_pretrained(tmp_path / "a")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", "the model's head", DataWarning)
+        finetune("token-classification", str(tmp_path / "a"), some, some, tmp_path / "b", quiet(steps=1, lr=1e-12))
+    kept = bertkit.from_pretrained(tmp_path / "b")
+    assert kept.config.label_names == trained.config.label_names
+    assert set(kept.config.label_names) == {"B-LOC", "B-PER", "I-PER", "O"}
+    assert torch.allclose(kept.head.classifier.weight, trained.head.classifier.weight, atol=1e-6)
+    other = [TaggedSentence(("Ann", "left"), ("B-ORG", "O"))] * 8
+    with pytest.warns(DataWarning, match=r"the model's head was trained on 4 labels \(.*\); the data has 2 "
+                                         r"\(.*B-ORG.*\), not all among them: the head starts fresh"):
+        finetune("token-classification", str(tmp_path / "a"), other, other, tmp_path / "c", quiet(steps=1))
 
 
 def test_tag_and_answer_helpers_return_plain_spans(tokenizer, tmp_path):

@@ -41,7 +41,7 @@ from ..config import PRESETS
 from ..data.corpora import DataWarning
 from ..data.tokenizer import Tokenizer, check_vocab_fits, load_tokenizer
 from ..errors import BertkitError
-from ..files import RESULT_FILES, launch_processes, output_dir, positive_int, read_json, run_lock, writing
+from ..files import RESULT_FILES, launch_processes, output_dir, positive_int, read_json, run_lock, shown, writing
 from .base import TrainBatches, check_texts, check_truncation, serving_length
 from .choice import MultipleChoice
 from .classification import Regression, SequenceClassification
@@ -157,7 +157,8 @@ def _with_tokenizer(model, tokenizer):
 def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
     """A model with `task`'s head for `labels`: a Model as is, a preset name (fresh weights), or a
     checkpoint directory (its encoder; its head too when it already has this task's head and
-    labels, otherwise a new head). Returns (model, labels in the model's order)."""
+    labels, or names every label of the data among its own, otherwise a new head, with a
+    warning when the old one had named labels). Returns (model, labels in the model's order)."""
     from ..interop.hf import FreshHeadWarning, UnusedHeadWarning, from_pretrained, resolve
     from ..model import Model, build
 
@@ -180,10 +181,19 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
         except BertkitError as e:
             raise BertkitError(f"{source}: neither a preset ({', '.join(sorted(PRESETS))}) nor a model directory "
                                f"or Hugging Face Hub id ({str(e).partition(': ')[2]})") from None
+        named = _label_names(hf) if sized else ()
+        if named and set(labels) < set(named):  # data with some of its labels: the trained head goes on
+            labels = named
+        elif named and len(named) != len(labels):
+            warnings.warn(f"the model's head was trained on {len(named)} labels ({shown(', '.join(named))}); the data "
+                          f"has {len(labels)} ({shown(', '.join(labels))}), not all among them: the head starts "
+                          "fresh", DataWarning, stacklevel=2)
         with warnings.catch_warnings():  # a new head is what fine-tuning starts from, not news
             warnings.simplefilter("ignore", FreshHeadWarning)
             warnings.simplefilter("ignore", UnusedHeadWarning)  # embedding: a pre-training head left out
             model = from_pretrained(hf, head=task.head, num_labels=len(labels) if sized else None)
+    if sized and isinstance(source, Model) and set(labels) < set(model.config.label_names):
+        labels = model.config.label_names  # (as for a directory above)
     if sized:
         if model.config.num_labels != len(labels):
             raise BertkitError(f"the model has {model.config.num_labels} outputs but the data has {len(labels)} labels")
@@ -199,6 +209,17 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
         model.config = model.config.replace(
             problem_type="regression" if task.name == "regression" else "single_label_classification")
     return _with_tokenizer(model, tokenizer), labels
+
+
+def _label_names(folder) -> tuple[str, ...]:
+    """The label names a checkpoint's config.json gives (id2label), () where it names none or
+    only transformers' defaults (LABEL_0, LABEL_1, ...)."""
+    try:
+        id2label = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8")).get("id2label") or {}
+        names = tuple(str(id2label[k]) for k in sorted(id2label, key=int))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return ()  # (loading the folder names what is wrong with it)
+    return () if names == tuple(f"LABEL_{i}" for i in range(len(names))) else names
 
 
 def load_model(source, tokenizer=None):
