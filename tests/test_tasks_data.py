@@ -459,6 +459,13 @@ def test_label_order_and_unseen_labels():
     with pytest.raises(BertkitError, match="dev.csv: 1 label.* never seen in training: 'neutral'") as e:
         label_index(("negative", "positive"), ["positive", "neutral"], "dev.csv")
     one_line(e)
+    assert "by number" not in str(e.value)
+    # tags by number (datasets' ner_tags) against a model with named labels: which names, it cannot know
+    with pytest.raises(BertkitError, match=r"dev.jsonl: 2 label.* never seen in training: '0', '3' \(the model knows "
+                                           r"O, B-PER, I-PER\); the data gives labels by number where the model "
+                                           r"names them: write the names instead") as e:
+        label_index(("O", "B-PER", "I-PER"), ["3", "0"], "dev.jsonl")
+    one_line(e)
 
 
 def test_finetune_rejects_eval_labels_never_seen_in_training(tmp_path, minilm_dir):

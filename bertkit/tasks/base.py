@@ -60,8 +60,11 @@ def label_index(labels: tuple[str, ...], values, source: str) -> dict[str, int]:
     unseen = sorted(set(values) - set(index))
     if unseen:
         shown = ", ".join(map(repr, unseen[:10])) + (" ..." if len(unseen) > 10 else "")
+        numbers = all(str(u).isdigit() for u in unseen) and not any(str(n).isdigit() for n in labels)
+        hint = ("; the data gives labels by number where the model names them: write the names instead (a "
+                "data set's numbers follow its own label list, which need not be the model's order)") if numbers else ""
         raise BertkitError(f"{source}: {len(unseen)} label(s) never seen in training: {shown} "
-                           f"(the model knows {', '.join(labels[:20])}{' ...' if len(labels) > 20 else ''})")
+                           f"(the model knows {', '.join(labels[:20])}{' ...' if len(labels) > 20 else ''}){hint}")
     return index
 
 
