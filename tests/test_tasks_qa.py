@@ -190,6 +190,9 @@ def test_the_null_answer_competes_for_the_n_best_as_in_run_qa(tokenizer):
         assert result["score"] == pytest.approx(probability, abs=1e-6)
         [listed_null] = [a for a in result["alternatives"] if a["start"] is None]
         assert listed_null["score"] == pytest.approx(null_probability, abs=1e-6)
+        # the alternatives run by probability, the null answer at its own rank (it was always last)
+        scores = [a["score"] for a in result["alternatives"]]
+        assert scores == sorted(scores, reverse=True)
 
 
 def test_a_long_question_beside_a_short_context_still_gets_a_span(tokenizer):
@@ -229,7 +232,7 @@ def test_leading_white_space_of_a_question_is_dropped_as_run_qa_drops_it(trained
 
 
 def test_a_context_of_characters_the_tokenizer_drops_is_an_error(tokenizer):
-    with pytest.raises(BertkitError, match="question 'z': its context holds no token"):
+    with pytest.raises(BertkitError, match="question 1 \\(id 'z'\\): its context holds no token"):
         windows([QAExample("z", "Who?", "\u200b\u200b\ufeff")], tokenizer, Windowing(max_length=64))
 
 

@@ -87,7 +87,8 @@ def windows(examples: list[QAExample], tokenizer, w: Windowing) -> tuple[list[di
         question = np.asarray(question[:w.max_query_length], dtype=np.int64)
         ids, offsets = np.asarray(ids, dtype=np.int64), np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
         if not len(ids):
-            raise BertkitError(f"question {example.id!r}: its context holds no token (only characters the "
+            named = f" (id {example.id!r})" if example.id != str(k) else ""
+            raise BertkitError(f"question {k + 1}{named}: its context holds no token (only characters the "
                                "tokenizer drops, such as zero-width ones)")
         budget = w.max_length - specials - len(question)
         # each example's own question sizes its stride, so its windows do not depend on the others
@@ -210,8 +211,9 @@ def best_answers(examples: list[QAExample], features: list[dict], start_logits: 
             null_candidate = {"answer": "", "start": None, "end": None, "score": null}
             if not candidates or null - candidates[0]["score"] > d.null_threshold:
                 candidates.insert(0, null_candidate)
-            else:
-                candidates.append(null_candidate)
+            else:  # the best span answers; the null answer is listed among the others at its score's rank
+                rest = sorted(candidates[1:] + [null_candidate], key=lambda c: -c["score"])  # (stable)
+                candidates = candidates[:1] + rest
         if not candidates:
             candidates = [{"answer": "", "start": None, "end": None, "score": 0.0}]
         scores = np.array([c["score"] for c in candidates], dtype=np.float64)
