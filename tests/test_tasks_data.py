@@ -264,9 +264,15 @@ def test_conll_columns_sentences_and_docstart(tmp_path):
     with pytest.raises(BertkitError, match="ner.conll, line 2: 3 columns where line 1 has 4, so its last is not "
                                            "the same column: 'Smith NNP I-NP'"):
         load_examples("token-classification", path)
-    path.write_text("# id abc\tdomain=en\nEU\t_\t_\tB-ORG\n")  # MultiCoNER's comment lines
+    path.write_text("# a note\tabc\nEU\t_\t_\tB-ORG\n")  # a comment line with no = in it
     with pytest.raises(BertkitError, match="line 2: 4 columns where line 1 has 2, .*\\(a comment line"):
         load_examples("token-classification", path)
+    # comments as MultiCoNER and CoNLL-U write them are skipped, tab- or space-separated; a # token stays
+    path.write_text("# id abc\tdomain=en\n# id 6b8e domain=en\n# sent_id = 1\nthe _ _ O\n# _ _ O\n#tbt _ _ O\n")
+    assert load_examples("token-classification", path) == [TaggedSentence(("the", "#", "#tbt"), ("O", "O", "O"))]
+    # an empty tab-separated column is a column (FORM<TAB><TAB>TAG)
+    path.write_text("EU\tNNP\tB-ORG\nfoo\t\tO\n")
+    assert load_examples("token-classification", path) == [TaggedSentence(("EU", "foo"), ("B-ORG", "O"))]
     # space-separated columns split at ASCII spaces: a no-break space stays inside its token
     path.write_text("10\u00a0000 CD O\nEuros NNS O\r\n")
     assert load_examples("token-classification", path) == [TaggedSentence(("10\u00a0000", "Euros"), ("O", "O"))]
@@ -311,7 +317,9 @@ def test_token_jsonl(tmp_path):
     # as datasets writes CoNLL-2003: its tags column is ner_tags (beside pos_tags and chunk_tags)
     _write(path, json.dumps({"tokens": ["EU", "rejects"], "pos_tags": [22, 42], "chunk_tags": [11, 21],
                              "ner_tags": [3, 0]}) + "\n")
-    assert load_examples("token-classification", path) == [TaggedSentence(("EU", "rejects"), ("3", "0"))]
+    with pytest.warns(DataWarning, match=r"t.jsonl: the tags are numbers \(as datasets writes ner_tags\), read as "
+                                         r"the tags '0', '1', ...; entity scores need the tag names"):
+        assert load_examples("token-classification", path) == [TaggedSentence(("EU", "rejects"), ("3", "0"))]
     _write(path, json.dumps({"words": ["a"], "labels": ["O"]}) + "\n")
     with pytest.raises(BertkitError, match=r"t.jsonl, line 1: no column 'tokens' \(columns: words, labels\); "
                                            r"--text-column NAME names yours"):

@@ -398,11 +398,14 @@ def read_conll(path: str | Path, labelled: bool = True) -> list[TaggedSentence]:
 
     for n, line in enumerate(text_lines(read_text(path)), 1):
         # tab-separated columns are split at tabs only: a token may hold a (no-break) space; others
-        # at ASCII white space only (as datasets' conll2003 reader splits), not a no-break space
-        fields = ([f.strip() for f in line.split("\t") if f.strip()] if "\t" in line
-                  else [f for f in re.split(r"[ \r\f\v]+", line) if f])
+        # at ASCII white space only (as datasets' conll2003 reader splits), not a no-break space.
+        # A tab-separated line counts its empty columns too (FORM<TAB><TAB>TAG).
+        columns = line.strip().split("\t") if "\t" in line else [f for f in re.split(r"[ \r\f\v]+", line) if f]
+        fields = [f.strip() for f in columns if f.strip()]
         if not fields:
             flush()
+            continue
+        if line.startswith("# ") and "=" in line:  # a comment (CoNLL-U's "# text = ...", MultiCoNER's "# id ... domain=en")
             continue
         if len(fields) == 10 and re.fullmatch(r"\d+([-.]\d+)?", fields[0]) and "\t" in line:
             raise BertkitError(f"{path}, line {n}: a CoNLL-U line (ID FORM LEMMA UPOS ...); bertkit reads 'token "
@@ -412,10 +415,10 @@ def read_conll(path: str | Path, labelled: bool = True) -> list[TaggedSentence]:
             continue
         if labelled and len(fields) < 2:
             raise BertkitError(f"{path}, line {n}: expected a token and a tag, found {line.strip()!r}")
-        first = first or (n, len(fields), line.startswith("#"))
-        if len(fields) != first[1]:
+        first = first or (n, len(columns), line.startswith("#"))
+        if len(columns) != first[1]:
             comment = " (a comment line? remove those)" if line.startswith("#") or first[2] else ""
-            raise BertkitError(f"{path}, line {n}: {len(fields)} columns where line {first[0]} has {first[1]}, so "
+            raise BertkitError(f"{path}, line {n}: {len(columns)} columns where line {first[0]} has {first[1]}, so "
                                f"its last is not the same column{comment}: {line.strip()!r}")
         words.append(fields[0])
         tags.append(fields[-1])
@@ -450,7 +453,7 @@ def read_token_jsonl(path: str | Path, columns: Columns = Columns(), labelled: b
     `tags`, else `ner_tags` or `pos_tags` (what `datasets` writes for CoNLL-2003), unless named."""
     path = Path(path)
     token_col, tag_col = columns.text or "tokens", columns.label
-    sentences, empty = [], 0
+    sentences, empty, numbered = [], 0, 0
     for n, row, _ in _table_rows(path):
         if row is None:
             empty += 1
@@ -469,8 +472,12 @@ def read_token_jsonl(path: str | Path, columns: Columns = Columns(), labelled: b
         if not words:
             empty += 1
             continue
+        numbered += labelled and all(isinstance(t, int) and not isinstance(t, bool) for t in tags)
         sentences.append(TaggedSentence(tuple(map(str, words)), tuple(map(str, tags)) if labelled else None))
     report(empty, f"{path}: {{n}} empty line(s) skipped")
+    if numbered and numbered == len(sentences):
+        report(1, f"{path}: the tags are numbers (as datasets writes ner_tags), read as the tags '0', '1', ...; "
+                  "entity scores need the tag names (B-PER, ...): write those, from the data set's label list")
     if not sentences:
         raise BertkitError(f"{path}: no sentences")
     return sentences
