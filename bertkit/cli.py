@@ -663,7 +663,8 @@ def out_of_memory(error: BaseException) -> str | None:
 
     text = str(error)
     if not (isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError"
-            or "can't allocate memory" in text or "DefaultCPUAllocator: not enough memory" in text):
+            or "can't allocate memory" in text or "DefaultCPUAllocator: not enough memory" in text
+            or "Cannot allocate memory" in text):  # (ENOMEM: safetensors' mmap of a checkpoint, say)
         return None
     size = re.search(r"tried to allocate (\d+) bytes", text)
     asked = f" (an allocation of {int(size[1]) / 2**20:,.1f} MiB failed)" if size else ""
@@ -711,14 +712,14 @@ def main(argv: list[str] | None = None) -> int:
             previous = None
         print("bertkit: interrupted" + (f" {e}" if str(e) else ""), file=sys.stderr)
         return 130
-    except (MemoryError, RuntimeError) as e:
+    except BrokenPipeError:  # e.g. `bertkit embed ... | head`
+        return 0
+    except (MemoryError, RuntimeError, OSError) as e:
         line = out_of_memory(e)
         if line is None:
             raise
         print(f"bertkit: error{f' (process {rank})' if rank else ''}: {line}", file=stderr)
         return 2
-    except BrokenPipeError:  # e.g. `bertkit embed ... | head`
-        return 0
     finally:
         if rank != 0:
             sys.stdout.close()

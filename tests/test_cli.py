@@ -231,6 +231,10 @@ def test_running_out_of_memory_is_one_line(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err == ("bertkit: error: out of memory (an allocation of 1,073,741,824.0 MiB failed); use a smaller "
                    "--batch-size, --max-length or model (in training, --accumulation keeps a step's batch size)\n")
+    from bertkit.cli import out_of_memory  # safetensors mapping a checkpoint says it in its own words
+    assert out_of_memory(RuntimeError("unable to mmap 90868376 bytes from file <model.safetensors>: Cannot allocate "
+                                      "memory (12)")).startswith("out of memory; use a smaller --batch-size")
+    assert out_of_memory(OSError(2, "No such file or directory")) is None
     monkeypatch.setattr(bertkit.cli, "cmd_models", lambda args: torch.zeros(2) + torch.zeros(3))
     with pytest.raises(RuntimeError, match="must match the size"):  # any other error is a bug to see
         main(["models"])

@@ -243,6 +243,15 @@ def test_predict_classify_from_arguments_and_files_agree(capsys, classifier, tmp
                                                  "names yours")
     code, out, _ = run(capsys, "predict", "classify", "--model", classifier, "--input", renamed, "--text-column", "review")
     assert code == 0 and [r["text"] for r in json_lines(out)] == [texts[0], texts[1].replace(", ", ",\n"), texts[2]]
+    # and JSON lines with other keys, as input lines rather than a data file
+    keyed = tmp_path / "keyed.jsonl"
+    keyed.write_text("".join(json.dumps({"review": t}) + "\n" for t in texts))
+    code, _, err = run(capsys, "predict", "classify", "--model", classifier, "--input", keyed)
+    assert code == 2 and one_error(err).endswith("line 1: the object needs 'text' (--text-column names another key)")
+    code, out, _ = run(capsys, "predict", "classify", "--model", classifier, "--input", keyed, "--text-column", "review")
+    assert code == 0 and [(r["text"], r["label"]) for r in json_lines(out)] == [(r["text"], r["label"]) for r in from_args]
+    code, _, err = run(capsys, "predict", "classify", "--model", classifier, "--input", keyed, "--text-column", "body")
+    assert code == 2 and one_error(err).endswith("line 1: the object needs 'body'")
 
 
 def test_standard_input_is_read_as_utf8_files_are(capsys, classifier, monkeypatch):

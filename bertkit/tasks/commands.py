@@ -106,6 +106,9 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of
         raise BertkitError("no input given (pass texts as arguments or --input FILE|-)")
     if args.text:
         return [{fields[0]: t} for t in args.text]
+    named = {getattr(args, dest, None): field for field, (_, dest, _) in
+             (("text", INPUT_COLUMNS["text"]), ("text_pair", INPUT_COLUMNS["pair"]), ("choices", INPUT_COLUMNS["choices"]))}
+    named.pop(None, None)  # {key the user named: the field it stands for}
     if args.input != "-" and data_suffix(Path(args.input)) in DATA_FILES:
         from .readers import Columns
 
@@ -122,9 +125,14 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise BertkitError(f"{where}: not valid JSON ({e.msg})") from None
+            row.update({field: row[key] for key, field in named.items() if key in row})  # --text-column ...
             missing = [f for f in required if not isinstance(row.get(f), (str, list))]
             if missing:
-                raise BertkitError(f"{where}: the object needs {' and '.join(repr(f) for f in missing)}")
+                keys = {field: key for key, field in named.items()}
+                hint = " (--text-column names another key)" if "text" in missing and not keys and hasattr(
+                    args, "text_column") else ""
+                raise BertkitError(f"{where}: the object needs "
+                                   f"{' and '.join(repr(keys.get(f, f)) for f in missing)}{hint}")
             empty = [f for f in required if not row[f]]
             if empty:
                 raise BertkitError(f"{where}: the object's {' and '.join(repr(f) for f in empty)} "
