@@ -465,6 +465,13 @@ class _Parser(argparse.ArgumentParser):
 
         option = re.fullmatch(r"argument (\S+?)(?:/\S+)?: expected one argument", message)
         given = getattr(self, "_given", [])
+        known = [o for action in self._actions for o in action.option_strings]
+        stray = [a for a in given if a.startswith("--") and a.split("=", 1)[0] not in known]
+        if self._subparsers is not None and message.endswith("required: COMMAND") and stray:
+            import difflib  # `bertkit --verison`: the option, not the missing command, is the mistake
+
+            near = difflib.get_close_matches(stray[0].split("=", 1)[0], known, n=1)
+            message = f"unrecognized arguments: {stray[0]}" + (f" (did you mean {near[0]}?)" if near else "")
         if option and option[1] in given[:-1] and re.match(r"-[\d.]", given[given.index(option[1]) + 1]):
             message += f" ({option[1]}={given[given.index(option[1]) + 1]} gives a value that starts with '-')"
         super().error(message)

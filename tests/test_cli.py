@@ -253,6 +253,13 @@ def test_a_mistyped_option_is_named_by_its_command_with_the_nearest_option(capsy
     with pytest.raises(SystemExit):
         main(["models", "--zzz"])
     assert capsys.readouterr().err.splitlines()[-1] == "bertkit models: error: unrecognized arguments: --zzz"
+    with pytest.raises(SystemExit):  # before any command: the option is the mistake, not the missing command
+        main(["--verison"])
+    assert capsys.readouterr().err.splitlines()[-1] == ("bertkit: error: unrecognized arguments: --verison "
+                                                        "(did you mean --version?)")
+    with pytest.raises(SystemExit):
+        main([])
+    assert capsys.readouterr().err.splitlines()[-1] == "bertkit: error: the following arguments are required: COMMAND"
 
 
 def test_the_commands_load_without_matplotlib_and_say_their_version():
