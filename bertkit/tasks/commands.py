@@ -106,9 +106,9 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of
         raise BertkitError("no input given (pass texts as arguments or --input FILE|-)")
     if args.text:
         return [{fields[0]: t} for t in args.text]
-    named = {getattr(args, dest, None): field for field, (_, dest, _) in
-             (("text", INPUT_COLUMNS["text"]), ("text_pair", INPUT_COLUMNS["pair"]), ("choices", INPUT_COLUMNS["choices"]))}
-    named.pop(None, None)  # {key the user named: the field it stands for}
+    named = {getattr(args, INPUT_COLUMNS[column][1], None): field  # {key the user named: the field it stands for}
+             for column, field in (("text", "text"), ("pair", "text_pair"), ("choices", "choices"))}
+    named.pop(None, None)
     if args.input != "-" and data_suffix(Path(args.input)) in DATA_FILES:
         from .readers import Columns
 
@@ -344,7 +344,8 @@ def float32_list(vector) -> list[float]:
 
 # ---- parsers ----------------------------------------------------------------------------------
 INPUT_COLUMNS = {"text": ("--text-column", "text_column", "the text (default text)"),
-                 "pair": ("--pair-column", "pair_column", "the second text of a pair (default text_pair, when present)"),
+                 "pair": ("--pair-column", "pair_column",
+                          "the second text of a pair (default text_pair, when present)"),
                  "choices": ("--choices-column", "choices_column", "a list column, or the prefix of numbered ones "
                              "(default choices, else choice0 ... or ending0 ...)")}
 

@@ -234,7 +234,8 @@ def _no_column(place, column: str, keys, flag: str) -> BertkitError:
                  for k in names if k.strip().lower() == column.lower()), "")
     if not hint and len(names) == 1 and ";" in names[0]:
         hint = "; the header looks ;-separated (as some Excel versions save CSV): save it with commas, or as .tsv"
-    return BertkitError(f"{place}: no column {column!r} (columns: {shown(', '.join(names))}){hint or f'; {flag} NAME names yours'}")
+    hint = hint or f"; {flag} NAME names yours"
+    return BertkitError(f"{place}: no column {column!r} (columns: {shown(', '.join(names))}){hint}")
 
 
 def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool | None = True,
@@ -405,8 +406,8 @@ def read_conll(path: str | Path, labelled: bool = True) -> list[TaggedSentence]:
         if not fields:
             flush()
             continue
-        if line.startswith("# ") and "=" in line:  # a comment (CoNLL-U's "# text = ...", MultiCoNER's "# id ... domain=en")
-            continue
+        if line.startswith("# ") and "=" in line:  # a comment: CoNLL-U's "# text = ...", MultiCoNER's
+            continue                                # "# id ... domain=en" (a "#" token has no "=")
         if len(fields) == 10 and re.fullmatch(r"\d+([-.]\d+)?", fields[0]) and "\t" in line:
             raise BertkitError(f"{path}, line {n}: a CoNLL-U line (ID FORM LEMMA UPOS ...); bertkit reads 'token "
                                "... tag' lines: write each FORM with its tag (UPOS, say) instead")
