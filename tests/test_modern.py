@@ -71,6 +71,22 @@ def test_rotary_positions_and_windows_follow_transformers_with_either_padding(le
     assert bool(blocks) == (T == 40)
 
 
+@pytest.mark.parametrize("window", [0, 1])
+def test_a_window_of_0_or_1_leaves_each_token_alone_as_in_transformers(window, tmp_path):
+    """local_attention 0 or 1 (half-window 0): a local layer's query sees only its own key, on
+    the packed and the padded path (the blocked path divided by the window before)."""
+    ref = reference(local_attention=window)
+    ours = loaded(ref, tmp_path)
+    ids, mask = batch(T=40)
+    with torch.no_grad():
+        expected = ref(input_ids=ids, attention_mask=mask).last_hidden_state
+        got = ours(ids, mask).last_hidden_state
+        ours.backbone.unpad = False
+        padded = ours(ids, mask).last_hidden_state
+    assert max_diff_on_real(got, expected, mask) <= TOL
+    assert max_diff_on_real(padded, expected, mask) <= TOL
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("padding", ["none", "keys", "bucket"])
 def test_blocked_local_attention_equals_the_masked_full_one(padding, dtype):
@@ -235,8 +251,7 @@ def test_global_attn_every_n_layers_is_saved_only_where_it_gives_the_same_layers
      "rope_type 'linear' is not supported"),
     ({"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": None}}},
      r"config.json: rope_parameters.full_attention.rope_theta must be a number, got None$"),
-    # transformers runs a window of 0 or 1 (each token alone); bertkit does not: the one key is named
-    ({"local_attention": 1}, r"config.json: local_attention must be >= 2 \(the sliding window's width\), got 1$"),
+    ({"local_attention": -2}, r"config.json: local_attention must be >= 0 \(the sliding window's width\), got -2$"),
     ({"global_attn_every_n_layers": 0}, r"config.json: global_attn_every_n_layers must be >= 1, got 0$"),
     ({"layer_types": ["full_attention", "chunked_attention", "full_attention"]}, "unknown layer type"),
     ({"layer_types": ["full_attention"]}, "layer_types has 1 entries for num_layers=3"),

@@ -246,7 +246,7 @@ class SelfAttention(nn.Module):
         """Local attention, q, k, v (B, N, T, D): `positions` (T,) or (B, T), `real` (B, T) bool
         key mask or None. Past a length where most scores would be masked, in blocks. Queries
         that see no key get zeros (`window_mask`), unless `zero_stranded` is False."""
-        if bias is None and q.shape[-2] > 8 * self.window:
+        if bias is None and self.window and q.shape[-2] > 8 * self.window:  # (a window of 0: each token alone)
             return self._blocks(q, k, v, positions, real, dropout_p, zero_stranded)
         keys = None if real is None else real[:, None, None, :]  # (B, 1, 1, T)
         allowed, stranded = window_mask(keys, positions, positions, self.window)  # (B or 1, 1, T, T or 1)

@@ -79,8 +79,8 @@ class ModernConfig(EncoderConfig):
         # (FieldTypeError: a config.json's error names its own key, global_attn_every_n_layers)
         if self.global_every < 1:
             raise FieldTypeError("global_every", f"must be >= 1, got {self.global_every}")
-        if self.local_attention < 2:  # transformers runs 0 and 1 (each token alone); the blocked path needs a window
-            raise FieldTypeError("local_attention", f"must be >= 2 (the sliding window's width), "
+        if self.local_attention < 0:  # 0 and 1 leave each token alone in a local layer, as in transformers
+            raise FieldTypeError("local_attention", f"must be >= 0 (the sliding window's width), "
                                  f"got {self.local_attention}")
         if self.head_dim % 2:
             raise BertkitError(f"config: rotary embeddings turn pairs of dimensions; head size {self.head_dim} is odd")
