@@ -71,6 +71,20 @@ def test_rotary_positions_and_windows_follow_transformers_with_either_padding(le
     assert bool(blocks) == (T == 40)
 
 
+def test_a_period_of_0_beside_layer_types_is_unread_as_in_transformers(tmp_path):
+    ref = reference(layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+    ref.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["global_attn_every_n_layers"] = 0
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    theirs = transformers.AutoModel.from_pretrained(tmp_path).eval()
+    ours = bertkit.from_pretrained(tmp_path)
+    ids, mask = batch(T=14)
+    with torch.no_grad():
+        expected = theirs(input_ids=ids, attention_mask=mask).last_hidden_state
+        assert max_diff_on_real(ours(ids, mask).last_hidden_state, expected, mask) <= TOL
+
+
 @pytest.mark.parametrize("window", [0, 1])
 def test_a_window_of_0_or_1_leaves_each_token_alone_as_in_transformers(window, tmp_path):
     """local_attention 0 or 1 (half-window 0): a local layer's query sees only its own key, on
@@ -252,7 +266,8 @@ def test_global_attn_every_n_layers_is_saved_only_where_it_gives_the_same_layers
     ({"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": None}}},
      r"config.json: rope_parameters.full_attention.rope_theta must be a number, got None$"),
     ({"local_attention": -2}, r"config.json: local_attention must be >= 0 \(the sliding window's width\), got -2$"),
-    ({"global_attn_every_n_layers": 0}, r"config.json: global_attn_every_n_layers must be >= 1, got 0$"),
+    ({"global_attn_every_n_layers": 0, "layer_types": None},  # (beside layer_types it is unread)
+     r"config.json: global_attn_every_n_layers must be >= 1, got 0$"),
     ({"layer_types": ["full_attention", "chunked_attention", "full_attention"]}, "unknown layer type"),
     ({"layer_types": ["full_attention"]}, "layer_types has 1 entries for num_layers=3"),
     ({"classifier_pooling": "max"}, "classifier_pooling must be one of cls, mean"),

@@ -401,7 +401,11 @@ def modernbert_config_in(hf: dict) -> dict:
     hf = dict(hf)
     if "local_rope_theta" in hf and hf["local_rope_theta"] is None:  # transformers 4: the global base
         hf["local_rope_theta"] = hf.get("global_rope_theta", ModernConfig.global_rope_theta)
+    if "layer_types" in hf and hf["layer_types"] is None:  # null: from the period, as transformers builds them
+        del hf["layer_types"]
     if hf.get("layer_types") is not None:
+        if not hf.get("global_attn_every_n_layers", 1):  # 0 or null beside layer_types: unread, as in transformers 5
+            hf.pop("global_attn_every_n_layers")
         unknown = sorted({t for t in hf["layer_types"] if t not in LAYER_TYPES}, key=str)
         if unknown:
             raise BertkitError(f"unknown layer type(s) {', '.join(map(repr, unknown))} in layer_types; "
