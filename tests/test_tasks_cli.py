@@ -310,6 +310,14 @@ def test_finetune_bad_data_is_one_line(capsys, encoder_dir, sentiment_files, tmp
     assert code == 2 and "neutral" in one_error(err)
     code, _, err = run(capsys, *base, "--eval", dev, "--out", tmp_path / "c", "--set", "warmup=lots")
     assert code == 2 and "warmup" in one_error(err)
+    # a setting given by its flag is named as the flag
+    for flag, words in (("--epochs=-1", "--epochs must be a positive number, got -1.0"),
+                        ("--weight-decay=-0.5", "--weight-decay must be >= 0, got -0.5"),
+                        ("--eval-batch-size=0", "--eval-batch-size must be at least 1, got 0")):
+        code, _, err = run(capsys, *base, "--eval", dev, "--out", tmp_path / "d", flag)
+        assert code == 2 and one_error(err) == f"bertkit: error: {words}", flag
+    code, _, err = run(capsys, *base, "--eval", dev, "--out", tmp_path / "d", "--set", "epochs=-1")
+    assert code == 2 and one_error(err) == "bertkit: error: epochs must be a positive number, got -1.0"
     code, _, err = run(capsys, *base, "--eval", dev, "--out", tmp_path / "d", "--truncation", "middle")
     assert code == 2 and "unknown truncation 'middle'" in one_error(err)
     assert not (tmp_path / "a" / "metrics.json").exists()

@@ -191,8 +191,15 @@ def finetune_settings(args):
         values["time_budget"] = seconds(args.time_budget)
     values["bf16"] = _bf16(args.precision, args.device)
     values["progress"] = args.progress
-    values.update(typed(FinetuneSettings, key_values(args.set or [], "--set"), "--set"))
-    return FinetuneSettings(**values)
+    given = typed(FinetuneSettings, key_values(args.set or [], "--set"), "--set")
+    values.update(given)
+    try:
+        return FinetuneSettings(**values)
+    except BertkitError as e:  # a setting given by its flag is named as the flag: --epochs, not epochs
+        name = str(e).split(" ", 1)[0]
+        if name in SETTING_FLAGS and getattr(args, name, None) is not None and name not in given:
+            raise BertkitError(f"--{name.replace('_', '-')}{str(e)[len(name):]}") from None
+        raise
 
 
 def cmd_finetune(args) -> None:

@@ -109,7 +109,7 @@ class FinetuneSettings:
         if not self.lr > 0:
             raise BertkitError(f"lr must be positive, got {self.lr}")
         if self.weight_decay < 0:
-            raise BertkitError(f"weight decay must be >= 0, got {self.weight_decay}")
+            raise BertkitError(f"weight_decay must be >= 0, got {self.weight_decay}")
         check_truncation(self.truncation)
 
 
