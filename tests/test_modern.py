@@ -59,8 +59,12 @@ def test_rotary_positions_and_windows_follow_transformers_with_either_padding(le
     blocks = []
     monkeypatch.setattr(SelfAttention, "_blocks", lambda self, *a: blocks.append(1) or BLOCKS(self, *a))
     ref = reference()
-    ours = loaded(ref, tmp_path)
-    ids, mask = batch(left, T)
+    assert_both_paths_match(ref, loaded(ref, tmp_path), *batch(left, T))
+    assert bool(blocks) == (T == 40)
+
+
+def assert_both_paths_match(ref, ours, ids, mask):
+    """The packed and the padded path each give transformers' states on the real tokens."""
     with torch.no_grad():
         expected = ref(input_ids=ids, attention_mask=mask).last_hidden_state
         got = ours(ids, mask).last_hidden_state
@@ -68,7 +72,6 @@ def test_rotary_positions_and_windows_follow_transformers_with_either_padding(le
         padded = ours(ids, mask).last_hidden_state
     assert max_diff_on_real(got, expected, mask) <= TOL
     assert max_diff_on_real(padded, expected, mask) <= TOL
-    assert bool(blocks) == (T == 40)
 
 
 def test_a_period_of_0_beside_layer_types_is_unread_as_in_transformers(tmp_path):
@@ -78,11 +81,7 @@ def test_a_period_of_0_beside_layer_types_is_unread_as_in_transformers(tmp_path)
     config["global_attn_every_n_layers"] = 0
     (tmp_path / "config.json").write_text(json.dumps(config))
     theirs = transformers.AutoModel.from_pretrained(tmp_path).eval()
-    ours = bertkit.from_pretrained(tmp_path)
-    ids, mask = batch(T=14)
-    with torch.no_grad():
-        expected = theirs(input_ids=ids, attention_mask=mask).last_hidden_state
-        assert max_diff_on_real(ours(ids, mask).last_hidden_state, expected, mask) <= TOL
+    assert_both_paths_match(theirs, bertkit.from_pretrained(tmp_path), *batch(T=14))
 
 
 @pytest.mark.parametrize("window", [0, 1])
@@ -90,15 +89,7 @@ def test_a_window_of_0_or_1_leaves_each_token_alone_as_in_transformers(window, t
     """local_attention 0 or 1 (half-window 0): a local layer's query sees only its own key, on
     the packed and the padded path (the blocked path divided by the window before)."""
     ref = reference(local_attention=window)
-    ours = loaded(ref, tmp_path)
-    ids, mask = batch(T=40)
-    with torch.no_grad():
-        expected = ref(input_ids=ids, attention_mask=mask).last_hidden_state
-        got = ours(ids, mask).last_hidden_state
-        ours.backbone.unpad = False
-        padded = ours(ids, mask).last_hidden_state
-    assert max_diff_on_real(got, expected, mask) <= TOL
-    assert max_diff_on_real(padded, expected, mask) <= TOL
+    assert_both_paths_match(ref, loaded(ref, tmp_path), *batch(T=40))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
