@@ -452,12 +452,18 @@ class _Parser(argparse.ArgumentParser):
         namespace, extra = super().parse_known_args(args, namespace)
         unknown = [a for a in extra if a.startswith("-") and a != "-"]
         if unknown and self._subparsers is None:  # a command, not a group of them
-            import difflib
-
-            options = [o for action in self._actions for o in action.option_strings]
-            near = difflib.get_close_matches(unknown[0].split("=", 1)[0], options, n=1)
-            self.error(f"unrecognized arguments: {' '.join(extra)}" + (f" (did you mean {near[0]}?)" if near else ""))
+            self.error(self._unrecognized(" ".join(extra), unknown[0]))
         return namespace, extra
+
+    def _options(self) -> list[str]:
+        return [o for action in self._actions for o in action.option_strings]
+
+    def _unrecognized(self, shown: str, option: str) -> str:
+        """argparse's words for `shown`, with this parser's option nearest in spelling to `option`."""
+        import difflib
+
+        near = difflib.get_close_matches(option.split("=", 1)[0], self._options(), n=1)
+        return f"unrecognized arguments: {shown}" + (f" (did you mean {near[0]}?)" if near else "")
 
     def error(self, message: str):
         """argparse takes a value such as -1,5 for an option of its own: the way to give it."""
@@ -465,13 +471,9 @@ class _Parser(argparse.ArgumentParser):
 
         option = re.fullmatch(r"argument (\S+?)(?:/\S+)?: expected one argument", message)
         given = getattr(self, "_given", [])
-        known = [o for action in self._actions for o in action.option_strings]
-        stray = [a for a in given if a.startswith("--") and a.split("=", 1)[0] not in known]
+        stray = [a for a in given if a.startswith("--") and a.split("=", 1)[0] not in self._options()]
         if self._subparsers is not None and message.endswith("required: COMMAND") and stray:
-            import difflib  # `bertkit --verison`: the option, not the missing command, is the mistake
-
-            near = difflib.get_close_matches(stray[0].split("=", 1)[0], known, n=1)
-            message = f"unrecognized arguments: {stray[0]}" + (f" (did you mean {near[0]}?)" if near else "")
+            message = self._unrecognized(stray[0], stray[0])  # `bertkit --verison`: the option is the mistake
         if option and option[1] in given[:-1] and re.match(r"-[\d.]", given[given.index(option[1]) + 1]):
             message += f" ({option[1]}={given[given.index(option[1]) + 1]} gives a value that starts with '-')"
         super().error(message)
@@ -608,8 +610,8 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
                    help="recompute activations in the backward pass (less memory)")
     g.add_argument("--compile", action="store_true", default=S, help="torch.compile the blocks")
     g.add_argument("--seed", type=int, default=S, help="weights, masks, dropout (0): the same run again with "
-                   "--steps on the same tokenizer (a fresh cache trains one anew, which may differ: --tokenizer pins it) and "
-                   "thread count; a --time-budget run follows the clock, so its steps differ")
+                   "--steps on the same tokenizer (a fresh cache trains one anew, which may differ: --tokenizer "
+                   "pins it) and thread count; a --time-budget run follows the clock, so its steps differ")
     g.add_argument("--skip-nonfinite", dest="skip_nonfinite", action="store_true", default=S,
                    help="skip a step whose loss is NaN/Inf instead of stopping (counted in metrics.json; "
                    "20 in a row stop the run)")

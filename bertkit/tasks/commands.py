@@ -106,15 +106,13 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of
         raise BertkitError("no input given (pass texts as arguments or --input FILE|-)")
     if args.text:
         return [{fields[0]: t} for t in args.text]
-    named = {getattr(args, INPUT_COLUMNS[column][1], None): field  # {key the user named: the field it stands for}
-             for column, field in (("text", "text"), ("pair", "text_pair"), ("choices", "choices"))}
-    named.pop(None, None)
+    keys = {field: getattr(args, INPUT_COLUMNS[column][1], None)  # {field: the key the user named for it}
+            for column, field in (("text", "text"), ("pair", "text_pair"), ("choices", "choices"))}
     if args.input != "-" and data_suffix(Path(args.input)) in DATA_FILES:
         from .readers import Columns
 
-        columns = Columns(getattr(args, "text_column", None), getattr(args, "pair_column", None),
-                          choices=getattr(args, "choices_column", None))
-        return _data_file_records(args.input, fields, columns)
+        return _data_file_records(args.input, fields, Columns(keys["text"], keys["text_pair"], choices=keys["choices"]))
+    named = {key: field for field, key in keys.items() if key is not None}  # {named key: its field}
     records = []
     for n, line in _text_lines(args.input):
         where = f"{args.input} line {n}"
@@ -128,11 +126,10 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of
             row.update({field: row[key] for key, field in named.items() if key in row})  # --text-column ...
             missing = [f for f in required if not isinstance(row.get(f), (str, list))]
             if missing:
-                keys = {field: key for key, field in named.items()}
-                hint = " (--text-column names another key)" if "text" in missing and not keys and hasattr(
+                hint = " (--text-column names another key)" if "text" in missing and not named and hasattr(
                     args, "text_column") else ""
                 raise BertkitError(f"{where}: the object needs "
-                                   f"{' and '.join(repr(keys.get(f, f)) for f in missing)}{hint}")
+                                   f"{' and '.join(repr(keys.get(f) or f) for f in missing)}{hint}")
             empty = [f for f in required if not row[f]]
             if empty:
                 raise BertkitError(f"{where}: the object's {' and '.join(repr(f) for f in empty)} "
@@ -357,24 +354,26 @@ INPUT_COLUMNS = {"text": ("--text-column", "text_column", "the text (default tex
                              "(default choices, else choice0 ... or ending0 ...)")}
 
 
+def _column_flag(group, column: str, context: str = "") -> None:
+    flag, dest, text = INPUT_COLUMNS[column]
+    group.add_argument(flag, dest=dest, metavar="NAME", help=context + text)
+
+
 def _data_flags(p) -> None:
     g = p.add_argument_group("columns of CSV / TSV / JSONL data")
-    for column in ("text", "pair"):
-        flag, dest, text = INPUT_COLUMNS[column]
-        g.add_argument(flag, dest=dest, metavar="NAME", help=text)
+    _column_flag(g, "text")
+    _column_flag(g, "pair")
     g.add_argument("--label-column", dest="label_column", metavar="NAME", help="the label (default label)")
     g.add_argument("--negative-column", dest="negative_column", metavar="NAME",
                    help="embedding: a hard negative for each pair (default negative, when present)")
-    flag, dest, text = INPUT_COLUMNS["choices"]
-    g.add_argument(flag, dest=dest, metavar="NAME", help=f"multiple choice: {text}")
+    _column_flag(g, "choices", "multiple choice: ")
 
 
 def input_column_flags(m, columns: tuple[str, ...]) -> None:
     """--text-column and the like for an --input data file whose columns have other names."""
     g = m.add_argument_group("columns of a CSV / TSV / JSON --input file")
     for column in columns:
-        flag, dest, text = INPUT_COLUMNS[column]
-        g.add_argument(flag, dest=dest, metavar="NAME", help=text)
+        _column_flag(g, column)
 
 
 def _predict_flags(m, what: str, precision: bool = True, columns: tuple[str, ...] = ("text",)) -> None:
