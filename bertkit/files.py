@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import gzip
+import io
 import json
 import math
 import os
@@ -60,12 +61,19 @@ def byte_lines(path: str | Path, what: str = "file") -> Iterator[bytes]:
     one BertkitError line."""
     path = checked_file(path, what)
     with open(path, "rb") as raw:
-        compressed = raw.peek(2)[:2] == GZIP_MAGIC  # looked at, not read: a pipe cannot be read twice
-        with gzip.GzipFile(fileobj=raw) if compressed else contextlib.nullcontext(raw) as f:
-            try:
-                yield from f
-            except (EOFError, zlib.error, gzip.BadGzipFile) as e:
-                raise BertkitError(f"{path}: damaged gzip data ({e})") from None
+        yield from stream_lines(raw, str(path))
+
+
+def stream_lines(raw: io.BufferedIOBase, name: str) -> Iterator[bytes]:
+    """The lines of an open binary stream (a file, a pipe, standard input), decompressed when it
+    is gzip; damaged gzip data is one BertkitError line naming `name`."""
+    raw = raw if hasattr(raw, "peek") else io.BufferedReader(raw)  # (a BytesIO has no peek)
+    compressed = raw.peek(2)[:2] == GZIP_MAGIC  # looked at, not read: a pipe cannot be read twice
+    with gzip.GzipFile(fileobj=raw) if compressed else contextlib.nullcontext(raw) as f:
+        try:
+            yield from f
+        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+            raise BertkitError(f"{name}: damaged gzip data ({e})") from None
 
 
 def not_text(path: str | Path) -> str | None:

@@ -399,6 +399,10 @@ def test_gzip_on_standard_input_is_read_as_its_text(minilm_dir, monkeypatch, cap
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(gzip.compress(b"great film\nbad one\n"))))
     assert main(["embed", "--model", str(minilm_dir), "--input", "-"]) == 0
     assert [json.loads(line)["text"] for line in capsys.readouterr().out.splitlines()] == ["great film", "bad one"]
+    # damaged, it is one line, as a damaged gzip file is (files read it the same way)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(gzip.compress(b"great film\n")[:12])))
+    assert main(["embed", "--model", str(minilm_dir), "--input", "-"]) == 2
+    assert capsys.readouterr().err.startswith("bertkit: error: standard input: damaged gzip data (")
 
 
 def test_input_lines_are_split_at_newlines_alone(minilm_dir, tmp_path, capsys):

@@ -7,7 +7,6 @@ one line). Results go to stdout (JSON lines, or the metrics), progress and warni
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import re
 import shlex
@@ -15,7 +14,7 @@ import sys
 from pathlib import Path
 
 from ..errors import BertkitError
-from ..files import GZIP_MAGIC, data_suffix, decode_text, output_file, read_text, text_lines, write_text
+from ..files import data_suffix, decode_text, output_file, read_text, stream_lines, text_lines, write_text
 
 FINETUNE_EPILOG = """examples:
   bertkit finetune --task classification --model runs/demo --train imdb --eval imdb --out runs/imdb
@@ -55,8 +54,7 @@ PREDICT_INPUT = ("texts as arguments, or --input FILE|- with one per line; a lin
 def _text_lines(source: str) -> list[tuple[int, str]]:
     """(line number, text) of the non-empty lines of a file or standard input ('-')."""
     if source == "-":
-        data = sys.stdin.buffer.read()
-        text = decode_text(gzip.decompress(data) if data[:2] == GZIP_MAGIC else data, "standard input")
+        text = decode_text(b"".join(stream_lines(sys.stdin.buffer, "standard input")), "standard input")
     else:
         text = read_text(source)
     lines = text_lines(text)
