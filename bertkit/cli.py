@@ -154,125 +154,32 @@ def cmd_info(args) -> None:
     print(json.dumps(info, indent=2))
 
 
-def fill_mask(model, texts: list[str], top_k: int = 5, batch_size: int = 32, progress: bool = False) -> list[dict]:
-    """Top-k predictions at every mask of every text: one record per mask, with the text, the
-    token position and [{"token", "token_str", "id", "score", "sequence"}] ("token" is the vocabulary's
-    entry, "Ġgood"; "token_str" the text it decodes to, " good", and "sequence" the text with this
-    mask filled, as transformers' pipeline gives them: without special tokens where the text has one
-    mask, with them, the other masks included, where it has several), in the order of the texts. Texts run in
-    batches of similar length, and the vocabulary projection only at the masks
-    (`masked_positions`); every text is checked for a mask before any runs."""
-    import torch
-    from tqdm.auto import tqdm
-
-    from .model import evaluating
-    from .tasks.base import leave_bar, length_batches, report_truncated, serving
-
-    tok = model.tokenizer
-    if model.head is None or not model.head.predicts_tokens:
-        raise BertkitError(f"the model has no masked-LM head (head: {model.head_kind}); fill-mask needs one")
-    if tok is None:
-        raise BertkitError("the model has no tokenizer (its folder holds no tokenizer files)")
-    if tok.mask_token is None:
-        raise BertkitError("the model's tokenizer has no mask token")
-    if tok.mask_token_id >= model.config.vocab_size:  # added to the tokenizer, unknown to the model
-        raise BertkitError(f"the mask token {tok.mask_token!r} has id {tok.mask_token_id}, outside the model's "
-                           f"vocabulary of {model.config.vocab_size}: the model has no prediction head row for it "
-                           "(a tokenizer that is not the model's?)")
-    if batch_size < 1:
-        raise BertkitError(f"batch size must be at least 1, got {batch_size}")
-    given, texts = texts, [text.replace("[MASK]", tok.mask_token) for text in texts]  # BERT's spelling, any family
-    limit = model.backbone.embeddings.max_length
-    chunks = length_batches([len(text) for text in texts], batch_size)  # similar lengths pad little
-    # right-padded whatever the tokenizer says: a text's positions, and so its answers, do not
-    # depend on the texts it is batched with
-    batches = [tok([texts[i] for i in chunk], max_length=limit, padding_side="right") for chunk in chunks]
-    for chunk, batch in zip(chunks, batches):
-        kept = (batch["input_ids"] == tok.mask_token_id).sum(1).tolist()  # masks in each (perhaps cut) row
-        for row in [r for r, n in enumerate(kept) if n == 0 or int(batch["attention_mask"][r].sum()) == limit]:
-            i = chunk[row]
-            where = f"text {i + 1} of {len(texts)}: " if len(texts) > 1 else ""
-            shown = given[i] if len(given[i]) <= 80 else given[i][:60] + "..." + given[i][-17:]
-            ids = tok.encode(texts[i])
-            masks = [k for k, t in enumerate(ids) if t == tok.mask_token_id]
-            if len(masks) > kept[row]:  # one the cut left out: no answer for it would be said silently
-                raise BertkitError(f"{where}its {tok.mask_token} at token {masks[kept[row]] + 1} of {len(ids)} lies "
-                                   f"past the model's limit of {limit} tokens: {shown!r}")
-            if not masks:
-                raise BertkitError(f"{where}no {tok.mask_token} in {shown!r}")
-    if any(int(b["attention_mask"].sum(1).max()) == limit for b in batches):  # perhaps cut: count those that were
-        lengths = [len(ids) + tok.frame.specials(pair=False) for ids in tok.encode_plain(texts)]
-        report_truncated(sum(n > limit for n in lengths), len(texts), limit)
-    found: list[list[dict]] = [[] for _ in texts]
-    with evaluating(model), torch.no_grad(), serving(model, len(batches)):
-        for chunk, batch in tqdm(list(zip(chunks, batches)), disable=not progress, desc="filling masks",
-                                 unit="batch", leave=leave_bar()):
-            masked = batch["input_ids"] == tok.mask_token_id  # (B, T)
-            logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
-                           masked_positions=masked).logits  # (K, V), the masks in row-major order
-            probs = logits.float().softmax(-1)  # (K, V)
-            # A vocabulary padded past the tokenizer's (for speed, or by an override) has rows
-            # no text can name: they keep their share of the softmax but are never listed.
-            probs[:, tok.vocab_size:] = -1.0
-            top = probs.topk(min(top_k, tok.vocab_size, logits.shape[-1]))
-            for (row, pos), scores, ids in zip(masked.nonzero().tolist(), top.values.tolist(),
-                                               top.indices.tolist()):
-                text_ids = batch["input_ids"][row, :int(batch["attention_mask"][row].sum())].tolist()
-                one_mask = int(masked[row].sum()) == 1
-
-                def filled(i):
-                    return tok.decode(text_ids[:pos] + [i] + text_ids[pos + 1:], skip_special_tokens=one_mask)
-
-                found[chunk[row]].append({"text": given[chunk[row]], "position": pos, "predictions": [
-                    {"token": tok.id_to_token(i), "token_str": tok.decode([i], skip_special_tokens=False),
-                     "id": i, "score": float(f"{p:.6g}"), "sequence": filled(i)}  # 6 digits, small too
-                    for p, i in zip(scores, ids)]})
-    return [record for records in found for record in records]
-
-
 def print_fill_mask(results: list[dict]) -> None:
     for r in results:
-        print(f"{r['text']}  (mask at token {r['position']})")
+        print(f"{r['text']}  (mask at token {r['position'] + 1})")  # counted from 1, as errors count
         rows = [["rank", "token", "score"]] + [[str(k + 1), p["token_str"].strip() or p["token"], f"{p['score']:.4f}"]
                                                for k, p in enumerate(r["predictions"])]
         print(_table(rows, right={0, 2}) + "\n")
-
-
-def _masked_lm(path):
-    """The model at `path`, with its MLM head where the file holds one though its config names no
-    architecture (DeBERTa-v3's released files): transformers' fill-mask pipeline loads those."""
-    import warnings
-
-    from . import FreshHeadWarning, UnusedHeadWarning, from_pretrained
-
-    with warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always")
-        model = from_pretrained(path)
-    if model.head_kind is None:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("error", FreshHeadWarning)  # no MLM weights in the file: keep the encoder
-                model = from_pretrained(path, head="mlm")
-            said = [w for w in said if not issubclass(w.category, UnusedHeadWarning)]  # they are used now
-        except FreshHeadWarning:
-            pass
-    for w in said:
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    return model
 
 
 def cmd_fill_mask(args) -> None:
     if args.top_k < 1:
         raise BertkitError(f"--top-k must be at least 1, got {args.top_k}")
     from .tasks.commands import read_inputs, shows_progress
+    from .tasks.fillmask import fill_mask, masked_lm
 
     texts = [r["text"] for r in read_inputs(args, ("text",), ("text",))]
-    model = _masked_lm(args.model)
+    targets = args.targets.split(",") if args.targets is not None else None  # spaces kept: " good" is BPE's Ġgood
+    if targets is not None and not all(targets):
+        raise BertkitError(f"--targets: an empty word in {args.targets!r} (comma-separated words)")
+    model = masked_lm(args.model)
     if model.head is None or not model.head.predicts_tokens:
         raise BertkitError(f"{args.model}: has no masked-LM head (head: {model.head_kind}); fill-mask needs one")
-    results = fill_mask(model, texts, args.top_k, args.batch_size, progress=shows_progress(len(texts)))
+    results = fill_mask(model, texts, args.top_k, targets, args.batch_size, progress=shows_progress(len(texts)))
     if args.json:
         for r in results:
+            for p in r["predictions"]:
+                p["score"] = float(f"{p['score']:.6g}")  # 6 digits, small scores too
             print(json.dumps(r, ensure_ascii=False))
     else:
         print_fill_mask(results)
@@ -401,6 +308,8 @@ def report(out: Path) -> None:
     model = from_pretrained(lm)
     if model.head is not None and model.head.predicts_tokens and model.tokenizer is not None:
         print(f"\nwhat it learned (bertkit predict fill-mask --model {lm} \"...[MASK]...\"):\n")
+        from .tasks.fillmask import fill_mask
+
         print_fill_mask(fill_mask(model, LEARNED_EXAMPLES, top_k=5))
 
 
@@ -640,7 +549,11 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
     m.add_argument("--model", required=True, help="checkpoint directory with a masked-LM head")
     m.add_argument("--input", metavar="FILE|-", help="one text per line (or a JSON object with a text) from a file "
                    "or standard input; a .csv / .tsv / .json data file is read as finetune reads it")
-    m.add_argument("--top-k", type=int, default=5, help="predictions per mask (5)")
+    m.add_argument("--top-k", type=int, default=5, help="predictions per mask (5; at most the candidates)")
+    m.add_argument("--targets", metavar="W1,W2,...", help="score only these words or vocabulary entries, as "
+                   "transformers' pipeline takes targets (a word not in the vocabulary: its first token, with "
+                   "a warning; spaces are kept, ' good' being the byte-level BPE word after a space); scores stay "
+                   "the softmax over the whole vocabulary")
     m.add_argument("--batch-size", type=int, default=32, help="texts per batch (32; texts are batched by length)")
     m.add_argument("--json", action="store_true", help="write JSON lines instead of a table")
     m.set_defaults(func=cmd_fill_mask)

@@ -89,6 +89,50 @@ def test_fill_mask_gives_the_token_text_transformers_pipeline_gives(tmp_path, re
     assert "Ġ" not in table and ours[0]["token_str"].strip() in table
 
 
+def test_fill_mask_targets_and_padding_proposals_as_transformers_pipeline(tmp_path, reviews, capsys):
+    # the pipeline's targets (a vocabulary entry, a word after a space, a word of several tokens:
+    # its first), and a proposal of the pad token in a text of several masks: the pipeline drops
+    # padding from the filled sequence, bertkit wrote "<pad>" into it
+    from bertkit.data import TokenizerSettings, train_tokenizer
+    from bertkit.tasks import fill_mask
+
+    tok = train_tokenizer(reviews, TokenizerSettings.for_family("roberta", vocab_size=600))
+    torch.manual_seed(0)
+    model = bertkit.build("roberta-base", head="mlm", vocab_size=tok.vocab_size, num_layers=1, hidden_size=32,
+                          num_heads=4, intermediate_size=48, max_positions=64).eval()
+    with torch.no_grad():
+        model.head.bias[tok.pad_token_id] = 6.0
+    model.tokenizer = tok
+    model.save_pretrained(tmp_path / "m")
+    pipe = transformers.pipeline("fill-mask", model=str(tmp_path / "m"), top_k=6)
+    two = "The <mask> was <mask>."
+    ours = fill_mask(tmp_path / "m", [two], top_k=6)
+    assert any(p["id"] == tok.pad_token_id for r in ours for p in r["predictions"])
+    theirs = pipe(two)
+    assert [[(p["id"], p["sequence"]) for p in r["predictions"]] for r in ours] == [
+        [(p["token"], p["sequence"]) for p in mask] for mask in theirs]
+    assert [p["score"] for r in ours for p in r["predictions"]] == pytest.approx(
+        [p["score"] for mask in theirs for p in mask], rel=1e-6)  # full floats from Python
+    words = ["Ġthe", " film", "good", "extraordinarily", "Ġthe"]
+    with pytest.warns(UserWarning, match="'extraordinarily' is not in the vocabulary; its first token"):
+        ours = fill_mask(model, ["A <mask> film."], top_k=10, targets=words)[0]["predictions"]
+    theirs = pipe("A <mask> film.", targets=words, top_k=10)
+    assert len(ours) == len({p["token"] for p in theirs}) < 10  # top_k capped at the distinct targets
+    assert sorted((p["id"], p["sequence"]) for p in ours) == sorted((p["token"], p["sequence"]) for p in theirs)
+    assert sorted(p["score"] for p in ours) == pytest.approx(sorted(p["score"] for p in theirs), rel=1e-6)
+    assert main(["predict", "fill-mask", "--model", str(tmp_path / "m"), "--json", "--targets", "Ġthe, film",
+                 "A <mask> film."]) == 0
+    listed = json.loads(capsys.readouterr().out)["predictions"]
+    assert {p["token"] for p in listed} == {"Ġthe", "Ġfilm"}
+    assert main(["predict", "fill-mask", "--model", str(tmp_path / "m"), "--targets", "the,,film", "A <mask>."]) == 2
+    assert "--targets: an empty word" in capsys.readouterr().err
+    with pytest.raises(bertkit.BertkitError, match="none of the targets"):
+        fill_mask(model, ["A <mask> film."], targets=[""])
+    assert main(["predict", "fill-mask", "--model", str(tmp_path / "m"), "A <mask> film."]) == 0
+    position = fill_mask(model, ["A <mask> film."])[0]["position"]
+    assert f"(mask at token {position + 1})" in capsys.readouterr().out  # counted from 1, as the errors count
+
+
 def test_fill_mask_answers_do_not_depend_on_the_tokenizers_padding_side(mlm_dir, tmp_path, capsys):
     # a left-padding tokenizer shifted a short text's positions inside the batch: another answer,
     # and a sequence cut from the padded row
@@ -671,7 +715,7 @@ def test_bench_memory_runs_each_side_in_its_own_process():
 def test_fill_mask_in_batches_gives_each_texts_own_dense_predictions(name, head, tokenizer):
     """fill_mask batches texts by length and projects only the masks: per text, the same top-k
     as the full (B, T, V) logits of that text run alone."""
-    from bertkit.cli import fill_mask
+    from bertkit.tasks import fill_mask
 
     torch.manual_seed(0)
     model = bertkit.build(name, head=head, vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_token_id,
@@ -701,7 +745,7 @@ def test_fill_mask_in_batches_gives_each_texts_own_dense_predictions(name, head,
 def test_fill_mask_lists_only_tokens_the_tokenizer_has(tokenizer):
     """A model vocabulary padded past the tokenizer's (a multiple of 64, an override): the rows no
     text can name are never listed, and the listed scores stay the full softmax's."""
-    from bertkit.cli import fill_mask
+    from bertkit.tasks import fill_mask
 
     torch.manual_seed(0)
     V = tokenizer.vocab_size

@@ -1,0 +1,158 @@
+"""Fill-mask: a masked LM's top predictions at every mask of a text, as transformers'
+fill-mask pipeline gives them (the same ids, scores, token strings and filled sequences), with
+its `targets` too. The vocabulary projection runs only at the masks (`masked_positions`).
+
+    from bertkit.tasks import fill_mask
+    fill_mask("runs/demo", ["The film was [MASK]."], top_k=3)
+    fill_mask(model, ["The film was [MASK]."], targets=["good", "bad"])
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from tqdm.auto import tqdm
+
+from ..data.corpora import DataWarning
+from ..errors import BertkitError
+from .base import leave_bar, length_batches, report_truncated, serving
+
+
+def masked_lm(source):
+    """The model at `source` (a Model is taken as is), with its MLM head where the file holds one
+    though its config names no architecture (DeBERTa-v3's released files): transformers'
+    fill-mask pipeline loads those."""
+    from ..interop.hf import FreshHeadWarning, UnusedHeadWarning, from_pretrained
+    from ..model import Model
+
+    if isinstance(source, Model):
+        return source
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        model = from_pretrained(source)
+    if model.head_kind is None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", FreshHeadWarning)  # no MLM weights in the file: keep the encoder
+                model = from_pretrained(source, head="mlm")
+            said = [w for w in said if not issubclass(w.category, UnusedHeadWarning)]  # they are used now
+        except FreshHeadWarning:
+            pass
+    for w in said:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return model
+
+
+def target_ids(tok, targets: list[str]) -> list[int]:
+    """The ids `targets` name, as the pipeline finds them: a vocabulary entry ("Ġgood" for a
+    byte-level BPE word after a space), else the first token of the word's encoding, with a
+    warning naming that token; a word that encodes to nothing is left out with a warning."""
+    if isinstance(targets, str):
+        targets = [targets]
+    ids = []
+    for target in targets:
+        i = tok.backend.token_to_id(target)
+        if i is None:
+            pieces = tok.encode_plain([target])[0]
+            if not pieces:
+                warnings.warn(f"target {target!r} is not in the vocabulary and encodes to no token; left out",
+                              DataWarning, stacklevel=3)
+                continue
+            i = pieces[0]
+            warnings.warn(f"target {target!r} is not in the vocabulary; its first token {tok.id_to_token(i)!r} "
+                          "is scored instead", DataWarning, stacklevel=3)
+        ids.append(i)
+    ids = sorted(set(ids))
+    if not ids:
+        raise BertkitError(f"none of the targets {list(targets)} names a token of the vocabulary")
+    return ids
+
+
+def fill_mask(model, texts: list[str], top_k: int = 5, targets: list[str] | None = None, batch_size: int = 32,
+              progress: bool = False) -> list[dict]:
+    """Top-k predictions at every mask of every text: one record per mask, in the order of the
+    texts, with the text, the mask's `position` (its index among the text's token ids, 0 being
+    the first special token) and `predictions`: [{"token", "token_str", "id", "score", "sequence"}].
+    "token" is the vocabulary's entry ("Ġgood"), "token_str" the text it decodes to (" good"), and
+    "sequence" the text with this mask filled, as transformers' pipeline gives them: without special
+    tokens where the text has one mask, with them, the other masks included, where it has several
+    (padding left out). Scores are the softmax over the whole vocabulary; `targets` (words or
+    vocabulary entries, as the pipeline takes them) limits the list to those tokens. Special tokens
+    may be proposed, as the pipeline proposes them; rows of a model vocabulary padded past the
+    tokenizer's are not (no text names them), though they keep their share of the softmax. top_k
+    is capped at the number of candidates. `[MASK]` is read as the model's own mask token.
+    `model` is a Model or a folder; every text is checked for a mask before any runs."""
+    from ..model import evaluating
+
+    model = masked_lm(model)
+    tok = model.tokenizer
+    if model.head is None or not model.head.predicts_tokens:
+        raise BertkitError(f"the model has no masked-LM head (head: {model.head_kind}); fill-mask needs one")
+    if tok is None:
+        raise BertkitError("the model has no tokenizer (its folder holds no tokenizer files)")
+    if tok.mask_token is None:
+        raise BertkitError("the model's tokenizer has no mask token")
+    if tok.mask_token_id >= model.config.vocab_size:  # added to the tokenizer, unknown to the model
+        raise BertkitError(f"the mask token {tok.mask_token!r} has id {tok.mask_token_id}, outside the model's "
+                           f"vocabulary of {model.config.vocab_size}: the model has no prediction head row for it "
+                           "(a tokenizer that is not the model's?)")
+    if top_k < 1:
+        raise BertkitError(f"top_k must be at least 1, got {top_k}")
+    if batch_size < 1:
+        raise BertkitError(f"batch size must be at least 1, got {batch_size}")
+    listed = min(tok.vocab_size, model.config.vocab_size)
+    chosen = None
+    if targets is not None:
+        chosen = torch.tensor(target_ids(tok, targets))
+        if int(chosen.max()) >= model.config.vocab_size:
+            raise BertkitError(f"target token id {int(chosen.max())} lies outside the model's vocabulary of "
+                               f"{model.config.vocab_size}")
+    given, texts = texts, [text.replace("[MASK]", tok.mask_token) for text in texts]  # BERT's spelling, any family
+    limit = model.backbone.embeddings.max_length
+    chunks = length_batches([len(text) for text in texts], batch_size)  # similar lengths pad little
+    # right-padded whatever the tokenizer says: a text's positions, and so its answers, do not
+    # depend on the texts it is batched with
+    batches = [tok([texts[i] for i in chunk], max_length=limit, padding_side="right") for chunk in chunks]
+    for chunk, batch in zip(chunks, batches):
+        kept = (batch["input_ids"] == tok.mask_token_id).sum(1).tolist()  # masks in each (perhaps cut) row
+        for row in [r for r, n in enumerate(kept) if n == 0 or int(batch["attention_mask"][r].sum()) == limit]:
+            i = chunk[row]
+            where = f"text {i + 1} of {len(texts)}: " if len(texts) > 1 else ""
+            shown = given[i] if len(given[i]) <= 80 else given[i][:60] + "..." + given[i][-17:]
+            ids = tok.encode(texts[i])
+            masks = [k for k, t in enumerate(ids) if t == tok.mask_token_id]
+            if len(masks) > kept[row]:  # one the cut left out: no answer for it would be said silently
+                raise BertkitError(f"{where}its {tok.mask_token} at token {masks[kept[row]] + 1} of {len(ids)} lies "
+                                   f"past the model's limit of {limit} tokens: {shown!r}")
+            if not masks:
+                raise BertkitError(f"{where}no {tok.mask_token} in {shown!r}")
+    if any(int(b["attention_mask"].sum(1).max()) == limit for b in batches):  # perhaps cut: count those that were
+        lengths = [len(ids) + tok.frame.specials(pair=False) for ids in tok.encode_plain(texts)]
+        report_truncated(sum(n > limit for n in lengths), len(texts), limit)
+    found: list[list[dict]] = [[] for _ in texts]
+    with evaluating(model), torch.no_grad(), serving(model, len(batches)):
+        for chunk, batch in tqdm(list(zip(chunks, batches)), disable=not progress, desc="filling masks",
+                                 unit="batch", leave=leave_bar()):
+            masked = batch["input_ids"] == tok.mask_token_id  # (B, T)
+            logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                           masked_positions=masked).logits  # (K, V), the masks in row-major order
+            probs = logits.float().softmax(-1)  # (K, V)
+            if chosen is None:
+                top = probs[:, :listed].topk(min(top_k, listed))
+                scores, ids = top.values.tolist(), top.indices.tolist()
+            else:
+                top = probs[:, chosen].topk(min(top_k, len(chosen)))
+                scores, ids = top.values.tolist(), chosen[top.indices].tolist()
+            for (row, pos), row_scores, row_ids in zip(masked.nonzero().tolist(), scores, ids):
+                text_ids = batch["input_ids"][row, :int(batch["attention_mask"][row].sum())].tolist()
+                one_mask = int(masked[row].sum()) == 1
+
+                def filled(i):  # padding proposed for this mask fills nothing, as in the pipeline
+                    ids = [t for t in text_ids[:pos] + [i] + text_ids[pos + 1:] if t != tok.pad_token_id]
+                    return tok.decode(ids, skip_special_tokens=one_mask)
+
+                found[chunk[row]].append({"text": given[chunk[row]], "position": pos, "predictions": [
+                    {"token": tok.id_to_token(i), "token_str": tok.decode([i], skip_special_tokens=False),
+                     "id": i, "score": p, "sequence": filled(i)} for p, i in zip(row_scores, row_ids)]})
+    return [record for records in found for record in records]
