@@ -369,6 +369,22 @@ def test_a_picture_name_as_out_and_a_value_starting_with_a_dash_are_explained(tm
     assert capsys.readouterr().err.splitlines()[-1].endswith("argument --temperatures: expected one argument")
 
 
+def test_temperature_candidates_are_named_by_their_text(reviews):
+    # a byte-level BPE model's candidates were labelled with vocabulary entries ("Ġfilm")
+    from bertkit.data import TokenizerSettings, train_tokenizer
+    from bertkit.viz.distillation import mlm_logits
+
+    tok = train_tokenizer(reviews, TokenizerSettings.for_family("roberta", vocab_size=600))
+    torch.manual_seed(0)
+    model = bertkit.build("roberta-base", head="mlm", vocab_size=tok.vocab_size, num_layers=1, hidden_size=32,
+                          num_heads=4, intermediate_size=48, max_positions=64)
+    model.tokenizer = tok
+    with torch.no_grad():
+        model.head.bias[tok.backend.token_to_id("Ġfilm")] = 50.0
+    logits, labels, _ = mlm_logits(model.eval(), "A [MASK] to see.", top_k=6)
+    assert labels[0] == "film" and not any(label.startswith("Ġ") for label in labels)
+
+
 def test_cli_pictures_and_compare(tmp_path, capsys):
     out = tmp_path / "viz"
     assert main(["visualize", "distillation-temperature", "--out", str(out)]) == 0

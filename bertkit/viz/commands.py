@@ -287,7 +287,7 @@ def add_parsers(sub) -> None:
     s.add_argument("--temperatures", metavar="T1,T2,...", help="temperatures to draw (default 0.5,1,2,4,8)")
     s.add_argument("--model", help="read the logits from this masked-LM checkpoint (or preset, random) at the "
                                    "first [MASK] of --text")
-    s.add_argument("--text", help="with --model: a text with [MASK]")
+    s.add_argument("--text", help="with --model: a text with [MASK] (the logits at its first mask)")
     s.add_argument("--tokenizer", help="with --model: tokenizer file or directory if the model has none")
     s.add_argument("--top-k", dest="top_k", type=int, default=8, help="with --model: how many logits (default 8)")
     s.add_argument("--out", default="runs/viz", help="output directory (default runs/viz)")

@@ -63,7 +63,7 @@ def mlm_logits(model, text: str, top_k: int = 8) -> tuple[list[float], list[str]
     with torch.no_grad():
         logits = model(encoded.ids, torch.ones_like(encoded.ids), encoded.types).logits[0, positions[0]].float()
     top = logits.topk(min(top_k, logits.shape[-1]))
-    labels = [tok.id_to_token(i) for i in top.indices.tolist()]
+    labels = [tok.decode([i]).strip() or tok.id_to_token(i) for i in top.indices.tolist()]  # " good", not "Ġgood"
     return top.values.tolist(), labels, f"{text} (top {len(labels)} logits of the model)"
 
 
