@@ -123,6 +123,12 @@ def test_choice_files_in_every_layout(tmp_path):
     assert load_examples("multiple-choice", swag) == [
         ChoiceExample("She opens the door.", ("She walks in.", "She flies.", "She melts.", "She sings backwards."), 0)]
 
+    hellaswag = tmp_path / "hellaswag.jsonl"  # HellaSwag's rows as `datasets` writes them: ctx, endings, "label"
+    hellaswag.write_text("".join(json.dumps({"ind": i, "activity_label": "x", "ctx_a": r["text"], "ctx_b": "",
+                                             "ctx": r["text"], "endings": r["choices"], "label": str(r["label"])})
+                                 + "\n" for i, r in enumerate(rows)))
+    assert load_examples("multiple-choice", hellaswag) == expected
+
     renamed = tmp_path / "renamed.jsonl"
     renamed.write_text(json.dumps({"q": "The cat", "options": ["sat down.", "flew away."], "answer": 0}) + "\n")
     assert load_examples("multiple-choice", renamed, columns=Columns("q", None, "answer", "options")) == expected[:1]
@@ -137,6 +143,11 @@ def test_choice_files_in_every_layout(tmp_path):
     ({"text": " ", "choices": ["a", "b"], "label": 0}, r"line 1: empty context"),
     ({"text": "x", "choice0": "a", "choice1": "", "choice2": "c", "label": 2},
      r"line 1: column 'choice1' is empty but a later choice is not"),
+    ({"text": "x", "choices": ["a", " ", "c"], "label": 0}, r"line 1: choice 1 in column 'choices' is empty"),
+    ({"text": "x", "choices": ["a", "b"], "label": "b"}, r"line 1: label 'b' .* it is choice 1's text, and the label "
+                                                          r"is the right choice's index"),
+    ({"ctx": "x", "choices": ["a", "b"], "label": 0}, r"line 1: no column 'text' \(columns: ctx, choices, label; "
+                                                      r"--text-column names another\)"),
 ])
 def test_bad_choice_rows_are_one_error_naming_the_line(tmp_path, row, message):
     path = tmp_path / "bad.jsonl"
@@ -158,6 +169,8 @@ def test_predict_choose_from_arguments_and_json_lines(trained, tmp_path, capsys)
     assert [x["choice"] for x in lines] == [p["choice"] for p in choose(out, [x.text for x in dev[:5]],
                                                                         [list(x.choices) for x in dev[:5]])]
     assert main(["predict", "choose", "--model", str(out), "a context", "--choice", "only one"]) == 2
+    with pytest.raises(BertkitError, match="context 2: choice 0 is empty"):
+        choose(out, ["a context", "another"], [["yes", "no"], ["", "no"]])
     assert capsys.readouterr().err.strip().endswith("context 1: choices must be a list of at least two strings")
 
 

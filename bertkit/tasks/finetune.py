@@ -520,6 +520,9 @@ def choose(model, texts: list[str], choices: list[list[str]], batch_size: int = 
     for n, options in enumerate(choices, 1):
         if isinstance(options, str) or len(options) < 2 or not all(isinstance(c, str) for c in options):
             raise BertkitError(f"context {n}: choices must be a list of at least two strings")
+        blank = next((k for k, c in enumerate(options) if not c.strip()), None)
+        if blank is not None:  # it would be scored as an answer, and perhaps chosen
+            raise BertkitError(f"context {n}: choice {blank} is empty")
     overrides = {"max_length": max_length, "bf16": bool(bf16)}
     model, _, job, settings, length = _prepared(model, "multiple-choice", tokenizer, overrides)
     examples = [ChoiceExample(t, tuple(c)) for t, c in zip(texts, choices)]

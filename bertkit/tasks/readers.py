@@ -322,18 +322,26 @@ def choice_rows(rows, columns: Columns = Columns(), labelled: bool = True) -> li
     for where, row in rows:
         keys = list(row)
         swag = text_col not in row and columns.text is None and "sent1" in row and "sent2" in row
-        if text_col not in row and not swag:
-            raise BertkitError(f"{where}: no column {text_col!r} (columns: {', '.join(map(str, keys))})")
-        text = row["sent1"] if swag else row[text_col]
-        if list_col in row:
-            choices = row[list_col]
+        # HellaSwag's rows, as `datasets` writes them: the context `ctx`, the list `endings`
+        hellaswag = (text_col not in row and columns.text is None and columns.choices is None and "ctx" in row
+                     and "endings" in row and list_col not in row)
+        if text_col not in row and not swag and not hellaswag:
+            raise BertkitError(f"{where}: no column {text_col!r} (columns: {', '.join(map(str, keys))}; "
+                               "--text-column names another)")
+        text = row["sent1"] if swag else row["ctx"] if hellaswag else row[text_col]
+        listed = "endings" if hellaswag else list_col
+        if listed in row:
+            choices = row[listed]
             if isinstance(choices, str):  # a CSV cell holding a JSON list
                 try:
                     choices = json.loads(choices)
                 except json.JSONDecodeError:
                     choices = None
             if not isinstance(choices, list) or not all(isinstance(c, str) for c in choices):
-                raise BertkitError(f"{where}: column {list_col!r} must be a list of strings")
+                raise BertkitError(f"{where}: column {listed!r} must be a list of strings")
+            blank = next((k for k, c in enumerate(choices) if not c.strip()), None)
+            if blank is not None:  # scored as an answer, and perhaps chosen, where a choice is missing
+                raise BertkitError(f"{where}: choice {blank} in column {listed!r} is empty")
         else:
             numbered = _numbered(keys, [columns.choices] if columns.choices else ["choices", "choice", "ending"])
             if not numbered:
@@ -363,8 +371,10 @@ def choice_rows(rows, columns: Columns = Columns(), labelled: bool = True) -> li
             if isinstance(value, str) and re.fullmatch(r"\s*-?\d+(\.0*)?\s*", value):  # "1", or "1.0" as pandas writes
                 value = int(float(value))
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < len(choices):
+                named = (f"; it is choice {choices.index(value)}'s text, and the label is the right choice's index"
+                         if isinstance(value, str) and value in choices else "")
                 raise BertkitError(f"{where}: label {value!r} in column {label_col!r} is not the index of one of "
-                                   f"its {len(choices)} choices (0..{len(choices) - 1})")
+                                   f"its {len(choices)} choices (0..{len(choices) - 1}){named}")
             label = value
         examples.append(ChoiceExample(text, tuple(choices), label))
     return examples
