@@ -771,10 +771,52 @@ def test_torch_export_records_the_whole_model_as_one_graph(name):
 
     model = shrunk(name)
     ids, mask = batch(model.config.pad_token_id)
-    exported = torch.export.export(Logits(model), (ids, mask)).module()
-    keep = mask.bool()
+    length = torch.export.Dim("length", min=2, max=model.backbone.embeddings.max_length)  # RoBERTa's: 2 fewer
+    shapes = ({0: torch.export.Dim("batch"), 1: length},) * 2
+    exported = torch.export.export(Logits(model), (ids, mask), dynamic_shapes=shapes).module()
+    g = torch.Generator().manual_seed(1)
     with torch.no_grad():
-        assert torch.allclose(exported(ids, mask)[keep], model(ids, mask).logits[keep], atol=1e-5)
+        # a ModernBERT local layer runs 20 tokens in blocks of its window in eager, 11 whole:
+        # the graph was tied to lengths up to 16 (the choice between the two)
+        for ids, mask in (batch(model.config.pad_token_id), (torch.randint(3, 120, (3, 20), generator=g),
+                                                             torch.ones(3, 20, dtype=torch.long))):
+            keep = mask.bool()
+            assert torch.allclose(exported(ids, mask)[keep], model(ids, mask).logits[keep], atol=1e-5)
+
+
+@pytest.mark.parametrize("name", [n if n in ("mini-bert", "modernbert-large")  # the feed-forward kinds: plain, GLU
+                                  else pytest.param(n, marks=pytest.mark.slow) for n in FAMILY_PRESETS])
+def test_onnx_export_under_no_grad_runs_in_onnxruntime_for_any_mask_and_shape(name, tmp_path):
+    """torch.onnx.export(dynamo=False) records a jit trace: under no_grad the inference kernels
+    wrote the feed-forward's matmul into scratch memory (addmm(out=)), which ONNX has no form of,
+    and the export failed."""
+    import onnxruntime
+
+    model = shrunk(name)
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids, mask):
+            return self.model(ids, mask).logits
+
+    ids, mask = batch(model.config.pad_token_id)
+    axes = {0: "batch", 1: "length"}
+    with torch.no_grad():
+        torch.onnx.export(Logits().eval(), (ids, mask), tmp_path / "m.onnx", dynamo=False,
+                          input_names=["ids", "mask"], output_names=["logits"],
+                          dynamic_axes={n: axes for n in ("ids", "mask", "logits")})
+    session = onnxruntime.InferenceSession(tmp_path / "m.onnx", providers=["CPUExecutionProvider"])
+    g = torch.Generator().manual_seed(1)
+    for ids, mask in (batch(model.config.pad_token_id, left=True), (torch.randint(3, 120, (2, 20), generator=g),
+                                                                    torch.ones(2, 20, dtype=torch.long))):
+        with torch.no_grad():
+            want = model(ids, mask).logits
+        got = torch.from_numpy(session.run(None, {"ids": ids.numpy(), "mask": mask.numpy()})[0])
+        keep = mask.bool()
+        assert (got[keep] - want[keep]).abs().max().item() <= 1e-4
 
 
 

@@ -244,9 +244,12 @@ class SelfAttention(nn.Module):
 
     def _windowed(self, q, k, v, positions, real, bias, dropout_p, zero_stranded=True):
         """Local attention, q, k, v (B, N, T, D): `positions` (T,) or (B, T), `real` (B, T) bool
-        key mask or None. Past a length where most scores would be masked, in blocks. Queries
-        that see no key get zeros (`window_mask`), unless `zero_stranded` is False."""
-        if bias is None and self.window and q.shape[-2] > 8 * self.window:  # (a window of 0: each token alone)
+        key mask or None. Past a length where most scores would be masked, in blocks, except while
+        a graph is recorded (torch.export, torch.compile, torch.jit.trace): the choice would tie the
+        graph to lengths on one side of it. Queries that see no key get zeros (`window_mask`),
+        unless `zero_stranded` is False."""
+        recording = torch.compiler.is_compiling() or torch.jit.is_tracing()
+        if not recording and bias is None and self.window and q.shape[-2] > 8 * self.window:  # (window 0: alone)
             return self._blocks(q, k, v, positions, real, dropout_p, zero_stranded)
         keys = None if real is None else real[:, None, None, :]  # (B, 1, 1, T)
         allowed, stranded = window_mask(keys, positions, positions, self.window)  # (B or 1, 1, T, T or 1)

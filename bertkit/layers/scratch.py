@@ -39,10 +39,11 @@ def scope():
 def plain_eager(x: torch.Tensor) -> bool:
     """Whether hand-written kernels (out= matmuls, hand-differentiated ones) may stand in for
     modules on `x`: no autocast (an out= or hand-differentiated matmul would not be cast), not
-    while torch.compile traces (it fuses and plans the memory itself) and not under a torch.func
+    while torch.compile traces (it fuses and plans the memory itself), not while torch.jit traces
+    (torch.onnx.export's graphs have no out= forms of addmm and mm) and not under a torch.func
     transform (`func_transforming`); not on the meta device (shapes only: autocast has no such device)."""
     return (not x.is_meta and not torch.is_autocast_enabled(x.device.type) and not torch.compiler.is_compiling()
-            and not func_transforming())
+            and not torch.jit.is_tracing() and not func_transforming())
 
 
 def func_transforming() -> bool:
