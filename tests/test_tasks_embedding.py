@@ -223,6 +223,16 @@ def test_pair_files_with_and_without_scores(tmp_path):
     assert triplets == [TextExample("a", "b", negative="c")]
 
 
+def test_sentence_transformers_anchor_positive_negative_columns_are_read_as_pairs(tmp_path):
+    """sentence-transformers' standard layout, read where `text` / `text_pair` are not there."""
+    triplets = write_csv(tmp_path / "t.csv", [("a", "b", "c")], ("anchor", "positive", "negative"))
+    assert load_examples("embedding", triplets) == [TextExample("a", "b", negative="c")]
+    (tmp_path / "p.jsonl").write_text('{"anchor": "a", "positive": "b"}\n')
+    assert load_examples("embedding", tmp_path / "p.jsonl") == [TextExample("a", "b")]
+    with pytest.raises(BertkitError, match="no column 'q'"):  # a named column is still the one read
+        load_examples("embedding", triplets, columns=Columns(text="q"))
+
+
 @pytest.mark.parametrize("rows, header, message", [
     ([("a", "b")], ("text", "label"), "no column 'text_pair'"),
     ([("a", "b", "1"), ("c", "", "0")], ("text", "text_pair", "label"), "line 3: column 'text_pair' is empty"),

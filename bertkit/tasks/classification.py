@@ -83,18 +83,40 @@ class SequenceClassification(Task):
     metric = "accuracy"
     metrics = ("accuracy", "f1", "mcc")
 
+    multi_label = False  # whether the training data gives label sets (labels_of): the model trains multi-label
+    model_multi_label: bool | None = None  # whether the model is multi-label, once prepare has seen it
+
     def __init__(self, truncation: str = "head"):
         self.truncation = check_truncation(truncation)  # which part of a text longer than max_length is kept
 
     def labels_of(self, examples) -> tuple[str, ...]:
-        labels = ordered_labels((e.label for e in examples), examples)
+        """The union of the training data's label names, in ordered_labels' order. Data with a
+        label list anywhere (readers: a tuple of names) is multi-label, a plain label there being
+        a one-element set: a multi-label file may write an example of one label either way."""
+        self.multi_label = has_label_sets(examples)
+        labels = ordered_labels((n for e in examples for n in names_of(e.label)), examples)
         if len(labels) < 2:
             raise BertkitError(f"classification needs at least two classes in the training data, found {list(labels)}")
         return labels
 
     def targets(self, examples, labels, source):
-        index = label_index(labels, [e.label for e in examples], source)
-        return [index[e.label] for e in examples]
+        """(B,) class indices, or, where the data gives label sets, a multi-hot (C,) 0/1 float
+        vector per example (every example: a batch is one tensor), as transformers' multi-label
+        loss takes them."""
+        index = label_index(labels, [n for e in examples for n in names_of(e.label)], source)
+        if not has_label_sets(examples):
+            return [index[e.label] for e in examples]
+        hot = []
+        for e in examples:
+            row = [0.0] * len(labels)
+            for n in names_of(e.label):
+                row[index[n]] = 1.0
+            hot.append(row)
+        return hot
+
+    def prepare(self, model, max_length):
+        self.model_multi_label = model.config.problem_type == "multi_label_classification"
+        return super().prepare(model, max_length)
 
     def features(self, examples, tokenizer, labels, max_length, source):
         features, cut = encode_texts(examples, tokenizer, max_length, self.truncation)
@@ -133,13 +155,34 @@ class SequenceClassification(Task):
 
     def check_gold(self, examples, labels, source):
         self.targets(examples, labels, source)
+        if self.model_multi_label is False:
+            self._single_golds(examples, source)
+
+    def _single_golds(self, examples, source):
+        """A single-label model's predictions are one label each: gold label sets cannot be scored."""
+        listed = next((n for n, e in enumerate(examples, 1) if isinstance(e.label, tuple)), None)
+        if listed is not None:
+            raise BertkitError(f"{source}: example {listed} gives a label list (multi-label) but the model is "
+                               "single-label (one label per text); fine-tune it on the label lists first")
 
     def score(self, examples, predictions, labels):
-        gold = self.targets(examples, labels, "evaluation data")
-        index = {name: i for i, name in enumerate(labels)}
-        if predictions and all("labels" in p for p in predictions):  # a multi-label model
+        index = label_index(labels, [n for e in examples for n in names_of(e.label)], "evaluation data")
+        if predictions and all("labels" in p for p in predictions):  # a multi-label model: gold sets
+            gold = [[index[n] for n in names_of(e.label)] for e in examples]
             return multi_label_scores(gold, [[index[n] for n in p["labels"]] for p in predictions], len(labels))
-        return classification_scores(gold, [index[p["label"]] for p in predictions], len(labels))
+        self._single_golds(examples, "evaluation data")
+        return classification_scores([index[e.label] for e in examples], [index[p["label"]] for p in predictions],
+                                     len(labels))
+
+
+def names_of(label) -> tuple:
+    """A classification label's names: a label set as it is, a plain label as a set of one."""
+    return label if isinstance(label, tuple) else (label,)
+
+
+def has_label_sets(examples) -> bool:
+    """Whether any example gives a label list (multi-label data)."""
+    return any(isinstance(e.label, tuple) for e in examples)
 
 
 # The activations a sentence-transformers CrossEncoder folder names for its one-output score

@@ -260,10 +260,8 @@ def cmd_classify(args) -> None:
             raise BertkitError("--text-pair goes with one positional text; for many pairs use --input with "
                                'JSON lines {"text": ..., "text_pair": ...}')
         records[0]["text_pair"] = args.text_pair
-    paired = [r for r in records if "text_pair" in r]
-    if paired and len(paired) != len(records):
-        raise BertkitError("some inputs have a text_pair and some do not; a model reads one kind")
-    pairs = [r["text_pair"] for r in records] if paired else None
+    # each input on its own terms, as finetune and evaluate read a table: a missing or empty text_pair is none
+    pairs = [r.get("text_pair") for r in records] if any(r.get("text_pair") for r in records) else None
     _write_lines(classify(args.model, [r["text"] for r in records], pairs, **_common(args, len(records))))
 
 

