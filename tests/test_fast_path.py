@@ -757,6 +757,94 @@ def test_module_hooks_run_on_every_path_and_pruning_trains(name):
 
 
 @pytest.mark.parametrize("name", FAMILY_PRESETS)
+def test_what_a_hook_keeps_stays_as_it_saw_it_and_backward_hooks_fire(name):
+    """Inference writes over tensors nothing else holds: the feed-forward intermediate into memory
+    every layer shares, the activation into the up-projection's output, the residual sum into a
+    sublayer's output. A hook may hold them: in a block a hook watches, nothing is written over
+    (every layer's kept intermediate was the last layer's). Backward hooks on a projection fire
+    (the hand-written kernels skipped the module call that runs them)."""
+    model = shrunk(name)
+    ids, mask = batch(model.config.pad_token_id)
+    kept, seen = [], []
+
+    def keep(tensor):
+        kept.append(tensor)
+        seen.append(tensor.clone())
+
+    blocks = {id(b): b for b in map(model.backbone.encoder.layer_for, range(model.config.num_layers))}
+    for block in blocks.values():  # (ALBERT's layers share one)
+        block.ffn.up.register_forward_hook(lambda m, args, out: keep(out))
+        block.ffn.down.register_forward_pre_hook(lambda m, args: keep(args[0]))
+        block.attn.out_proj.register_forward_hook(lambda m, args, out: keep(out))
+        block.ffn.register_forward_hook(lambda m, args, out: keep(out))
+    for grad in (False, True):
+        kept.clear(), seen.clear()
+        with torch.set_grad_enabled(grad):
+            model(ids, mask)
+        assert len(kept) == 4 * model.config.num_layers
+        assert all(torch.equal(k, s) for k, s in zip(kept, seen)), grad
+    fired = []
+    block = model.backbone.encoder.layer_for(0)
+    watched = [block.ffn.up, block.ffn.down, block.attn.out_proj, model.head.decoder]
+    for module in watched:
+        module.register_full_backward_hook(lambda m, g_in, g_out: fired.append(m))
+    no_dropout(model.train())(ids, mask).logits.float().logsumexp(-1).mean().backward()
+    assert {id(m) for m in fired} == {id(m) for m in watched}
+
+
+class _LowRank(torch.nn.Linear):
+    """A linear with a low-rank term added in its forward, as PEFT's LoRA layers are."""
+
+    def __init__(self, base: torch.nn.Linear, rank: int = 2):
+        super().__init__(base.in_features, base.out_features, bias=base.bias is not None)
+        self.load_state_dict(base.state_dict())
+        g = torch.Generator().manual_seed(base.out_features)
+        self.a = torch.nn.Parameter(torch.randn(rank, base.in_features, generator=g) * 0.1)
+        self.b = torch.nn.Parameter(torch.randn(base.out_features, rank, generator=g) * 0.1)
+
+    def forward(self, x):
+        return super().forward(x) + x @ self.a.t() @ self.b.t()
+
+    def merged(self) -> torch.nn.Linear:
+        plain = torch.nn.Linear(self.in_features, self.out_features, bias=self.bias is not None)
+        with torch.no_grad():
+            plain.weight.copy_(self.weight + self.b @ self.a)
+            if self.bias is not None:
+                plain.bias.copy_(self.bias)
+        return plain
+
+
+@pytest.mark.parametrize("name", ["mini-bert", "roberta-large"])  # a tied decoder, an untied one
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor")  # quantize_dynamic, deprecated in torch
+def test_a_linear_subclass_is_called_on_every_path_and_quantized_models_run(name):
+    """A subclass of nn.Linear (PEFT's LoRA, a quantized layer) adds to its forward: the fused
+    Q/K/V projection (CUDA's default) and the MLM decoder read `.weight` instead and dropped the
+    low-rank term. The model with the terms equals the one with them merged into the weights."""
+    import copy
+
+    model = shrunk(name)
+    model.head.decoder.weight = torch.nn.Parameter(model.head.decoder.weight.detach().clone())  # untie: merge it alone
+    block = model.backbone.encoder.layer_for(0)
+    for part in ("query", "key", "value"):
+        setattr(block.attn, part, _LowRank(getattr(block.attn, part)))
+    model.head.decoder = _LowRank(model.head.decoder)
+    block.attn.fuse_qkv = True  # the path CUDA takes by default
+    merged = copy.deepcopy(model)
+    merged_block = merged.backbone.encoder.layer_for(0)
+    for part in ("query", "key", "value"):
+        setattr(merged_block.attn, part, getattr(merged_block.attn, part).merged())
+    merged.head.decoder = merged.head.decoder.merged()
+    ids, mask = batch(model.config.pad_token_id)
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad):
+            assert torch.allclose(model(ids, mask).logits, merged(ids, mask).logits, atol=1e-4), grad
+    quantized = torch.ao.quantization.quantize_dynamic(shrunk(name), {torch.nn.Linear}, dtype=torch.qint8)
+    with torch.no_grad():
+        want, got = shrunk(name)(ids, mask).logits, quantized(ids, mask).logits
+    assert (got - want).abs().max() < 0.1 * want.abs().max()
+
+
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
 def test_torch_export_records_the_whole_model_as_one_graph(name):
     """torch.export (and torch.compile(fullgraph=True)) record the padded path in one graph, as a
     trace does: unpadding branches on the mask's values."""

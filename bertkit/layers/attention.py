@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import EncoderConfig
-from .dense import dense, hooked
+from .dense import bare, dense
 from .dropout import Dropout, dropout
 from .masks import window_mask
 from .packing import Packing, slots, take
@@ -180,7 +180,7 @@ class SelfAttention(nn.Module):
         and all three projections have a bias (DeBERTa v1's key has none)."""
         parts = (self.query, self.key, self.value)
         fuse = x.is_cuda if self.fuse_qkv is None else self.fuse_qkv
-        if fuse and query is None and all(p.bias is not None and not hooked(p) for p in parts):
+        if fuse and query is None and all(bare(p) and p.bias is not None for p in parts):
             weight = torch.cat([p.weight for p in parts])  # (3H, H)
             bias = torch.cat([p.bias for p in parts])      # (3H,)
             return F.linear(x, weight, bias).chunk(3, dim=-1)  # 3 x (..., H) views

@@ -19,6 +19,7 @@ from ..config import EncoderConfig
 from .attention import SelfAttention
 from .dropout import Dropout
 from . import scratch
+from .dense import hooked
 from .feedforward import FeedForward
 from .packing import Packing, take
 
@@ -45,7 +46,14 @@ class TransformerBlock(nn.Module):
         With `query` (B, T, H), queries and the residual stream come from it while keys and
         values come from x. With `rows` (K,), ascending indices into the flattened tokens,
         attention still reads every token as a key but the block computes only those K rows
-        (see Encoder.forward). Returns (B, T, H), or (K, H) with rows, and optional (B, N, T, T)."""
+        (see Encoder.forward). Returns (B, T, H), or (K, H) with rows, and optional (B, N, T, T).
+        Where a hook watches a module of the block, nothing is written over in place (`watched`)."""
+        if not torch.compiler.is_compiling() and any(hooked(m) for m in self.modules()):
+            with scratch.watched():
+                return self._run(x, mask, need_weights, query, rows, **context)
+        return self._run(x, mask, need_weights, query, rows, **context)
+
+    def _run(self, x, mask, need_weights, query, rows, **context):
         stream = x if query is None else query
         if self.norm_first:
             q = None if query is None else self.attn_norm(query)
@@ -64,7 +72,7 @@ def residual(stream: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
     `update`, the fresh output of a sublayer that nothing else holds, instead of new memory;
     not when the sum needs another shape or dtype (under autocast, a bf16 projection's output
     added to an fp32 stream stays fp32)."""
-    if (stream.requires_grad or update.requires_grad or update.shape != stream.shape
+    if (stream.requires_grad or not scratch.may_overwrite(update) or update.shape != stream.shape
             or update.dtype != stream.dtype):
         return stream + update
     return update.add_(stream)

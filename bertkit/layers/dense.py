@@ -142,17 +142,25 @@ def _serves(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def _plain(x: torch.Tensor, layer: nn.Module) -> bool:
-    """A plain nn.Linear (a subclass may change forward) without forward hooks (calling it is
-    what runs them) that `_serves`, without autocast (oneDNN's op would not be cast)."""
-    return (type(layer) is nn.Linear and _serves(x, layer.weight) and not torch.is_autocast_enabled("cpu")
-            and not hooked(layer))
+    """A `bare` linear that `_serves`, without autocast (oneDNN's op would not be cast)."""
+    return bare(layer) and _serves(x, layer.weight) and not torch.is_autocast_enabled("cpu")
+
+
+def bare(layer: nn.Module) -> bool:
+    """Whether a fast path may read the layer's weight and bias instead of calling it: a plain
+    nn.Linear (a subclass may add to its forward: PEFT's LoRA layers, quantized ones) that no
+    hook watches."""
+    return type(layer) is nn.Linear and not hooked(layer)
 
 
 def hooked(layer: nn.Module) -> bool:
-    """Whether calling the module would run hooks (its own or global ones: pruning, activation
-    capture), which a fast path that reads its weights directly would skip."""
-    return bool(layer._forward_hooks or layer._forward_pre_hooks
-                or module_hooks._global_forward_hooks or module_hooks._global_forward_pre_hooks)
+    """Whether calling the module would run hooks (its own or global ones, forward or backward:
+    pruning, activation capture, gradient capture), which a fast path that reads its weights
+    directly would skip."""
+    return bool(layer._forward_hooks or layer._forward_pre_hooks or layer._backward_hooks
+                or layer._backward_pre_hooks or module_hooks._global_forward_hooks
+                or module_hooks._global_forward_pre_hooks or module_hooks._global_backward_hooks
+                or module_hooks._global_backward_pre_hooks)
 
 
 def _recorded(x: torch.Tensor, layer: nn.Module) -> bool:
@@ -196,9 +204,9 @@ def _autocast_weight(x: torch.Tensor, layer: nn.Module) -> torch.Tensor | None:
     would (bf16 input, weight and bias, bf16 output) without casting the weight each call."""
     if not (torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16):
         return None
-    if (type(layer) is not nn.Linear or x.device.type != "cpu" or x.dtype not in (torch.float32, torch.bfloat16)
+    if (not bare(layer) or x.device.type != "cpu" or x.dtype not in (torch.float32, torch.bfloat16)
             or torch.compiler.is_compiling() or torch.jit.is_tracing() or func_transforming()
-            or hooked(layer) or _recorded(x, layer)):
+            or _recorded(x, layer)):
         return None
     return _packed_weight(layer, torch.bfloat16)
 

@@ -14,8 +14,8 @@ from torch import nn
 
 from ..config import EncoderConfig
 from .activations import activation, activation_backward_into, activation_in_place
-from .dense import autocast_packed, dense, dense_act, fuses, hooked, linear
-from .scratch import plain_eager, scratch
+from .dense import autocast_packed, bare, dense, dense_act, fuses, linear
+from .scratch import may_overwrite, plain_eager, scratch
 
 
 class FeedForward(nn.Module):
@@ -46,7 +46,7 @@ class FeedForward(nn.Module):
             h = self.act_in_place(self._up_into(x, buffer)).view(*x.shape[:-1], buffer.shape[-1])  # (B, T, I)
         else:
             h = self.up(x)  # (B, T, I)
-            if self.act_in_place is not None and not h.requires_grad:
+            if self.act_in_place is not None and may_overwrite(h):
                 h = self.act_in_place(h)  # nothing records h for a backward pass: reuse its memory
             else:
                 h = self.act(h)
@@ -62,7 +62,7 @@ class FeedForward(nn.Module):
     def _hand_written(self, x: torch.Tensor, *linears: nn.Linear) -> bool:
         """Whether this call may run its own matmuls instead of the modules': plain `linears`
         with biases, and `plain_eager`."""
-        return all(type(m) is nn.Linear and m.bias is not None and not hooked(m) for m in linears) and plain_eager(x)
+        return all(bare(m) and m.bias is not None for m in linears) and plain_eager(x)
 
     def _recycles(self, x: torch.Tensor) -> bool:
         """Whether a recorded forward goes through _Recycling: an activation with a known
@@ -74,7 +74,7 @@ class FeedForward(nn.Module):
         """The shared (tokens, up.out_features) scratch buffer, when this call may write into it:
         an in-place activation, a plain up-projection (with or without bias), and what `scratch`
         asks (no autograd, eager, ...)."""
-        if self.act_in_place is None or type(self.up) is not nn.Linear or hooked(self.up):
+        if self.act_in_place is None or not bare(self.up):
             return None
         return scratch("feed-forward intermediate", (x.numel() // x.shape[-1], self.up.out_features), x)
 

@@ -10,7 +10,7 @@ from torch import nn
 
 from ..config import EncoderConfig
 from .activations import activation
-from .dense import dense, hooked, linear, serving_weight
+from .dense import bare, dense, linear, serving_weight
 from .dropout import Dropout
 from .scratch import plain_eager
 from .output import EncoderOutput
@@ -71,7 +71,7 @@ class MLMHead(Head):
     def predict(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., H) hidden states -> (..., V) vocabulary logits."""
         x = self.norm(self.act(dense(hidden, self.transform)))  # (..., E)
-        if hooked(self.decoder):  # through the module, so its hooks run (bias added after it, as it is kept apart)
+        if not bare(self.decoder):  # through the module: its hooks, a LoRA or quantized layer (bias added after)
             logits = self.decoder(x)  # (..., V)
             return logits if self.bias is None else logits + self.bias
         if not plain_eager(x):

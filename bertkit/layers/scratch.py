@@ -20,6 +20,8 @@ import torch
 
 # Per thread (and per asyncio task): the flat buffers of the forward running there.
 _buffers: contextvars.ContextVar[dict | None] = contextvars.ContextVar("scratch_buffers", default=None)
+# Whether the block running there is watched by hooks, which may keep the tensors they see.
+_watched: contextvars.ContextVar[bool] = contextvars.ContextVar("scratch_watched", default=False)
 
 
 @contextlib.contextmanager
@@ -34,6 +36,25 @@ def scope():
         yield
     finally:
         _buffers.reset(token)
+
+
+@contextlib.contextmanager
+def watched():
+    """Within it, nothing a hook may have seen is written over: `scratch` hands out no buffer and
+    `may_overwrite` says no (a hook that keeps a sublayer's output, or the feed-forward's
+    intermediate, would find another layer's values in it, or the residual sum)."""
+    token = _watched.set(True)
+    try:
+        yield
+    finally:
+        _watched.reset(token)
+
+
+def may_overwrite(t: torch.Tensor) -> bool:
+    """Whether a sublayer's fresh output `t` may be written in place (an activation, a residual
+    sum): nothing records it for a backward pass, no hook may hold it (`watched`), and no graph is
+    being recorded (torch.compile plans the memory itself)."""
+    return not t.requires_grad and not torch.compiler.is_compiling() and not _watched.get()
 
 
 def plain_eager(x: torch.Tensor) -> bool:
@@ -61,7 +82,7 @@ def scratch(name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tens
     the same `name` in this scope shares, contents undefined; None where reuse is not safe or
     not wanted: outside a scope, while autograd records, under autocast or torch.compile. The
     caller must be done with it before the next call with that name."""
-    if torch.is_grad_enabled() or not plain_eager(like):  # first: torch.compile cannot trace a ContextVar
+    if torch.is_grad_enabled() or not plain_eager(like) or _watched.get():  # first: compile cannot trace a ContextVar
         return None
     buffers = _buffers.get()
     if buffers is None:

@@ -29,6 +29,7 @@ from ..layers import (Encoder, EncoderModel, FeedForward, Head, MLMHead, SelfAtt
                       activation, classifier_dropout)
 from ..layers.dense import autocast_packed, dense
 from ..layers.dropout import Dropout
+from ..layers.scratch import may_overwrite
 from ..layers.output import EncoderOutput
 from . import Family, register_family
 
@@ -148,7 +149,7 @@ class GatedFeedForward(FeedForward):
         else:
             h = dense(x, self.up) if autocast_packed(x, self.up) else self.up(x)
         a, gate = h.chunk(2, dim=-1)  # 2 x (..., I)
-        if self.act_in_place is not None and not h.requires_grad and not dropping:
+        if self.act_in_place is not None and may_overwrite(h) and not dropping:
             h = self.act_in_place(a).mul_(gate)  # nothing records h for a backward pass: reuse it
         else:
             h = self.dropout(self.act(a) * gate)
