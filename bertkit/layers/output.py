@@ -28,7 +28,7 @@ class EncoderOutput:
     end_logits: torch.Tensor | None = None               # QA (B, T)
 
     # transformers' ModelOutput access, for code written against it: out[0], out["logits"],
-    # out.keys(), out.to_tuple(). Its tuple holds a head's outputs (a bare model's states), then
+    # out.keys(), out.values(), out.items(), out.get(), out.to_tuple(). Its tuple holds a head's outputs (a bare model's states), then
     # hidden_states and attentions, those that are not None, in transformers' order; the keys
     # are the same fields (attention_mask and masked_positions, bertkit's own, are attributes).
     def _order(self) -> list[str]:
@@ -42,6 +42,15 @@ class EncoderOutput:
     def keys(self) -> list[str]:
         """The tuple's fields, in its order, as transformers' outputs name them."""
         return self._order()
+
+    def values(self) -> list:
+        return list(self.to_tuple())
+
+    def items(self) -> list[tuple[str, object]]:
+        return list(zip(self.keys(), self.to_tuple()))
+
+    def get(self, key: str, default=None):
+        return getattr(self, key) if key in self.keys() else default
 
     def __getitem__(self, key):
         if isinstance(key, str):
