@@ -175,6 +175,13 @@ def cmd_fill_mask(args) -> None:
     model = masked_lm(args.model)
     if model.head is None or not model.head.predicts_tokens:
         raise BertkitError(f"{args.model}: has no masked-LM head (head: {model.head_kind}); fill-mask needs one")
+    if args.tokenizer:
+        from .data.tokenizer import load_tokenizer
+
+        model.tokenizer = load_tokenizer(args.tokenizer)
+    if model.tokenizer is None:
+        raise BertkitError(f"{args.model}: holds no tokenizer files; give one with --tokenizer (a checkpoint "
+                           "directory, tokenizer.json, vocab.txt, vocab.json or spm.model)")
     results = fill_mask(model, texts, args.top_k, targets, args.batch_size, progress=shows_progress(len(texts)))
     if args.json:
         for r in results:
@@ -555,6 +562,7 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
                    "a warning; spaces are kept, ' good' being the byte-level BPE word after a space); scores stay "
                    "the softmax over the whole vocabulary")
     m.add_argument("--batch-size", type=int, default=32, help="texts per batch (32; texts are batched by length)")
+    m.add_argument("--tokenizer", help="a tokenizer file or directory, if the model directory has none")
     m.add_argument("--json", action="store_true", help="write JSON lines instead of a table")
     m.set_defaults(func=cmd_fill_mask)
     from .tasks.commands import add_parsers as task_parsers, input_column_flags

@@ -116,6 +116,9 @@ def decode_text(data: bytes, source: str) -> str:
     try:  # decoded as plain UTF-8 so the error's offset counts the mark's bytes too
         return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
+        if data.startswith((b"\xff\xfe", b"\xfe\xff")):  # (UTF-32's little-endian mark starts so too)
+            raise BertkitError(f"{source}: UTF-16 or UTF-32 text (it starts with that byte-order mark); "
+                               "save it as UTF-8") from None
         line = data.count(b"\n", 0, e.start) + 1
         raise BertkitError(f"{source}, line {line}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
 

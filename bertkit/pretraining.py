@@ -28,6 +28,7 @@ from .data.corpora import Corpus
 from .errors import BertkitError, first_line
 from .files import RESULT_FILES, checkpoint_folders, launch_rank, output_dir, run_lock, staging_dir, writing
 from .options import seconds, typed
+from .schedules import check_seed
 
 BACKENDS = ("torch", "numpy")
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -80,6 +81,7 @@ class PretrainJob:
         for name, value, choices in (("backend", self.backend, BACKENDS), ("precision", self.precision, PRECISIONS)):
             if value not in choices:
                 raise BertkitError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+        check_seed(self.train.get("seed", 0))  # (the data pipeline draws with it before the trainer checks)
         for name in ("batch_size", "eval_batches"):
             if getattr(self, name) < 1:
                 raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")

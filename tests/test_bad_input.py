@@ -180,6 +180,8 @@ CASES = {
                         ["'bert.embeddings.word_embeddings.weight' has shape (99, 32)", "(10000000000, 32)"]),
     "huge intermediate size": (lambda p: edit_config(p, intermediate_size=10 ** 12),
                                ["intermediate.dense", "(1000000000000"]),
+    "another family's weights": (lambda p: edit_config(p, model_type="roberta", architectures=["RobertaForMaskedLM"]),
+                                 ["its tensors are named bert.*", "weights of another family than the config's roberta"]),
     "layers the file lacks": (lambda p: edit_config(p, num_hidden_layers=100_000),  # in a second, not minutes
                               ["missing every tensor of 99998 of the config's 100000 layers: layer(s) 2, 3"]),
     "gamma beside weight": (break_gamma_and_weight, ["'bert.embeddings.LayerNorm.gamma'",
@@ -265,14 +267,15 @@ def test_an_out_folder_that_cannot_be_made_is_one_line_before_any_work(argv, cap
 
 
 @pytest.mark.parametrize("row, said", [({"text": "", "text_pair": "only second"}, "the object's 'text' is empty"),
-                                       ({"text_pair": "only second"}, "the object needs 'text'")])
+                                       ({"text_pair": "only second"}, "the object needs 'text'"),
+                                       ({"text": 5}, "'text' must be a string, got 5")])  # said it was missing
 def test_an_input_object_missing_or_with_an_empty_text_says_which(row, said, tmp_path, capsys):
     from bertkit.cli import main
 
     inputs = tmp_path / "in.jsonl"  # (read before the model is looked for)
     inputs.write_text(json.dumps(row) + "\n")
     code = main(["predict", "classify", "--model", str(tmp_path / "model"), "--input", str(inputs)])
-    _one_error_line(code, *capsys.readouterr(), [f"{inputs} line 1: {said}"])
+    _one_error_line(code, *capsys.readouterr(), [f"{inputs}, line 1: {said}"])
 
 
 def test_a_mistyped_folder_under_a_local_one_says_the_local_folder_lacks_it(tmp_path, monkeypatch, capsys):

@@ -182,6 +182,16 @@ def test_fill_mask_refuses_text_without_a_mask_and_models_without_a_head(mlm_dir
     assert "its [MASK] at token 84 of 85 lies past" in capsys.readouterr().err  # the first kept, the second not
     assert main(["predict", "fill-mask", "--model", str(minilm_dir), "a [MASK]"]) == 2
     assert "no masked-LM head" in capsys.readouterr().err
+    bare = mlm_dir.parent / "weights-only"  # the folder named, and a tokenizer given instead
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (bare / name).write_bytes((mlm_dir / name).read_bytes())
+    assert main(["predict", "fill-mask", "--model", str(bare), "a [MASK] film"]) == 2
+    assert f"{bare}: holds no tokenizer files; give one with --tokenizer" in capsys.readouterr().err
+    assert main(["predict", "fill-mask", "--model", str(bare), "--tokenizer", str(mlm_dir), "--json", "a [MASK]"]) == 0
+    assert main(["predict", "fill-mask", "--model", str(mlm_dir), "--json", "a [MASK]"]) == 0
+    with_tokenizer, given = capsys.readouterr().out.splitlines()
+    assert with_tokenizer == given
     for name in ("tokenizer_config.json", "special_tokens_map.json"):  # a mask token the vocabulary lacks
         config = json.loads((mlm_dir / name).read_text())
         (mlm_dir / name).write_text(json.dumps({**config, "mask_token": "<mask>"}))

@@ -277,7 +277,7 @@ def test_predict_classify_bad_input_is_one_line(capsys, classifier, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('plain text\n{"text": "ok"}\n{"text": \n', encoding="utf-8")
     code, _, err = run(capsys, "predict", "classify", "--model", classifier, "--input", bad)
-    assert code == 2 and f"{bad} line 3: not valid JSON" in one_error(err)
+    assert code == 2 and f"{bad}, line 3: not valid JSON" in one_error(err)
     code, _, err = run(capsys, "predict", "classify", "--model", classifier)
     assert code == 2 and "no input given" in err
     braces = tmp_path / "braces.txt"  # plain text may start with a brace; an object opens with {"
@@ -288,7 +288,7 @@ def test_predict_classify_bad_input_is_one_line(capsys, classifier, tmp_path):
                         ('{"text": "a", "text_pair": 5}', "'text_pair' must be a string, got 5")):
         bad.write_text(line + "\n", encoding="utf-8")  # a list was classified as one text; a number crashed
         code, _, err = run(capsys, "predict", "classify", "--model", classifier, "--input", bad)
-        assert code == 2 and f"{bad} line 1: {words}" in one_error(err)
+        assert code == 2 and f"{bad}, line 1: {words}" in one_error(err)
     for texts, words in (("great film", "texts must be a list of strings (one text: [text]), got str"),
                          (["fine", 3], "texts: item 2 is not a string but int")):
         with pytest.raises(bertkit.BertkitError, match=re.escape(words)):  # a bare string was one text per character
@@ -312,7 +312,10 @@ def test_finetune_bad_data_is_one_line(capsys, encoder_dir, sentiment_files, tmp
     assert code == 2 and "warmup" in one_error(err)
     # a setting given by its flag is named as the flag
     for flag, words in (("--epochs=-1", "--epochs must be a positive number, got -1.0"),
-                        ("--weight-decay=-0.5", "--weight-decay must be >= 0, got -0.5"),
+                        ("--weight-decay=-0.5", "--weight-decay must be a number >= 0, got -0.5"),
+                        ("--lr=inf", "--lr must be a positive number, got inf"),  # every weight came out NaN
+                        ("--seed=-1", "--seed must be a whole number >= 0, got -1"),  # a traceback from NumPy
+                        ("--doc-stride=5", "--doc-stride is a setting of the qa task, not of classification"),
                         ("--eval-batch-size=0", "--eval-batch-size must be at least 1, got 0")):
         code, _, err = run(capsys, *base, "--eval", dev, "--out", tmp_path / "d", flag)
         assert code == 2 and one_error(err) == f"bertkit: error: {words}", flag

@@ -507,8 +507,12 @@ def check_depth(spec: HFFamily, config: EncoderConfig, state: dict[str, torch.Te
     held = {int(m["i"]) for name in names for p in depth if (m := p.match(name))}
     absent = [i for i in range(config.num_layers) if i not in held]
     if depth and absent:
+        roots = sorted({name.split(".")[0] for name in state if "." in name})
+        other = (f" (its tensors are named {', '.join(r + '.*' for r in roots[:3])}: weights of another family "
+                 f"than the config's {config.family}?)" if not held and roots else "")
         raise BertkitError(f"{source}: missing every tensor of {len(absent)} of the config's {config.num_layers} "
-                           f"layers: layer(s) {', '.join(map(str, absent[:5]))}{' ...' if len(absent) > 5 else ''}")
+                           f"layers: layer(s) {', '.join(map(str, absent[:5]))}{' ...' if len(absent) > 5 else ''}"
+                           f"{other}")
 
 
 def materialize(model: Model, loaded: dict[str, torch.Tensor]) -> None:

@@ -113,7 +113,7 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of
     named = {key: field for field, key in keys.items() if key is not None}  # {named key: its field}
     records = []
     for n, line in _text_lines(args.input):
-        where = f"{args.input} line {n}"
+        where = f"{args.input}, line {n}"  # as the data readers name a line
         if lines is not None:
             lines.append(n)
         if re.match(r'\s*\{\s*"', line):
@@ -122,6 +122,11 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of
             except json.JSONDecodeError as e:
                 raise BertkitError(f"{where}: not valid JSON ({e.msg})") from None
             row.update({field: row[key] for key, field in named.items() if key in row})  # --text-column ...
+            mistyped = [f for f in required if row.get(f) is not None and not isinstance(row[f], (str, list))]
+            if mistyped:
+                raise BertkitError(f"{where}: {keys.get(mistyped[0]) or mistyped[0]!r} must be "
+                                   f"{'a list of strings' if mistyped[0] in LIST_FIELDS else 'a string'}, got "
+                                   f"{json.dumps(row[mistyped[0]])[:40]}")
             missing = [f for f in required if not isinstance(row.get(f), (str, list))]
             if missing:
                 hint = " (--text-column names another key)" if "text" in missing and not named and hasattr(
@@ -177,7 +182,7 @@ def _bf16(precision: str, device: str | None) -> bool:
 
 def finetune_settings(args):
     from ..options import key_values, seconds, typed
-    from .finetune import FinetuneSettings
+    from .finetune import FinetuneSettings, check_task_settings
 
     values = {k: getattr(args, k) for k in SETTING_FLAGS if getattr(args, k, None) is not None}
     if args.clip_norm is not None:  # a number, or none
@@ -189,7 +194,9 @@ def finetune_settings(args):
     given = typed(FinetuneSettings, key_values(args.set or [], "--set"), "--set")
     values.update(given)
     try:
-        return FinetuneSettings(**values)
+        settings = FinetuneSettings(**values)
+        check_task_settings(args.task, settings)
+        return settings
     except BertkitError as e:  # a setting given by its flag is named as the flag: --epochs, not epochs
         name = str(e).split(" ", 1)[0]
         if name in SETTING_FLAGS and getattr(args, name, None) is not None and name not in given:

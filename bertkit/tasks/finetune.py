@@ -48,6 +48,7 @@ from .classification import Regression, SequenceClassification
 from .contrastive import SentenceEmbedding
 from .metrics import entity_spans, is_bio
 from .qa import Decoding, QuestionAnswering, Windowing
+from ..schedules import check_seed
 from .readers import TASKS, ChoiceExample, Columns, QAExample, TaggedSentence, TextExample, load_examples, sample
 from .tagging import TokenClassification, split_words
 
@@ -106,15 +107,29 @@ class FinetuneSettings:
                 raise BertkitError(f"{name} must be at least 1, got {value}")
         if self.doc_stride is not None and self.doc_stride < 0:
             raise BertkitError(f"doc_stride must be >= 0, got {self.doc_stride}")
-        if not self.lr > 0:
-            raise BertkitError(f"lr must be positive, got {self.lr}")
-        if self.weight_decay < 0:
-            raise BertkitError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if not 0 < self.lr < math.inf:  # inf passed `> 0`, and every weight came out NaN
+            raise BertkitError(f"lr must be a positive number, got {self.lr}")
+        if not 0 <= self.weight_decay < math.inf:
+            raise BertkitError(f"weight_decay must be a number >= 0, got {self.weight_decay}")
+        check_seed(self.seed)
         check_truncation(self.truncation)
 
 
 # the tasks whose long texts are cut by the truncation setting (head, tail, head+tail)
 TRUNCATING_TASKS = ("classification", "regression", "multiple-choice")
+
+
+# extractive QA's settings: given to another task, they would be silently unread
+QA_SETTINGS = ("doc_stride", "max_query_length", "max_answer_length", "n_best", "null_answers", "null_threshold")
+
+
+def check_task_settings(name: str, settings: FinetuneSettings) -> None:
+    """Fine-tuning `name` reads every setting given: one of extractive QA's, changed for another
+    task, is one error naming it."""
+    defaults = FinetuneSettings()
+    changed = [f for f in QA_SETTINGS if getattr(settings, f) != getattr(defaults, f)]
+    if changed and name != "qa":
+        raise BertkitError(f"{changed[0]} is a setting of the qa task, not of {name}")
 
 
 def make_task(name: str, settings: FinetuneSettings = FinetuneSettings(), null_answers: bool = False):
@@ -342,6 +357,7 @@ def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneS
     name gives its train split to `train` and its dev split to `eval`). Returns the dev scores
     of the best model, also written to out/metrics.json. Another run writing `out` meanwhile is
     refused (files.run_lock)."""
+    check_task_settings(task, settings)
     out = finetune_out(out, flag="")
     with run_lock(out, flag=""):
         return _finetune(task, model, train, eval, out, settings, tokenizer, columns)

@@ -34,12 +34,14 @@ def classification_scores(gold: list[int], predicted: list[int], num_labels: int
 
     if not gold:
         return {"accuracy": 0.0, "f1": 0.0, "mcc": 0.0}
-    if num_labels == 2:
-        f1 = f1_score(gold, predicted, average="binary", pos_label=1, zero_division=0)
-    else:
-        f1 = f1_score(gold, predicted, average="macro", zero_division=0)
-    return {"accuracy": float(accuracy_score(gold, predicted)), "f1": float(f1),
-            "mcc": float(matthews_corrcoef(gold, predicted))}
+    with warnings.catch_warnings():  # one class in gold and predictions: advice to scikit-learn's callers
+        warnings.simplefilter("ignore", UserWarning)
+        if num_labels == 2:
+            f1 = f1_score(gold, predicted, average="binary", pos_label=1, zero_division=0)
+        else:
+            f1 = f1_score(gold, predicted, average="macro", zero_division=0)
+        mcc = _correlation(matthews_corrcoef(gold, predicted))  # 0.0 with one class, as the docstring says
+    return {"accuracy": float(accuracy_score(gold, predicted)), "f1": float(f1), "mcc": mcc}
 
 
 def multi_label_scores(gold: list[int] | list[list[int]], predicted: list[list[int]],
