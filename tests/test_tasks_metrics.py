@@ -46,6 +46,12 @@ def test_classification_scores_equal_sklearn(num_labels):
     assert all(0 <= s[k] <= 1 for k in ("accuracy", "f1"))
 
 
+def test_one_class_in_gold_and_predictions_gives_no_library_advice(recwarn):
+    # scikit-learn told the command-line user to pass its `labels` parameter
+    s = classification_scores([1, 1, 1], [1, 1, 1], num_labels=2)
+    assert s == {"accuracy": 1.0, "f1": 1.0, "mcc": 0.0} and not [str(w.message) for w in recwarn]
+
+
 def test_macro_f1_runs_over_the_classes_present_like_sklearn():
     # a 3-class model on an evaluation set without class 2: perfect predictions score 1
     assert classification_scores([0, 1, 0, 1], [0, 1, 0, 1], num_labels=3)["f1"] == 1.0
