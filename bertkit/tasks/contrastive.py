@@ -222,18 +222,26 @@ class SentenceEmbedding(Task):
         (the vectors are what retrieval scores are computed from), as sentence-transformers'
         evaluators compute them: the vectors its encode gives (normalized where the folder says)
         compared by the folder's similarity_fn_name (cosine unless it names dot, euclidean or
-        manhattan). In training, the Dense modules being trained; otherwise the model's own."""
+        manhattan). Pairs without scores are a retrieval: their first texts are read with the
+        model's "query" prompt and the others with its "document" prompt, as the retrieval
+        evaluator's encode_query and encode_document read them (scored pairs: the default prompt,
+        as the similarity evaluator's encode). In training, the Dense modules being trained;
+        otherwise the model's own."""
         if self.sentence is not None and (max_length is None or max_length == self.sentence.max_length):
             settings = self.sentence
         else:
             model, settings = prepared(model, max_length=max_length)
         self.compared = settings.similarity
-        texts = sorted({t for e in examples for t in example_texts(e)})
-        vectors = _embed(model, texts, settings, batch_size, None, progress, bf16)
-        row = {t: i for i, t in enumerate(texts)}
+        retrieval = all(isinstance(e, TextExample) and e.label is None for e in examples)
+        sides = [settings.with_prompt("query"), settings.with_prompt("document")] if retrieval else [settings] * 2
+        vectors = {}  # (side, text) -> vector: side 0 the first texts, 1 the rest
+        for side, read in enumerate(sides):
+            texts = sorted({t for e in examples for k, t in enumerate(example_texts(e)) if min(k, 1) == side})
+            vectors.update(zip(((side, t) for t in texts), _embed(model, texts, read, batch_size, None, progress,
+                                                                  bf16)))
         results = []
         for e in examples:
-            own = [vectors[row[t]] for t in example_texts(e)]
+            own = [vectors[min(k, 1), t] for k, t in enumerate(example_texts(e))]
             score = similarity(own[0][None], own[1][None], self.compared).item()
             results.append({"score": score, "vectors": [v.numpy() for v in own]})
         return results
