@@ -504,7 +504,8 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
     g.add_argument("--whole-word", dest="whole_word", action="store_true", default=S, help="mask whole words")
     g.add_argument("--static-masks", dest="static_masks", type=int, default=S, metavar="K",
                    help="K fixed masks per example, as the original BERT (default: new masks every epoch)")
-    g.add_argument("--eval-batches", dest="eval_batches", type=int, default=S, help="held-out batches (16)")
+    g.add_argument("--eval-batches", dest="eval_batches", type=int, default=S,
+                   help="held-out batches of the optimizer step's size, --batch-size x --accumulation (16)")
     g = s.add_argument_group("training")
     g.add_argument("--steps", type=int, default=S, help="optimizer steps")
     g.add_argument("--time-budget", dest="time_budget", default=S, metavar="DURATION",

@@ -532,8 +532,12 @@ def _data(job: PretrainJob, family: str, tokenizer, train_corpus, eval_corpus, m
     except BertkitError as e:
         say(f"no held-out evaluation: {e}")
         return data, []
-    batches = [held.batch_at(i) for i in range(min(job.eval_batches, len(held)))]
-    say(f"held-out data: {eval_corpus.name}, {len(batches)} batches of {job.batch_size}")
+    # eval_batches of the optimizer step's size (batch_size x accumulation), run in micro-batches:
+    # the same held-out text whichever way a step is split (the rows' order does not depend on it)
+    micro = job.eval_batches * job.train.get("accumulation", 1)
+    batches = [held.batch_at(i) for i in range(min(micro, len(held)))]
+    say(f"held-out data: {eval_corpus.name}, {len(batches)} batches of {job.batch_size} "
+        f"({sum(len(b['input_ids']) for b in batches):,} sequences)")
     return data, batches
 
 

@@ -45,6 +45,22 @@ def error_line(capsys) -> str:
     return err[-1]
 
 
+def test_the_held_out_text_does_not_depend_on_how_a_step_is_split(corpus, tmp_path, capsys):
+    # --batch-size 16 and --batch-size 8 --accumulation 2 train alike; the held-out set was
+    # --eval-batches batches of 8 in the second, half the text, and another loss
+    quiet = ["--override", "hidden_dropout=0", "--override", "attention_dropout=0"]
+    fast = [a for a in FAST if a not in ("--batch-size", "8")]
+    scores = []
+    for name, split in (("whole", ["--batch-size", "16"]), ("split", ["--batch-size", "8", "--accumulation", "2"])):
+        out = tmp_path / name
+        same = ["--tokenizer", str(tmp_path / "whole")] if name == "split" else []  # (WordPiece training varies)
+        assert pretrain("--corpus", str(corpus), "--out", str(out), "--steps", "2", *same, *TINY, *quiet, *fast,
+                        *split) == 0
+        assert f"held-out data: reviews.txt (dev), {2 * (2 if name == 'split' else 1)} batches" in capsys.readouterr().err
+        scores.append(json.loads((out / "metrics.json").read_text()))
+    assert scores[0]["mlm_loss"] == pytest.approx(scores[1]["mlm_loss"], rel=1e-4)
+
+
 def test_run_directory_holds_model_tokenizer_metrics_curve_and_checkpoints(corpus, tmp_path, capsys):
     out = tmp_path / "run"
     assert pretrain("--corpus", str(corpus), "--out", str(out), "--steps", "6", "--save-every", "3", *TINY, *FAST) == 0
