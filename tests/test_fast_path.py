@@ -35,6 +35,17 @@ def batch(pad_id, left=False):
     return ids.masked_fill(mask == 0, pad_id), mask
 
 
+class Logits(torch.nn.Module):
+    """A model's logits alone: a trace or an export records tensors, not the output object."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids, mask):
+        return self.model(ids, mask).logits
+
+
 def no_dropout(model):
     """Dropout off everywhere, so two paths can be compared in training mode."""
     for m in model.modules():
@@ -606,20 +617,12 @@ def test_traced_model_keeps_the_padded_path_for_any_mask_and_shape(name):
     export built on it) gives eager's outputs for other masks and shapes."""
     model = shrunk(name)
 
-    class Logits(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, ids, mask):
-            return self.model(ids, mask).logits
-
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(3, 120, (2, 16), generator=g)
     mask = torch.ones_like(ids)
     mask[1, 10:] = 0
     with torch.no_grad():
-        traced = torch.jit.trace(Logits(), (ids, mask), check_trace=False)
+        traced = torch.jit.trace(Logits(model), (ids, mask), check_trace=False)
         for B, T, cut in [(2, 16, 16), (3, 20, 7), (1, 9, 4)]:
             ids = torch.randint(3, 120, (B, T), generator=g)
             mask = torch.ones_like(ids)
@@ -772,11 +775,11 @@ def test_what_a_hook_keeps_stays_as_it_saw_it_and_backward_hooks_fire(name):
         seen.append(tensor.clone())
 
     blocks = {id(b): b for b in map(model.backbone.encoder.layer_for, range(model.config.num_layers))}
-    for block in blocks.values():  # (ALBERT's layers share one)
-        block.ffn.up.register_forward_hook(lambda m, args, out: keep(out))
-        block.ffn.down.register_forward_pre_hook(lambda m, args: keep(args[0]))
-        block.attn.out_proj.register_forward_hook(lambda m, args, out: keep(out))
-        block.ffn.register_forward_hook(lambda m, args, out: keep(out))
+    for layer in blocks.values():  # (ALBERT's layers share one)
+        layer.ffn.up.register_forward_hook(lambda m, args, out: keep(out))
+        layer.ffn.down.register_forward_pre_hook(lambda m, args: keep(args[0]))
+        layer.attn.out_proj.register_forward_hook(lambda m, args, out: keep(out))
+        layer.ffn.register_forward_hook(lambda m, args, out: keep(out))
     for grad in (False, True):
         kept.clear(), seen.clear()
         with torch.set_grad_enabled(grad):
@@ -784,8 +787,8 @@ def test_what_a_hook_keeps_stays_as_it_saw_it_and_backward_hooks_fire(name):
         assert len(kept) == 4 * model.config.num_layers
         assert all(torch.equal(k, s) for k, s in zip(kept, seen)), grad
     fired = []
-    block = model.backbone.encoder.layer_for(0)
-    watched = [block.ffn.up, block.ffn.down, block.attn.out_proj, model.head.decoder]
+    first = model.backbone.encoder.layer_for(0)
+    watched = [first.ffn.up, first.ffn.down, first.attn.out_proj, model.head.decoder]
     for module in watched:
         module.register_full_backward_hook(lambda m, g_in, g_out: fired.append(m))
     no_dropout(model.train())(ids, mask).logits.float().logsumexp(-1).mean().backward()
@@ -824,11 +827,11 @@ def test_a_linear_subclass_is_called_on_every_path_and_quantized_models_run(name
 
     model = shrunk(name)
     model.head.decoder.weight = torch.nn.Parameter(model.head.decoder.weight.detach().clone())  # untie: merge it alone
-    block = model.backbone.encoder.layer_for(0)
+    first = model.backbone.encoder.layer_for(0)
     for part in ("query", "key", "value"):
-        setattr(block.attn, part, _LowRank(getattr(block.attn, part)))
+        setattr(first.attn, part, _LowRank(getattr(first.attn, part)))
     model.head.decoder = _LowRank(model.head.decoder)
-    block.attn.fuse_qkv = True  # the path CUDA takes by default
+    first.attn.fuse_qkv = True  # the path CUDA takes by default
     merged = copy.deepcopy(model)
     merged_block = merged.backbone.encoder.layer_for(0)
     for part in ("query", "key", "value"):
@@ -848,14 +851,6 @@ def test_a_linear_subclass_is_called_on_every_path_and_quantized_models_run(name
 def test_torch_export_records_the_whole_model_as_one_graph(name):
     """torch.export (and torch.compile(fullgraph=True)) record the padded path in one graph, as a
     trace does: unpadding branches on the mask's values."""
-
-    class Logits(torch.nn.Module):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def forward(self, ids, mask):
-            return self.model(ids, mask).logits
 
     model = shrunk(name)
     ids, mask = batch(model.config.pad_token_id)
@@ -882,18 +877,10 @@ def test_onnx_export_under_no_grad_runs_in_onnxruntime_for_any_mask_and_shape(na
 
     model = shrunk(name)
 
-    class Logits(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, ids, mask):
-            return self.model(ids, mask).logits
-
     ids, mask = batch(model.config.pad_token_id)
     axes = {0: "batch", 1: "length"}
     with torch.no_grad():
-        torch.onnx.export(Logits().eval(), (ids, mask), tmp_path / "m.onnx", dynamo=False,
+        torch.onnx.export(Logits(model).eval(), (ids, mask), tmp_path / "m.onnx", dynamo=False,
                           input_names=["ids", "mask"], output_names=["logits"],
                           dynamic_axes={n: axes for n in ("ids", "mask", "logits")})
     session = onnxruntime.InferenceSession(tmp_path / "m.onnx", providers=["CPUExecutionProvider"])
