@@ -262,6 +262,11 @@ def test_emd_save_warns_once_that_transformers_decodes_otherwise(tmp_path):
         model.save_pretrained(tmp_path / "again")  # the same model: said once (a run saves at every checkpoint)
         plain = bertkit.Model(model.config.replace(enhanced_mask_decoder=False), head="mlm")
         plain.save_pretrained(tmp_path / "plain")
+    from bertkit.train.checkpoint import save_final
+
+    with pytest.warns(EnhancedMaskDecoderWarning) as said:  # a run's final save goes through a staging folder
+        save_final({"": emd_model()}, tmp_path / "run")
+    assert str(said[0].message).startswith(f"{tmp_path / 'run'}: saved as")  # not run/.writing-xxxx
 
 
 def test_deberta_even_conv_kernel_is_refused_by_name(tmp_path):

@@ -791,6 +791,9 @@ def _warn_enhanced_mask_decoder(model: Model, target: Path) -> None:
     if not emd or model.head_kind != "mlm" or model in _TOLD_EMD:
         return
     _TOLD_EMD.add(model)
+    staged = next((i for i, part in enumerate(target.parts) if part.startswith(".writing-")), None)
+    if staged is not None:  # a run's staging folder (train/checkpoint.py): name the folder it is written into
+        target = Path(*target.parts[:staged])
     warnings.warn(f"{target}: saved as {architecture_name(model.config.family, 'mlm')}, but transformers lacks the "
                   "enhanced mask decoder: it loads the same encoder but its MLM logits differ; bertkit reloads it "
                   "as saved (enhanced_mask_decoder=false trains the plain head)", EnhancedMaskDecoderWarning,
