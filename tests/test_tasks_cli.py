@@ -350,6 +350,9 @@ def test_tagging_and_qa_through_the_command_line(capsys, encoder_dir, tmp_path):
         words.write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps(line) + "\n")
         code, _, err = run(capsys, "predict", "tag", "--model", out, "--input", words)
         assert code == 2 and words_said in err and len(err.strip().splitlines()) == 1
+    words.write_text(json.dumps({"sentence": "The film is long."}) + "\n")  # --text-column, as the other modes take
+    code, printed, _ = run(capsys, "predict", "tag", "--model", out, "--input", words, "--text-column", "sentence")
+    assert code == 0 and json_lines(printed)[0]["tokens"] == ["The", "film", "is", "long", "."]
 
     questions = review_questions("train", 40)
     squad = {"version": "v1.1", "data": [{"title": "reviews", "paragraphs": [

@@ -489,7 +489,7 @@ def add_parsers(sub, predict_modes) -> None:
     m = predict_modes.add_parser("tag", help="a tag per word (JSON lines)",
                                  description=f"{PREDICT_INPUT}: text (split into words and punctuation) or "
                                  "tokens (a list of words, kept as given).")
-    _predict_flags(m, "token-classification", columns=())
+    _predict_flags(m, "token-classification", columns=("text",))
     m.set_defaults(func=cmd_tag)
 
     m = predict_modes.add_parser("answer", help="answer spans of questions in a context (JSON lines)",
