@@ -382,7 +382,7 @@ class _Parser(argparse.ArgumentParser):
         return f"unrecognized arguments: {shown}" + (f" (did you mean {near[0]}?)" if near else "")
 
     def error(self, message: str):
-        """argparse takes a value such as -1,5 for an option of its own: the way to give it."""
+        """argparse takes a value such as -1,5 or -hi for an option of its own: the way to give it."""
         import re
 
         option = re.fullmatch(r"argument (\S+?)(?:/\S+)?: expected one argument", message)
@@ -390,8 +390,9 @@ class _Parser(argparse.ArgumentParser):
         stray = [a for a in given if a.startswith("--") and a.split("=", 1)[0] not in self._options()]
         if self._subparsers is not None and message.endswith("required: COMMAND") and stray:
             message = self._unrecognized(stray[0], stray[0])  # `bertkit --verison`: the option is the mistake
-        if option and option[1] in given[:-1] and re.match(r"-[\d.]", given[given.index(option[1]) + 1]):
-            message += f" ({option[1]}={given[given.index(option[1]) + 1]} gives a value that starts with '-')"
+        value = given[given.index(option[1]) + 1] if option and option[1] in given[:-1] else ""
+        if value.startswith("-") and (re.match(r"-[\d.]", value) or value.split("=", 1)[0] not in self._options()):
+            message += f" ({option[1]}={value} gives a value that starts with '-')"
         super().error(message)
 
 

@@ -809,3 +809,15 @@ def test_names_transformers_users_reach_for(minilm_dir):
         warnings.simplefilter("always")
         bertkit.from_pretrained(minilm_dir, head="classification", num_labels=2)
     assert any(issubclass(w.category, bertkit.FreshHeadWarning) for w in caught)  # filterable by its public name
+
+
+def test_a_text_value_starting_with_a_dash_is_told_how_to_give_it(capsys):
+    # argparse's bare "expected one argument" for --targets -foo; an option left without its
+    # value (--targets --json) is only that
+    with pytest.raises(SystemExit):
+        main(["predict", "fill-mask", "--model", "m", "--targets", "-foo", "a [MASK]"])
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        "argument --targets: expected one argument (--targets=-foo gives a value that starts with '-')")
+    with pytest.raises(SystemExit):
+        main(["predict", "fill-mask", "--model", "m", "--targets", "--json", "a [MASK]"])
+    assert capsys.readouterr().err.splitlines()[-1].endswith("argument --targets: expected one argument")
