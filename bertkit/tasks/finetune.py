@@ -196,7 +196,7 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
         except BertkitError as e:
             raise BertkitError(f"{source}: neither a preset ({', '.join(sorted(PRESETS))}) nor a model directory "
                                f"or Hugging Face Hub id ({str(e).partition(': ')[2]})") from None
-        named = _label_names(hf) if sized else ()
+        named = _label_names(hf, task.head) if sized else ()
         if named and set(labels) < set(named):  # data with some of its labels: the trained head goes on
             labels = named
         elif named and len(named) != len(labels):
@@ -236,14 +236,22 @@ def _problem_type(task, model) -> str:
     return "single_label_classification"
 
 
-def _label_names(folder) -> tuple[str, ...]:
-    """The label names a checkpoint's config.json gives (id2label), () where it names none or
-    only transformers' defaults (LABEL_0, LABEL_1, ...)."""
+def _label_names(folder, head: str) -> tuple[str, ...]:
+    """The label names of a checkpoint's `head` as its config.json gives them (id2label); () where
+    it names none, only transformers' defaults (LABEL_0, LABEL_1, ...), or its architecture is
+    another head's (a sequence classifier's labels are not a tagger's)."""
+    from ..interop.hf_names import HEAD_SUFFIX
+
     try:
-        id2label = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8")).get("id2label") or {}
+        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+        id2label = config.get("id2label") or {}
         names = tuple(str(id2label[k]) for k in sorted(id2label, key=int))
+        kinds = {kind for arch in config.get("architectures") or () for suffix, kind in HEAD_SUFFIX.items()
+                 if isinstance(arch, str) and arch.endswith(suffix)}
     except (OSError, ValueError, TypeError, AttributeError):
         return ()  # (loading the folder names what is wrong with it)
+    if kinds and head not in kinds:
+        return ()
     return () if names == tuple(f"LABEL_{i}" for i in range(len(names))) else names
 
 
