@@ -112,13 +112,17 @@ def text_lines(text: str) -> list[str]:
 
 def decode_text(data: bytes, source: str) -> str:
     """UTF-8 bytes (a file's, standard input's) as text without a byte-order mark; other bytes
-    are one BertkitError line naming `source` and the line."""
+    are one BertkitError line naming `source` and the line: UTF-16 or UTF-32 (by its mark, or
+    without one by its NUL bytes, which no text holds, as a binary file's) and other encodings."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):  # (UTF-32's little-endian mark starts so too)
+        raise BertkitError(f"{source}: UTF-16 or UTF-32 text (it starts with that byte-order mark); save it as UTF-8")
+    if b"\x00" in data:  # read as UTF-8, UTF-16's ASCII became column names and texts full of NULs
+        line = data.count(b"\n", 0, data.index(b"\x00")) + 1
+        raise BertkitError(f"{source}, line {line}: NUL bytes, not text (UTF-16 or UTF-32 without a byte-order "
+                           "mark, or a binary file); save it as UTF-8")
     try:  # decoded as plain UTF-8 so the error's offset counts the mark's bytes too
         return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
-        if data.startswith((b"\xff\xfe", b"\xfe\xff")):  # (UTF-32's little-endian mark starts so too)
-            raise BertkitError(f"{source}: UTF-16 or UTF-32 text (it starts with that byte-order mark); "
-                               "save it as UTF-8") from None
         line = data.count(b"\n", 0, e.start) + 1
         raise BertkitError(f"{source}, line {line}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
 

@@ -190,6 +190,9 @@ def test_files_that_are_not_utf8_are_one_line_naming_the_byte(tmp_path, task, na
     path.write_bytes(body.encode("utf-16"))  # Windows tools' "Unicode": said "not UTF-8 text (byte 0)"
     with pytest.raises(BertkitError, match=rf"{name}: UTF-16 or UTF-32 text \(it starts with that byte-order mark\)"):
         load_examples(task, path)
+    path.write_bytes(body.encode("utf-16-be"))  # no mark: read as UTF-8, its NUL bytes made column names and texts
+    with pytest.raises(BertkitError, match=rf"{name}, line 1: NUL bytes, not text \(UTF-16 or UTF-32 without"):
+        load_examples(task, path)
 
 
 @pytest.mark.parametrize("task, name, body", [
