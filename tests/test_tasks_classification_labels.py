@@ -152,6 +152,22 @@ def test_fine_tuning_a_multi_label_model_again_on_plain_labels_keeps_it_multi_la
     assert all("labels" in p for p in classify(tmp_path, ["goal match"]))
 
 
+def test_label_lists_of_one_name_train_a_one_output_multi_label_model(tokenizer, tmp_path):
+    # each label is a yes / no of its own: one name with [] rows is a problem (transformers trains
+    # it with num_labels=1); it was refused as "at least two classes", and a one-output model read
+    # as regression; a file of nothing but [] names no label
+    examples = [TextExample("goal match", None, ("sports",)), TextExample("vote law", None, ())] * 4
+    finetune("classification", tiny(tokenizer, num_labels=1), examples, examples, tmp_path, quiet(steps=1))
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["problem_type"] == "multi_label_classification" and config["id2label"] == {"0": "sports"}
+    [prediction] = classify(tmp_path, ["goal match"])
+    assert set(prediction["scores"]) == {"sports"} and "labels" in prediction
+    assert set(evaluate(tmp_path, None, examples)) >= {"accuracy", "f1", "mcc"}
+    with pytest.raises(BertkitError, match=r"label lists name no label \(every one is \[\]\)"):
+        finetune("classification", tiny(tokenizer, num_labels=1), [TextExample("a", None, ())] * 4,
+                 examples, tmp_path / "none", quiet(steps=1))
+
+
 # ---- JSON booleans --------------------------------------------------------------------------------
 def test_json_true_and_false_labels_are_the_names_true_and_false(tmp_path):
     path = write_jsonl(tmp_path / "bool.jsonl", [{"text": "a", "label": True}, {"text": "b", "label": False}])

@@ -95,7 +95,9 @@ class SequenceClassification(Task):
         a one-element set: a multi-label file may write an example of one label either way."""
         self.multi_label = has_label_sets(examples)
         labels = ordered_labels((n for e in examples for n in names_of(e.label)), examples)
-        if len(labels) < 2:
+        if self.multi_label and not labels:  # each label a yes / no of its own: one is a problem, none is not
+            raise BertkitError("the training data's label lists name no label (every one is [])")
+        if len(labels) < 2 and not self.multi_label:
             raise BertkitError(f"classification needs at least two classes in the training data, found {list(labels)}")
         return labels
 

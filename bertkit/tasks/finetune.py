@@ -288,8 +288,10 @@ def _task_settings(source) -> dict:
 
 
 def _regression(model) -> bool:
-    """Whether a classification head's outputs are real values (as transformers' loss reads it)."""
-    return model.config.num_labels == 1 or model.config.problem_type == "regression"
+    """Whether a classification head's outputs are real values (as transformers' loss reads it):
+    one output is, unless the model says it is a label's yes / no (multi-label)."""
+    problem = model.config.problem_type
+    return problem == "regression" or (model.config.num_labels == 1 and problem != "multi_label_classification")
 
 
 def _task_of(model, name: str | None, saved: dict) -> str:
