@@ -44,7 +44,7 @@ def scheduled_factor(settings, step: int, elapsed: float) -> float:
 def check_seed(seed) -> None:
     """A seed torch, NumPy and Python's random all take: a whole number in [0, 2**63)."""
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 63:
-        raise BertkitError(f"seed must be a whole number >= 0, got {seed!r}")
+        raise BertkitError(f"seed must be a whole number in [0, 2**63), got {seed!r}")
 
 
 def check_training(settings) -> None:
@@ -64,9 +64,9 @@ def check_training(settings) -> None:
     if not 0 <= settings.warmup < 1:
         raise BertkitError(f"warmup is a fraction of training in [0, 1), got {settings.warmup}")
     if not 0 <= settings.lr < math.inf:  # 0 keeps the initial weights, which a test or a baseline may want
-        raise BertkitError(f"lr must be a number >= 0, got {settings.lr}")
+        raise BertkitError(f"lr must be a finite number >= 0, got {settings.lr}")
     if not 0 <= settings.weight_decay < math.inf:
-        raise BertkitError(f"weight decay must be a number >= 0, got {settings.weight_decay}")
+        raise BertkitError(f"weight decay must be a finite number >= 0, got {settings.weight_decay}")
     check_seed(settings.seed)
     if settings.clip_norm is not None and not settings.clip_norm > 0:
         raise BertkitError(f"clip norm must be positive (or none), got {settings.clip_norm}")

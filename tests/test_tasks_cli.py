@@ -312,9 +312,10 @@ def test_finetune_bad_data_is_one_line(capsys, encoder_dir, sentiment_files, tmp
     assert code == 2 and "warmup" in one_error(err)
     # a setting given by its flag is named as the flag
     for flag, words in (("--epochs=-1", "--epochs must be a positive number, got -1.0"),
-                        ("--weight-decay=-0.5", "--weight-decay must be a number >= 0, got -0.5"),
-                        ("--lr=inf", "--lr must be a positive number, got inf"),  # every weight came out NaN
-                        ("--seed=-1", "--seed must be a whole number >= 0, got -1"),  # a traceback from NumPy
+                        ("--weight-decay=-0.5", "--weight-decay must be a finite number >= 0, got -0.5"),
+                        ("--lr=inf", "--lr must be a finite positive number, got inf"),  # every weight came out NaN
+                        ("--seed=-1", "--seed must be a whole number in [0, 2**63), got -1"),  # a NumPy traceback
+                        ("--clip-norm=nan", "--clip-norm must be positive (or None: no clipping), got nan"),
                         ("--doc-stride=5", "--doc-stride is a setting of the qa task, not of classification"),
                         ("--eval-batch-size=0", "--eval-batch-size must be at least 1, got 0")):
         code, _, err = run(capsys, *base, "--eval", dev, "--out", tmp_path / "d", flag)

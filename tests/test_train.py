@@ -541,9 +541,10 @@ def test_objectives_by_name_and_the_models_they_fit(tmp_path):
 
 @pytest.mark.parametrize("bad, words", [
     (dict(clip_norm=-1.0), "clip norm must be positive"), (dict(clip_norm=0.0), "clip norm must be positive"),
-    (dict(weight_decay=-0.1), "weight decay must be a number >= 0"), (dict(lr=-1e-3), "lr must be a number >= 0"),
-    (dict(lr=float("nan")), "lr must be a number >= 0"), (dict(lr=float("inf")), "lr must be a number >= 0"),
-    (dict(seed=-1), "seed must be a whole number >= 0"), (dict(betas=(0.9, 1.0)), "betas must lie in"),
+    (dict(weight_decay=-0.1), "weight decay must be a finite number >= 0"), (dict(lr=-1e-3), "lr must be a finite"),
+    (dict(lr=float("nan")), "lr must be a finite number >= 0"), (dict(lr=float("inf")), "lr must be a finite"),
+    (dict(seed=-1), "seed must be a whole number in"), (dict(seed=2 ** 63), "seed must be a whole number in"),
+    (dict(betas=(0.9, 1.0)), "betas must lie in"),
     (dict(eps=0.0), "eps be positive")])
 def test_optimizer_settings_that_would_train_the_wrong_way_are_refused(bad, words):
     """A negative clip norm or weight decay does not fail in torch: it flips the update. Both

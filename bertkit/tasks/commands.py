@@ -199,7 +199,7 @@ def finetune_settings(args):
         return settings
     except BertkitError as e:  # a setting given by its flag is named as the flag: --epochs, not epochs
         name = str(e).split(" ", 1)[0]
-        if name in SETTING_FLAGS and getattr(args, name, None) is not None and name not in given:
+        if name in (*SETTING_FLAGS, "clip_norm") and getattr(args, name, None) is not None and name not in given:
             raise BertkitError(f"--{name.replace('_', '-')}{str(e)[len(name):]}") from None
         raise
 

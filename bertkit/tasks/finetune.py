@@ -108,9 +108,9 @@ class FinetuneSettings:
         if self.doc_stride is not None and self.doc_stride < 0:
             raise BertkitError(f"doc_stride must be >= 0, got {self.doc_stride}")
         if not 0 < self.lr < math.inf:  # inf passed `> 0`, and every weight came out NaN
-            raise BertkitError(f"lr must be a positive number, got {self.lr}")
+            raise BertkitError(f"lr must be a finite positive number, got {self.lr}")
         if not 0 <= self.weight_decay < math.inf:
-            raise BertkitError(f"weight_decay must be a number >= 0, got {self.weight_decay}")
+            raise BertkitError(f"weight_decay must be a finite number >= 0, got {self.weight_decay}")
         check_seed(self.seed)
         check_truncation(self.truncation)
 
