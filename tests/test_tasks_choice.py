@@ -140,7 +140,8 @@ def test_choice_files_in_every_layout(tmp_path):
     ({"text": "x", "choices": ["a"], "label": 0}, r"line 1: 1 choice\(s\); multiple choice needs at least two"),
     ({"text": "x", "choices": "a b", "label": 0}, r"line 1: column 'choices' must be a list of strings"),
     ({"text": "x", "choices": ["a", "b"]}, r"line 1: no column 'label'"),
-    ({"text": " ", "choices": ["a", "b"], "label": 0}, r"line 1: empty context"),
+    ({"text": " ", "choices": ["a", "b"], "label": 0}, r"line 1: empty context in column 'text'"),
+    ({"ctx": " ", "endings": ["a", "b"], "label": 0}, r"line 1: empty context in column 'ctx'"),  # said 'text'
     ({"text": "x", "choice0": "a", "choice1": "", "choice2": "c", "label": 2},
      r"line 1: column 'choice1' is empty but a later choice is not"),
     ({"text": "x", "choices": ["a", " ", "c"], "label": 0}, r"line 1: choice 1 in column 'choices' is empty"),

@@ -403,7 +403,8 @@ def choice_rows(rows, columns: Columns = Columns(), labelled: bool = True) -> li
         if swag:  # SWAG: the second sentence's start is the first part of every ending
             choices = [f"{row['sent2']} {c}".strip() for c in choices]
         if not isinstance(text, str) or not text.strip():
-            raise BertkitError(f"{where}: empty context in column {'sent1' if swag else text_col!r}")
+            context_col = "sent1" if swag else "ctx" if hellaswag else text_col
+            raise BertkitError(f"{where}: empty context in column {context_col!r}")
         if len(choices) < 2:
             raise BertkitError(f"{where}: {len(choices)} choice(s); multiple choice needs at least two")
         label = None
