@@ -175,14 +175,11 @@ def cmd_fill_mask(args) -> None:
     model = masked_lm(args.model)
     if model.head is None or not model.head.predicts_tokens:
         raise BertkitError(f"{args.model}: has no masked-LM head (head: {model.head_kind}); fill-mask needs one")
-    if args.tokenizer:
-        from .data.tokenizer import load_tokenizer
-
-        model.tokenizer = load_tokenizer(args.tokenizer)
-    if model.tokenizer is None:
+    if model.tokenizer is None and args.tokenizer is None:
         raise BertkitError(f"{args.model}: holds no tokenizer files; give one with --tokenizer (a checkpoint "
                            "directory, tokenizer.json, vocab.txt, vocab.json or spm.model)")
-    results = fill_mask(model, texts, args.top_k, targets, args.batch_size, progress=shows_progress(len(texts)))
+    results = fill_mask(model, texts, args.top_k, targets, args.batch_size, progress=shows_progress(len(texts)),
+                        tokenizer=args.tokenizer)
     if args.json:
         for r in results:
             for p in r["predictions"]:

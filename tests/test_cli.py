@@ -189,6 +189,10 @@ def test_fill_mask_refuses_text_without_a_mask_and_models_without_a_head(mlm_dir
     assert main(["predict", "fill-mask", "--model", str(bare), "a [MASK] film"]) == 2
     assert f"{bare}: holds no tokenizer files; give one with --tokenizer" in capsys.readouterr().err
     assert main(["predict", "fill-mask", "--model", str(bare), "--tokenizer", str(mlm_dir), "--json", "a [MASK]"]) == 0
+    from bertkit.tasks import fill_mask
+    with pytest.raises(bertkit.BertkitError, match="has no tokenizer .* pass one"):
+        fill_mask(bare, ["a [MASK]"])
+    assert fill_mask(bare, ["a [MASK]"], tokenizer=mlm_dir) == fill_mask(mlm_dir, ["a [MASK]"])
     assert main(["predict", "fill-mask", "--model", str(mlm_dir), "--json", "a [MASK]"]) == 0
     with_tokenizer, given = capsys.readouterr().out.splitlines()
     assert with_tokenizer == given

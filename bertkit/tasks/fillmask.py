@@ -70,7 +70,7 @@ def target_ids(tok, targets: list[str]) -> list[int]:
 
 
 def fill_mask(model, texts: list[str], top_k: int = 5, targets: list[str] | None = None, batch_size: int = 32,
-              progress: bool = False) -> list[dict]:
+              progress: bool = False, tokenizer=None) -> list[dict]:
     """Top-k predictions at every mask of every text: one record per mask, in the order of the
     texts, with the text, the mask's `position` (its index among the text's token ids, 0 being
     the first special token) and `predictions`: [{"token", "token_str", "id", "score", "sequence"}].
@@ -82,15 +82,20 @@ def fill_mask(model, texts: list[str], top_k: int = 5, targets: list[str] | None
     may be proposed, as the pipeline proposes them; rows of a model vocabulary padded past the
     tokenizer's are not (no text names them), though they keep their share of the softmax. top_k
     is capped at the number of candidates. `[MASK]` is read as the model's own mask token.
-    `model` is a Model or a folder; every text is checked for a mask before any runs."""
+    `model` is a Model or a folder, `tokenizer` (a Tokenizer, file or folder) one for a model that
+    has none; every text is checked for a mask before any runs."""
+    from ..data.tokenizer import Tokenizer, load_tokenizer
     from ..model import evaluating
 
     model = masked_lm(model)
+    if tokenizer is not None:
+        model.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else load_tokenizer(tokenizer)
     tok = model.tokenizer
     if model.head is None or not model.head.predicts_tokens:
         raise BertkitError(f"the model has no masked-LM head (head: {model.head_kind}); fill-mask needs one")
     if tok is None:
-        raise BertkitError("the model has no tokenizer (its folder holds no tokenizer files)")
+        raise BertkitError("the model has no tokenizer (its folder holds no tokenizer files): pass one (tokenizer: "
+                           "a checkpoint directory, tokenizer.json, vocab.txt, vocab.json or spm.model)")
     if tok.mask_token is None:
         raise BertkitError("the model's tokenizer has no mask token")
     if tok.mask_token_id >= model.config.vocab_size:  # added to the tokenizer, unknown to the model
