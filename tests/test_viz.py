@@ -383,6 +383,12 @@ def test_temperature_candidates_are_named_by_their_text(reviews):
         model.head.bias[tok.backend.token_to_id("Ġfilm")] = 50.0
     logits, labels, _ = mlm_logits(model.eval(), "A [MASK] to see.", top_k=6)
     assert labels[0] == "film" and not any(label.startswith("Ġ") for label in labels)
+    vocab = tok.backend.get_vocab()
+    word = next(w for w in sorted(vocab) if w.isalpha() and len(w) > 2 and "Ġ" + w in vocab)  # "the", "Ġthe"
+    with torch.no_grad():  # both read "the": two bars of one name, so they keep their entries
+        model.head.bias[[vocab[word], vocab["Ġ" + word]]] = 60.0
+    logits, labels, _ = mlm_logits(model, "A [MASK] to see.", top_k=40)
+    assert len(set(labels)) == len(labels) and {word, "Ġ" + word} <= set(labels) and "\ufffd" not in "".join(labels)
 
 
 def test_cli_pictures_and_compare(tmp_path, capsys):

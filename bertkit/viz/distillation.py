@@ -63,7 +63,11 @@ def mlm_logits(model, text: str, top_k: int = 8) -> tuple[list[float], list[str]
     with torch.no_grad():
         logits = model(encoded.ids, torch.ones_like(encoded.ids), encoded.types).logits[0, positions[0]].float()
     top = logits.topk(min(top_k, logits.shape[-1]))
-    labels = [tok.decode([i]).strip() or tok.id_to_token(i) for i in top.indices.tolist()]  # " good", not "Ġgood"
+    ids = top.indices.tolist()
+    texts = [tok.decode([i]).strip() for i in ids]  # " good" -> good, not the vocabulary's "Ġgood"
+    # ... unless that says nothing or the same as another's ("-" and "Ġ-"; a byte piece's "\ufffd")
+    labels = [t if t and t.isprintable() and "\ufffd" not in t and texts.count(t) == 1 else tok.id_to_token(i)
+              for t, i in zip(texts, ids)]
     return top.values.tolist(), labels, f"{text} (top {len(labels)} logits of the model)"
 
 
