@@ -856,7 +856,7 @@ def test_outputs_index_and_key_as_transformers_outputs_do(minilm_dir):
     keep = batch["attention_mask"].bool()
     assert (ours[0][keep] - theirs[0][keep]).abs().max() < 1e-5
     assert ours["pooler_output"] is ours.pooler_output and "attentions" not in ours
-    assert [k for k, _ in ours.items()] == list(theirs.keys()) and len(ours.values()) == len(theirs.values())
+    assert [k for k, _ in ours.items()] == list(theirs.keys()) and len(ours) == len(theirs) == len(ours.values())
     assert ours.get("pooler_output") is ours.pooler_output and ours.get("attentions", 1) == theirs.get("attentions", 1)
     with pytest.raises(KeyError):
         ours["logits"]

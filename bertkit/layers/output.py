@@ -59,6 +59,9 @@ class EncoderOutput:
             return getattr(self, key)
         return self.to_tuple()[key]
 
+    def __len__(self) -> int:
+        return len(self.keys())
+
     def __contains__(self, key) -> bool:
         return key in self.keys()
 
