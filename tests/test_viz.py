@@ -448,7 +448,7 @@ def test_bench_picture_draws_each_records_ratio_and_ceiling(tmp_path, capsys, mo
     ('[{"name": "x", "dtype": "fp32", "ratio": 1}, 3]', "record 2 is not an object"),
     ('[{"name": "x", "dtype": "fp32", "ratio": -1}]', "ratio must be a positive number"),
     # hand-made files: each one line naming the file, the record and the key, never a traceback
-    (b'\xff\xfe[\x00', "bench.json, line 1: not UTF-8 text"),
+    (b'\xff\xfe[\x00', "bench.json: UTF-16 or UTF-32 text (it starts with that byte-order mark)"),
     ('[{"name": "x", "dtype": "fp32", "ratio": Infinity}]', "record 1 (x): ratio must be a positive number"),
     ('[{"name": "x", "dtype": "fp32", "ratio": 1e308}]', "record 1 (x): ratio must be a positive number"),
     ('[{"name": "x", "dtype": "fp32", "ratio": true}]', "record 1 (x): ratio must be a positive number (finite, "
