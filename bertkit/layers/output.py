@@ -28,9 +28,10 @@ class EncoderOutput:
     end_logits: torch.Tensor | None = None               # QA (B, T)
 
     # transformers' ModelOutput access, for code written against it: out[0], out["logits"],
-    # out.keys(), out.values(), out.items(), out.get(), out.to_tuple(). Its tuple holds a head's outputs (a bare model's states), then
-    # hidden_states and attentions, those that are not None, in transformers' order; the keys
-    # are the same fields (attention_mask and masked_positions, bertkit's own, are attributes).
+    # out.keys(), out.values(), out.items(), out.get(), len(out), out.to_tuple(). Its tuple holds
+    # a head's outputs (a bare model's states), then hidden_states and attentions, those that are
+    # not None, in transformers' order; the keys are the same fields (attention_mask and
+    # masked_positions, bertkit's own, are attributes).
     def _order(self) -> list[str]:
         head = [n for n in ("logits", "pair_logits", "start_logits", "end_logits") if getattr(self, n) is not None]
         return [n for n in (*(head or ("last_hidden_state", "pooler_output")), "hidden_states", "attentions")

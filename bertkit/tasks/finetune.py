@@ -42,13 +42,13 @@ from ..data.corpora import DataWarning
 from ..data.tokenizer import Tokenizer, check_vocab_fits, load_tokenizer
 from ..errors import BertkitError
 from ..files import RESULT_FILES, launch_processes, output_dir, positive_int, read_json, run_lock, shown, writing
+from ..schedules import check_seed
 from .base import TrainBatches, check_texts, check_truncation, serving_length
 from .choice import MultipleChoice
 from .classification import Regression, SequenceClassification
 from .contrastive import SentenceEmbedding
 from .metrics import entity_spans, is_bio
 from .qa import Decoding, QuestionAnswering, Windowing
-from ..schedules import check_seed
 from .readers import TASKS, ChoiceExample, Columns, QAExample, TaggedSentence, TextExample, load_examples, sample
 from .tagging import TokenClassification, split_words
 
