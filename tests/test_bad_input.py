@@ -181,7 +181,8 @@ CASES = {
     "huge intermediate size": (lambda p: edit_config(p, intermediate_size=10 ** 12),
                                ["intermediate.dense", "(1000000000000"]),
     "another family's weights": (lambda p: edit_config(p, model_type="roberta", architectures=["RobertaForMaskedLM"]),
-                                 ["its tensors are named bert.*", "weights of another family than the config's roberta"]),
+                                 ["its tensors are named bert.*",
+                                  "weights of another family than the config's roberta"]),
     "layers the file lacks": (lambda p: edit_config(p, num_hidden_layers=100_000),  # in a second, not minutes
                               ["missing every tensor of 99998 of the config's 100000 layers: layer(s) 2, 3"]),
     "gamma beside weight": (break_gamma_and_weight, ["'bert.embeddings.LayerNorm.gamma'",
