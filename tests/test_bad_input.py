@@ -183,6 +183,9 @@ CASES = {
     "another family's weights": (lambda p: edit_config(p, model_type="roberta", architectures=["RobertaForMaskedLM"]),
                                  ["its tensors are named bert.*",
                                   "weights of another family than the config's roberta"]),
+    "ALBERT config, BERT weights": (lambda p: edit_config(p, model_type="albert", architectures=["AlbertForMaskedLM"]),
+                                    ["unexpected tensor 'bert.", "named as another family's weights: the config's "
+                                     "is albert"]),
     "layers the file lacks": (lambda p: edit_config(p, num_hidden_layers=100_000),  # in a second, not minutes
                               ["missing every tensor of 99998 of the config's 100000 layers: layer(s) 2, 3"]),
     "gamma beside weight": (break_gamma_and_weight, ["'bert.embeddings.LayerNorm.gamma'",

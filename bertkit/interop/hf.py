@@ -420,8 +420,12 @@ def match_state(model: Model, state: dict[str, torch.Tensor], source: Path,
                 if ours is None:  # a head's (the pooler is the encoder's, named even when not built)
                     unused_head.append(hf_name)
                 continue  # a part (head, pooler) the chosen head does not have
+            root = raw_name.split(".")[0] + "."
+            other = root in {f.encoder_prefix for f in FAMILIES.values()} - {spec.encoder_prefix}
             raise BertkitError(f"{source}: unexpected tensor {raw_name!r}, not part of a "
-                               f"{architecture_name(config.family, model.head_kind)}")
+                               f"{architecture_name(config.family, model.head_kind)}"
+                               + (f" (named as another family's weights: the config's is {config.family})"
+                                  if other else ""))
         expected = tuple(params[ours].shape)
         if tuple(tensor.shape) != expected and not head_from_file and ours.startswith("head."):
             continue  # a head asked for with another label count: freshly initialized (warned below)
