@@ -122,30 +122,25 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of
             except json.JSONDecodeError as e:
                 raise BertkitError(f"{where}: not valid JSON ({e.msg})") from None
             row.update({field: row[key] for key, field in named.items() if key in row})  # --text-column ...
-            mistyped = [f for f in required if row.get(f) is not None and not isinstance(row[f], (str, list))]
-            if mistyped:
-                raise BertkitError(f"{where}: {keys.get(mistyped[0]) or mistyped[0]!r} must be "
-                                   f"{'a list of strings' if mistyped[0] in LIST_FIELDS else 'a string'}, got "
-                                   f"{json.dumps(row[mistyped[0]])[:40]}")
-            missing = [f for f in required if not isinstance(row.get(f), (str, list))]
+            kept = {f: row[f] for f in fields if row.get(f) is not None}
+            for field, value in kept.items():  # else a wrong type fails deep in the tokenizer, is read as
+                listed = field in LIST_FIELDS  # one text, or is said to be missing
+                if not (isinstance(value, list) and all(isinstance(v, str) for v in value) if listed
+                        else isinstance(value, str)):
+                    raise BertkitError(f"{where}: {keys.get(field) or field!r} must be "
+                                       f"{'a list of strings' if listed else 'a string'}, got {json.dumps(value)[:40]}")
+            missing = [f for f in required if f not in kept]
             if missing:
                 hint = " (--text-column names another key)" if "text" in missing and not named and hasattr(
                     args, "text_column") else ""
                 raise BertkitError(f"{where}: the object needs "
                                    f"{' and '.join(repr(keys.get(f) or f) for f in missing)}{hint}")
-            empty = [f for f in required if not row[f]]
+            empty = [f for f in required if not kept[f]]
             if empty:
                 raise BertkitError(f"{where}: the object's {' and '.join(repr(f) for f in empty)} "
                                    f"{'is' if len(empty) == 1 else 'are'} empty")
-            kept = {f: row[f] for f in fields if row.get(f) is not None}
             if any_of and not any(f in kept for f in any_of):
                 raise BertkitError(f"{where}: the object needs {' or '.join(repr(f) for f in any_of)}")
-            for field, value in kept.items():  # else a wrong type fails deep in the tokenizer, or is read
-                listed = field in LIST_FIELDS
-                if not (isinstance(value, list) and all(isinstance(v, str) for v in value) if listed
-                        else isinstance(value, str)):
-                    raise BertkitError(f"{where}: {field!r} must be {'a list of strings' if listed else 'a string'}, "
-                                       f"got {json.dumps(value)[:40]}")
             records.append(kept)
         else:
             records.append({fields[0]: line})
