@@ -740,6 +740,9 @@ def hub_sets(monkeypatch):
             [{"tokens": ["Ann", "Lee", "spoke"], "ner_tags": [1, 2, 0]}],
             features=datasets.Features({"tokens": datasets.Sequence(text), "ner_tags": datasets.Sequence(
                 datasets.ClassLabel(names=["O", "B-PER", "I-PER", "B-ORG", "I-ORG"]))})),
+        ("google-research-datasets/go_emotions", "simplified", "train"): table(
+            ("text",), datasets.Sequence(datasets.ClassLabel(names=["admiration", "anger", "joy", "neutral"])), [
+                {"text": "So glad!", "label": [2, 0]}, {"text": "Fine.", "label": [3]}, {"text": "Meh.", "label": []}]),
     }
 
     def load_dataset(name, config=None, split=None):
@@ -778,6 +781,11 @@ def test_hub_classes_keep_the_data_sets_order_and_every_class(hub_sets):
     conll = load_examples("token-classification", "eriktks/conll2003", "train")
     assert TokenClassification().labels_of(conll) == ("O", "B-PER", "I-PER", "B-ORG", "I-ORG")
     assert SequenceClassification().labels_of(list(mnli)) == ("contradiction", "entailment")  # a file's: as seen
+    # a multi-label set's column is a list of ClassLabel (go_emotions): label sets of its names, every class kept
+    emotions = load_examples("classification", "google-research-datasets/go_emotions:simplified", "train")
+    assert [e.label for e in emotions] == [("admiration", "joy"), ("neutral",), ()]
+    job = SequenceClassification()
+    assert job.labels_of(emotions) == ("admiration", "anger", "joy", "neutral") and job.multi_label
 
 
 def test_hub_dev_splits_and_named_splits(hub_sets):

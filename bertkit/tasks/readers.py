@@ -875,7 +875,10 @@ def hub_examples(task: str, name: str, split: str, columns: Columns = Columns())
     pair = pick(columns.text_pair, tuple(c for c in HUB_PAIR if c != text), "text pair", needed=task == "embedding")
     label = pick(columns.label, ("label", "labels", "score"), "label", needed=task != "embedding")
     negative = pick(columns.negative, ("negative",), "negative", needed=False) if task == "embedding" else None
-    names = getattr(data.features[label], "names", None) if label else None
+    feature = data.features[label] if label else None
+    names = getattr(feature, "names", None)
+    if names is None and task == "classification":  # a multi-label set's classes (go_emotions: a list of ClassLabel)
+        names = getattr(getattr(feature, "feature", None), "names", None)
     if task == "embedding" and names:  # NLI's 0 entailment .. 2 contradiction would train as similarity scores
         raise BertkitError(f"{name} ({hub_split}): column {label!r} holds classes ({', '.join(names)}), not "
                            "similarity scores; name a score column with --label-column, or write the pairs you want "
@@ -890,6 +893,8 @@ def hub_examples(task: str, name: str, split: str, columns: Columns = Columns())
             value = None if label is None else float(value)
         elif names and isinstance(value, int):
             value = names[value]
+        elif names and isinstance(value, list) and all(isinstance(v, int) for v in value):
+            value = _label_value([names[v] for v in value], False, f"{name} ({hub_split})", label)
         else:  # as in files: a float 1.0 names class "1", a bool "true" / "false", a list is a label set
             value = _label_value(value, False, f"{name} ({hub_split})", label)
         if row[text] and row[text].strip():
