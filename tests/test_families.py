@@ -1,6 +1,7 @@
 """What makes each family itself: ALBERT's sharing, DistilBERT's student initialization and
 sinusoidal positions, ELECTRA's generator/discriminator pair."""
 
+import json
 import warnings
 
 import pytest
@@ -279,6 +280,21 @@ def test_deberta_even_conv_kernel_is_refused_by_name(tmp_path):
         ref(torch.randint(5, 99, (1, 7)))
     ref.save_pretrained(tmp_path)
     with pytest.raises(bertkit.BertkitError, match=r"config.json: config: conv_kernel_size must be odd, got 4$"):
+        bertkit.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("saved, named", [("DebertaV2Model", "deberta"), ("DebertaModel", "deberta-v2")])
+def test_one_deberta_s_weights_under_the_other_s_config_say_so(saved, named, tmp_path):
+    """Both name their tensors deberta.*: v1's fused Q/K/V, or v2's key bias, gives the file away."""
+    sizes = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                 relative_attention=True, pos_att_type=["p2c", "c2p"])
+    config = getattr(transformers, saved.replace("Model", "Config"))(**sizes)
+    getattr(transformers, saved)(config).save_pretrained(tmp_path)
+    edit = json.loads((tmp_path / "config.json").read_text())
+    edit.update(model_type=named, architectures=[])
+    (tmp_path / "config.json").write_text(json.dumps(edit))
+    with pytest.raises(bertkit.BertkitError, match=fr"unexpected tensor .*named as another family's weights: the "
+                                                   fr"config's is {named}\)$"):
         bertkit.from_pretrained(tmp_path)
 
 

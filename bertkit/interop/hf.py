@@ -29,7 +29,7 @@ from ..files import decode_text, parse_json, read_json
 from ..hub import resolve
 from ..model import Model
 from ..models import get_family
-from .hf_names import FAMILIES, HEAD_SUFFIX, HFFamily
+from .hf_names import FAMILIES, HEAD_SUFFIX, HFFamily, deberta_version_of
 
 # ---------------------------------------------------------------------------------------------
 # Configs
@@ -421,7 +421,8 @@ def match_state(model: Model, state: dict[str, torch.Tensor], source: Path,
                     unused_head.append(hf_name)
                 continue  # a part (head, pooler) the chosen head does not have
             root = raw_name.split(".")[0] + "."
-            other = root in {f.encoder_prefix for f in FAMILIES.values()} - {spec.encoder_prefix}
+            other = (root in {f.encoder_prefix for f in FAMILIES.values()} - {spec.encoder_prefix}
+                     or deberta_version_of(raw_name) not in (None, config.family))
             raise BertkitError(f"{source}: unexpected tensor {raw_name!r}, not part of a "
                                f"{architecture_name(config.family, model.head_kind)}"
                                + (f" (named as another family's weights: the config's is {config.family})"

@@ -349,6 +349,15 @@ def deberta_v1_from_common(state: dict, num_heads: int) -> dict:
     return out
 
 
+V2_TENSORS = re.compile(r".*(attention\.self\.key_proj\.bias|encoder\.conv\..*)$")  # v1 has neither
+
+
+def deberta_version_of(name: str) -> str | None:
+    """The DeBERTa whose files alone hold a tensor of this name (both name theirs `deberta.*`):
+    v1's fused Q/K/V and its biases, v2's key bias and convolution; None where either may."""
+    return "deberta" if V1_ATTENTION.match(name) else "deberta-v2" if V2_TENSORS.match(name) else None
+
+
 V2_ONLY = ("position_buckets", "share_att_key", "norm_rel_ebd", "conv_kernel_size", "conv_act", "conv_groups")
 DEBERTA = replace(
     DEBERTA_V2, model_type="deberta", class_prefix="Deberta",
