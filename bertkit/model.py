@@ -241,13 +241,18 @@ STUDENT_SETTINGS = ("hidden_dropout", "attention_dropout")  # a student's own; i
 
 def student_from_teacher(teacher: Model, layers=None, head: str | None = "mlm", **dropout) -> Model:
     """A DistilBERT student initialized from a BERT teacher (Sanh et al., 2019, sec. 3): same
-    widths, len(layers) blocks copied from the teacher's `layers` (default 0, 2, 4, 7, 9, 11);
-    `dropout` (STUDENT_SETTINGS) replaces the teacher's dropout rates."""
-    from .models.distilbert import DEFAULT_TEACHER_LAYERS, DistilBertConfig, copy_from_teacher
+    widths, len(layers) blocks copied from the teacher's `layers` (default: half of its blocks,
+    spread evenly from the first to the last, 0, 2, 4, 7, 9, 11 of 12); `dropout`
+    (STUDENT_SETTINGS) replaces the teacher's dropout rates."""
+    from .models.distilbert import DistilBertConfig, copy_from_teacher, default_teacher_layers
 
     if teacher.config.family != "bert":
         raise BertkitError(f"a DistilBERT student is initialized from a BERT teacher, not {teacher.config.family}")
-    layers = tuple(DEFAULT_TEACHER_LAYERS if layers is None else layers)
+    depth = teacher.config.num_layers
+    layers = default_teacher_layers(depth) if layers is None else tuple(layers)
+    if not layers or any(not 0 <= i < depth for i in layers) or list(layers) != sorted(set(layers)):
+        raise BertkitError(f"teacher layers {','.join(map(str, layers)) or '(none)'}: give increasing block "
+                           f"indices in 0..{depth - 1} (the teacher has {depth} blocks)")
     t = teacher.config
     config = DistilBertConfig(
         vocab_size=t.vocab_size, hidden_size=t.hidden_size, num_layers=len(layers), num_heads=t.num_heads,

@@ -2,6 +2,7 @@
 sinusoidal positions, ELECTRA's generator/discriminator pair."""
 
 import json
+import re
 import warnings
 
 import pytest
@@ -13,6 +14,7 @@ import bertkit.config
 from bertkit.models.albert import AlbertConfig
 from bertkit.models.distilbert import DistilBertConfig, sinusoidal_table
 from bertkit.models.electra import ElectraConfig
+from bertkit.objectives.registry import build_objective
 from conftest import randomize
 
 
@@ -91,10 +93,43 @@ def test_student_takes_embeddings_and_chosen_layers_from_teacher(teacher):
 
 
 def test_student_refuses_bad_layer_lists(teacher):
-    with pytest.raises(bertkit.BertkitError, match="outside"):
-        bertkit.student_from_teacher(teacher, layers=[0, 12])
+    for layers, shown in (([0, 12], "0,12"), ([3, 1], "3,1"), ([2, 2], "2,2"), ([], "(none)")):
+        with pytest.raises(bertkit.BertkitError, match=fr"teacher layers {re.escape(shown)}: give increasing block "
+                                                       r"indices in 0\.\.11 \(the teacher has 12 blocks\)$"):
+            bertkit.student_from_teacher(teacher, layers=layers)
     with pytest.raises(bertkit.BertkitError, match="BERT teacher"):
         bertkit.student_from_teacher(bertkit.build("distilbert-base", num_layers=1))
+
+
+def test_distillation_refuses_loss_weights_that_make_no_loss(teacher):
+    from bertkit.objectives import Distillation, ReplacedTokenDetection
+
+    student = bertkit.student_from_teacher(teacher)
+    for weights, said in ((dict(alpha_ce=-1), "alpha_ce must be a finite number of at least 0, got -1"),
+                          (dict(temperature=float("inf")), "temperature must be a finite number above 0, got inf"),
+                          (dict(alpha_ce=0, alpha_mlm=0, alpha_cos=0), "are all 0: the loss would be 0")):
+        with pytest.raises(bertkit.BertkitError, match=re.escape(said)):
+            Distillation(student, teacher, **weights)
+    with pytest.raises(bertkit.BertkitError, match="weight must be a finite number of at least 0, got -2"):
+        ReplacedTokenDetection(*bertkit.build_electra_pair(), weight=-2)
+
+
+@pytest.mark.parametrize("depth", [1, 3, 4, 7, 24])
+def test_a_student_of_another_depth_takes_half_the_teacher_first_to_last(depth):
+    """12 blocks give the released 0, 2, 4, 7, 9, 11 (above); any depth keeps the ends and spreads
+    the rest evenly, from the Python API as from the command line."""
+    sizes = dict(vocab_size=50, hidden_size=8, num_layers=depth, num_heads=2, intermediate_size=8)
+    teacher = bertkit.build("bert-base", head="mlm", **sizes)
+    student = bertkit.student_from_teacher(teacher)
+    blocks = [teacher.backbone.encoder.layer_for(i).state_dict() for i in range(depth)]
+    taken = [next(i for i, block in enumerate(blocks) if all(torch.equal(v, block[n]) for n, v in
+                                                             student.backbone.encoder.layer_for(k).state_dict().items()))
+             for k in range(student.config.num_layers)]
+    assert len(taken) == max(depth // 2, 1) and taken[0] == 0 and (depth < 4 or taken[-1] == depth - 1)
+    gaps = [b - a for a, b in zip(taken, taken[1:])]
+    assert not gaps or max(gaps) - min(gaps) <= 1  # evenly spread
+    assert build_objective("distill", "distilbert-base", teacher="bert-base", **sizes).student.config.num_layers == \
+        student.config.num_layers
 
 
 def test_sinusoidal_positions_equal_transformers_and_stay_frozen():

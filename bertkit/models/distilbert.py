@@ -23,11 +23,17 @@ from ..layers import (Embeddings, EncoderModel, FirstTokenHead, SpanHead, TokenC
                       build_encoder, classifier_dropout, standard_head)
 from . import Family, register_family
 
-# The released distilbert-base-uncased took teacher layers 0, 2, 4, 7, 9, 11 of bert-base
-# (the extraction script of the DistilBERT authors): both ends of the stack are kept and the
-# middle thinned evenly. Taking "one of two" ([0, 2, 4, 6, 8, 10]) would drop the last layer,
-# whose representations the distillation loss pulls the student towards.
-DEFAULT_TEACHER_LAYERS = (0, 2, 4, 7, 9, 11)
+def default_teacher_layers(depth: int) -> tuple[int, ...]:
+    """Half of a `depth`-block teacher's blocks, spread evenly from its first to its last (rounded).
+    For 12 blocks this is 0, 2, 4, 7, 9, 11, the layers the released distilbert-base-uncased took
+    from bert-base (the extraction script of the DistilBERT authors). Taking "one of two" ([0, 2,
+    4, 6, 8, 10]) would drop the last block, whose representations the distillation loss pulls
+    the student towards."""
+    n = max(depth // 2, 1)
+    return (0,) if n == 1 else tuple(round(k * (depth - 1) / (n - 1)) for k in range(n))
+
+
+DEFAULT_TEACHER_LAYERS = default_teacher_layers(12)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -14,6 +15,15 @@ from ..errors import BertkitError
 class Step:
     loss: torch.Tensor                  # scalar, what backward() runs on
     metrics: dict[str, torch.Tensor]    # detached scalars (means over the batch) for logs
+
+
+def check_loss_weights(**values) -> None:
+    """A loss's temperature must be positive and its weights at least 0, all finite numbers."""
+    for key, value in values.items():
+        if not (isinstance(value, (int, float)) and math.isfinite(value)) or value < 0 or \
+                (key == "temperature" and value == 0):
+            raise BertkitError(f"{key} must be a finite number {'above' if key == 'temperature' else 'of at least'} 0, "
+                               f"got {value!r}")
 
 
 def share(mean: torch.Tensor, count, totals: dict[str, torch.Tensor] | None, name: str) -> torch.Tensor:

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import BertkitError
-from .base import Objective, Step, share
+from .base import Objective, Step, check_loss_weights, share
 from .mlm import masked_lm_terms
 
 
@@ -33,8 +33,10 @@ class Distillation(Objective):
         if student.config.hidden_size != teacher.config.hidden_size:
             raise BertkitError("the cosine loss compares hidden states: student hidden size "
                                f"{student.config.hidden_size} != teacher's {teacher.config.hidden_size}")
-        if temperature <= 0:
-            raise BertkitError(f"temperature must be positive, got {temperature}")
+        check_loss_weights(temperature=temperature, alpha_ce=alpha_ce, alpha_mlm=alpha_mlm, alpha_cos=alpha_cos)
+        if alpha_ce == alpha_mlm == alpha_cos == 0:
+            raise BertkitError("alpha_ce, alpha_mlm and alpha_cos are all 0: the loss would be 0 (the run would only "
+                               "decay the weights)")
         self.student = student
         self.teacher = teacher.eval().requires_grad_(False)
         self.temperature = temperature

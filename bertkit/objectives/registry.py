@@ -12,11 +12,10 @@ hub id or preset; default an untrained bert-base, for trying the objective out).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
 
 from ..errors import BertkitError
-from .base import Objective
+from .base import Objective, check_loss_weights
 from .distill import Distillation
 from .mlm import MaskedLM
 from .rtd import ReplacedTokenDetection
@@ -49,17 +48,15 @@ def check_loss(name: str, loss: dict) -> None:
             owner = next((o for o, keys in LOSS_KEYS.items() if key in keys), None)
             raise BertkitError(f"{key} is a setting of objective {owner}, not {name}" if owner else
                                f"unknown loss setting {key!r}; known: {', '.join(LOSS_FIELDS)}")
-        if not (isinstance(value, (int, float)) and math.isfinite(value)) or value < 0 or \
-                (key == "temperature" and value == 0):
-            raise BertkitError(f"{key} must be a finite number {'above' if key == 'temperature' else 'of at least'} 0, "
-                               f"got {value!r}")
+    check_loss_weights(**loss)
 
 
 def build_objective(name: str, preset: str, teacher: str | None = None,
                     teacher_layers: tuple[int, ...] | None = None, loss: dict | None = None,
                     **overrides) -> Objective:
     """`overrides` change the model config (e.g. vocab_size to fit a tokenizer); distill's
-    student copies the teacher's blocks `teacher_layers` (default: see below); `loss` sets the
+    student copies the teacher's blocks `teacher_layers` (default: half of them, spread evenly from
+    the first to the last, as student_from_teacher takes them); `loss` sets the
     objective's LossSettings (those LOSS_KEYS gives it)."""
     from ..model import STUDENT_SETTINGS, build, build_electra_pair, student_from_teacher
 
@@ -108,15 +105,9 @@ def build_objective(name: str, preset: str, teacher: str | None = None,
         teacher_model = build(source, head="mlm", **overrides)  # an untrained teacher: for trying it out
     else:
         teacher_model = _trained_masked_lm(source)
-    depth = teacher_model.config.num_layers
-    # 12 layers: the released DistilBERT's choice; otherwise one layer out of two (sec. 3)
-    layers = teacher_layers or (None if depth == 12 else tuple(range(0, depth, 2)))
-    if teacher_layers is not None:
-        if any(not 0 <= i < depth for i in teacher_layers) or list(teacher_layers) != sorted(set(teacher_layers)):
-            raise BertkitError(f"teacher layers {','.join(map(str, teacher_layers))}: give increasing block "
-                               f"indices in 0..{depth - 1} (the teacher has {depth} blocks)")
     own = {k: v for k, v in overrides.items() if k in STUDENT_SETTINGS}  # a checkpoint teacher's shape is fixed
-    return Distillation(student_from_teacher(teacher_model, layers=layers, **own), teacher_model, **loss)
+    # student_from_teacher checks the layers; None: half of them, first to last, as DistilBERT's
+    return Distillation(student_from_teacher(teacher_model, layers=teacher_layers, **own), teacher_model, **loss)
 
 
 def _trained_masked_lm(source: str):

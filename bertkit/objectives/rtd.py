@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from ..errors import BertkitError
 from ..models.electra import ReplacedTokenHead
-from .base import Objective, Step, share
+from .base import Objective, Step, check_loss_weights, share
 from .mlm import masked_lm_terms
 
 
@@ -58,6 +58,7 @@ class Terms:
 class ReplacedTokenDetection(Objective):
     def __init__(self, generator, discriminator, weight: float = 50.0):
         super().__init__()
+        check_loss_weights(weight=weight)  # (the command line checks it first, as rtd_weight)
         if generator.head is None or not generator.head.predicts_tokens:
             raise BertkitError("the RTD generator needs a masked-LM head (build it with head='mlm')")
         if not isinstance(discriminator.head, ReplacedTokenHead):
