@@ -302,7 +302,8 @@ def report(out: Path) -> None:
         return
     metrics = json.loads((out / "metrics.json").read_text())
     shown = {k: metrics[k] for k in ("step", "tokens", "train_seconds", "mlm_loss", "mlm_accuracy", "perplexity",
-                                     "nsp_accuracy", "sop_accuracy", "rtd_accuracy", "loss") if k in metrics}
+                                     "nsp_accuracy", "sop_accuracy", "rtd_accuracy", "distill_ce", "cosine_loss",
+                                     "loss") if k in metrics}
     print(f"\nmodel: {out}  (loss curve: {out / 'loss_curve.png'})")
     print("held-out metrics: " + ", ".join(f"{k} {v:,.4g}" if isinstance(v, float) else f"{k} {v:,}"
                                            if isinstance(v, int) else f"{k} n/a" for k, v in shown.items()))
@@ -482,8 +483,8 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
                                                   "DeBERTa-v3), distill (DistilBERT); default mlm")
     g.add_argument("--teacher", default=S, help="distill: the teacher (checkpoint directory, hub id or preset)")
     g.add_argument("--teacher-layers", dest="teacher_layers", default=S, metavar="I,J,...",
-                   help="distill: the teacher blocks the student starts from (default 0,2,4,7,9,11 for 12 "
-                        "blocks, else every other one)")
+                   help="distill: the teacher blocks the student starts from (default half of them, spread "
+                        "evenly from the first to the last: 0,2,4,7,9,11 of 12)")
     g.add_argument("--override", action="append", metavar="KEY=VALUE", default=S,
                    help="change a model config field, typed (e.g. num_layers=4); repeatable")
     g.add_argument("--backend", default=S, help="torch (default) or numpy (the pure-NumPy Mini-BERT, mlm only)")

@@ -90,7 +90,7 @@ class PretrainJob:
         if self.objective == "distill" and not self.teacher:
             raise BertkitError("distill needs a teacher (--teacher: a pre-trained checkpoint directory or hub id; a "
                                "preset name such as bert-base gives an untrained one, for trying the plumbing)")
-        if self.objective != "distill" and (self.teacher or self.teacher_layers):
+        if self.objective != "distill" and (self.teacher or self.teacher_layers is not None):
             raise BertkitError(f"--teacher and --teacher-layers are for --objective distill, not {self.objective}")
         if "family" in self.architecture:  # the weights' names, the tokenizer and the file format follow it
             raise BertkitError("the family cannot be overridden; choose a preset of that family (bertkit models)")
@@ -320,6 +320,8 @@ def _pretrain(job: PretrainJob) -> Path:
     train_corpus, eval_corpus = corpora(job)
     train_corpus.check()  # a hub set that cannot be read: said before a tokenizer is trained on it
     fingerprints = {"corpus": train_corpus.fingerprint(), "eval_corpus": eval_corpus.fingerprint()}
+    if job.objective == "distill" and _teacher_is_checkpoint(job):
+        fingerprints["teacher"] = _teacher_fingerprint(job.teacher)
     if job.resume:
         _check_same_text(job, out, fingerprints)
     job = dataclasses.replace(job, fingerprints=fingerprints)  # what job.json records
@@ -358,7 +360,14 @@ def _pretrain(job: PretrainJob) -> Path:
     objective = build_objective(job.objective, job.model, teacher=job.teacher, teacher_layers=job.teacher_layers,
                                 loss=job.loss, **architecture)
     models = objective.models()
+    _check_savable(models)
     max_length = _max_length(job, models)
+    teacher = getattr(objective, "teacher", None)
+    if job.tokenizer is not None and getattr(teacher, "tokenizer", None) is not None and \
+            tokenizer.backend.get_vocab() != teacher.tokenizer.backend.get_vocab():
+        raise BertkitError(f"--tokenizer {job.tokenizer}: its vocabulary is not the teacher's ({job.teacher}), "
+                           "whose soft targets are for the ids its own tokenizer gives; leave --tokenizer out to "
+                           "use the teacher's")
     for model in models.values():  # a distilled student has its teacher's vocabulary, whatever --tokenizer gives
         check_vocab_fits(tokenizer, model.config.vocab_size, model.config.type_vocab_size)
         model.tokenizer = tokenizer
@@ -372,7 +381,7 @@ def _pretrain(job: PretrainJob) -> Path:
         _write_job(job, out)
     unique = {id(p): p.numel() for m in models.values() for p in m.parameters()}  # shared tables once
     what = job.model
-    if job.objective == "distill" and _teacher_is_checkpoint(job):  # the preset names the family only
+    if job.objective == "distill":  # the preset names the family only; the shape is the teacher's
         student = models[""].config
         what = (f"a {student.family} student of {student.num_layers} layers x {student.hidden_size}, its shape "
                 f"from the teacher {job.teacher}")
@@ -442,6 +451,20 @@ def _check_same_text(job: PretrainJob, out: Path, fingerprints: dict[str, str]) 
             effect = "train on other batches" if key == "corpus" else "score other held-out batches"
             raise BertkitError(f"--resume: the {what} {name or job.corpus} changed since the run started (its "
                                f"fingerprint differs); resuming would {effect}: start a new run, or restore the {what}")
+    if "teacher" in then and then["teacher"] != fingerprints.get("teacher"):
+        raise BertkitError(f"--resume: the teacher {job.teacher} changed since the run started (its weights' "
+                           "fingerprint differs); resuming would distill another model: start a new run, or restore "
+                           "the teacher")
+
+
+def _teacher_fingerprint(teacher: str) -> str:
+    """A digest of a teacher checkpoint's config and weight files (its tokenizer is the run's own)."""
+    from .data.corpora import file_digest
+    from .hub import resolve
+
+    folder = resolve(teacher)
+    files = sorted(p for p in folder.iterdir() if p.name == "config.json" or p.suffix in (".safetensors", ".bin"))
+    return file_digest(files)
 
 
 def _check_left_to_train(trainer, out: Path) -> None:
@@ -472,7 +495,17 @@ def _check_fits(job: PretrainJob) -> None:
     with torch.device("meta"):
         models = build_objective(job.objective, job.model, teacher=job.teacher,
                                  teacher_layers=job.teacher_layers, **architecture).models()
+    _check_savable(models)
     _max_length(job, models)
+
+
+def _check_savable(models: dict) -> None:
+    """The run saves its models in Hugging Face format: one transformers cannot hold (a distilled
+    student of a teacher whose layer_norm_eps DistilBERT fixes otherwise) is refused before training."""
+    from .interop.hf import config_to_hf
+
+    for model in models.values():
+        config_to_hf(model.config, model.head_kind)
 
 
 def _max_length(job: PretrainJob, models: dict) -> int:
@@ -497,12 +530,13 @@ def _tokenizer(job: PretrainJob, preset, train_corpus, checkpoints: list[Path]):
     if job.tokenizer is not None:
         return load_tokenizer(job.tokenizer)
     if job.objective == "distill" and _teacher_is_checkpoint(job):
-        from .interop.hf import from_pretrained
+        from .data.tokenizer import TOKENIZER_FILES
+        from .hub import resolve
 
-        teacher = from_pretrained(job.teacher, head="mlm")
-        if teacher.tokenizer is None:
+        folder = resolve(job.teacher)
+        if not any((folder / name).exists() for name in TOKENIZER_FILES):
             raise BertkitError(f"{job.teacher}: the teacher has no tokenizer files; pass --tokenizer")
-        return teacher.tokenizer
+        return load_tokenizer(folder)
     vocab = job.architecture.get("vocab_size", preset.config.vocab_size)
     return trained_tokenizer(train_corpus, preset.config.family, vocab)
 

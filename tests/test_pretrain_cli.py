@@ -5,6 +5,7 @@ errors for bad input."""
 import errno
 import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -529,8 +530,35 @@ def test_distill_from_a_checkpoint_teacher_with_chosen_layers(corpus, tmp_path, 
     student = bertkit.from_pretrained(out)
     assert student.config.family == "distilbert" and student.config.num_layers == 2
     # the banner says the shape it trains, not the preset's 6 x 768 it did not build
-    assert "distill on a distilbert student of 2 layers x 32, its shape from the teacher" in capsys.readouterr().err
+    said = capsys.readouterr()
+    assert "distill on a distilbert student of 2 layers x 32, its shape from the teacher" in said.err
+    assert "distill_ce" in said.out and "cosine_loss" in said.out  # the loss's own terms, held out
     assert student.tokenizer.vocab_size == teacher.tokenizer.vocab_size == student.config.vocab_size
+    # a teacher whose weights changed since the run started: resuming would distill another model
+    changed = bertkit.build("bert-base", head="mlm", num_layers=4, hidden_size=32, num_heads=2, intermediate_size=64)
+    changed.tokenizer = teacher.tokenizer
+    changed.save_pretrained(tmp_path / "teacher2")
+    shutil.copy(tmp_path / "teacher2" / "model.safetensors", tmp_path / "teacher" / "model.safetensors")
+    assert pretrain(*args, "--out", str(out), "--teacher-layers", "1,3", "--steps", "3", "--resume") == 2
+    line = error_line(capsys)
+    assert "--resume: the teacher " in line and "changed since the run started (its weights' fingerprint" in line
+    assert pretrain(*args, "--out", str(tmp_path / "bad"), "--teacher-layers", "", "--steps", "2") == 2
+    assert "teacher layers (none): give increasing block indices in 0..3" in error_line(capsys)
+    # a --tokenizer whose vocabulary is not the teacher's would feed it ids it reads as other words
+    (tmp_path / "words").mkdir()
+    (tmp_path / "words" / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a"]))
+    assert pretrain(*args, "--out", str(tmp_path / "bad"), "--tokenizer", str(tmp_path / "words" / "vocab.txt"),
+                    "--steps", "2") == 2
+    assert "its vocabulary is not the teacher's" in error_line(capsys)
+    # a student transformers cannot hold (DistilBERT fixes layer_norm_eps) is refused before training, not at its save
+    odd = bertkit.build("bert-base", head="mlm", num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64,
+                        layer_norm_eps=1e-5)
+    odd.tokenizer = teacher.tokenizer
+    odd.save_pretrained(tmp_path / "odd")
+    assert pretrain("--model", "distilbert-base", "--objective", "distill", "--teacher", str(tmp_path / "odd"),
+                    "--corpus", str(corpus), *FAST, "--out", str(tmp_path / "bad"), "--steps", "2") == 2
+    assert "transformers fixes layer_norm_eps = 1e-12, this model has 1e-05" in error_line(capsys)
+    assert not (tmp_path / "bad" / "checkpoints").exists() or not any((tmp_path / "bad" / "checkpoints").iterdir())
     capsys.readouterr()
     assert pretrain(*args, "--out", str(tmp_path / "bad"), "--teacher-layers", "3,1", "--steps", "2") == 2
     assert "give increasing block indices in 0..3" in error_line(capsys)
