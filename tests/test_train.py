@@ -555,3 +555,25 @@ def test_optimizer_settings_that_would_train_the_wrong_way_are_refused(bad, word
         with pytest.raises(bertkit.BertkitError, match=words):
             settings_class(steps=10, **bad)
         settings_class(steps=10, clip_norm=None)  # no clipping stays possible
+
+
+def test_a_float64_model_trains_in_float64_and_unpredicted_targets_count_nowhere():
+    """The loss is not rounded to fp32 on the way (only half-precision logits are widened), and a
+    -100 target given to masked_lm_terms is out of the accuracy as it is out of the loss."""
+    import torch.nn.functional as F
+
+    from bertkit.objectives.mlm import masked_lm_terms
+
+    model = bertkit.build("mini-bert", head="mlm", num_layers=1, hidden_size=16, num_heads=2, intermediate_size=16,
+                          vocab_size=50, hidden_dropout=0.0, attention_dropout=0.0).double()
+    ids = torch.randint(5, 50, (2, 9), generator=torch.Generator().manual_seed(0))
+    labels = torch.full_like(ids, -100)
+    labels[:, 2:5] = ids[:, 2:5]
+    step = MaskedLM(model)({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels})
+    logits = model(ids).logits
+    expected = F.cross_entropy(logits.reshape(-1, 50), labels.reshape(-1))  # float64 throughout
+    assert step.loss.dtype == torch.float64 and abs(step.loss.item() - expected.item()) < 1e-13
+    right = torch.eye(4, dtype=torch.float64)  # each row predicts its own index
+    assert masked_lm_terms(right, torch.tensor([0, 1, 2, 3]))[1].item() == 1.0
+    loss, accuracy = masked_lm_terms(right, torch.tensor([-100, 1, 2, 3]))
+    assert accuracy.item() == 1.0 and abs(loss.item() - F.cross_entropy(right[1:], torch.tensor([1, 2, 3])).item()) < 1e-15

@@ -17,6 +17,12 @@ class Step:
     metrics: dict[str, torch.Tensor]    # detached scalars (means over the batch) for logs
 
 
+def wide(values: torch.Tensor) -> torch.Tensor:
+    """Values a loss is computed from, in fp32 where they are half precision (bf16 autocast's
+    logits); a float64 model's stay float64, so that its training is float64 throughout."""
+    return values if values.dtype == torch.float64 else values.float()
+
+
 def check_loss_weights(**values) -> None:
     """A loss's temperature must be positive and its weights at least 0, all finite numbers."""
     for key, value in values.items():

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import BertkitError
-from .base import Objective, Step, check_loss_weights, share
+from .base import Objective, Step, check_loss_weights, share, wide
 from .mlm import masked_lm_terms
 
 
@@ -67,11 +67,11 @@ class Distillation(Objective):
             t = self.teacher(ids, mask, masked_positions=real)
         s = self.student(ids, mask, masked_positions=real)  # logits (R, V): every real token
         tau = self.temperature
-        ce = F.kl_div(F.log_softmax(s.logits.float() / tau, -1), F.softmax(t.logits.float() / tau, -1),
+        ce = F.kl_div(F.log_softmax(wide(s.logits) / tau, -1), F.softmax(wide(t.logits) / tau, -1),
                       reduction="batchmean") * tau ** 2
         mlm, accuracy = masked_lm_terms(s.logits[masked], labels[real][masked])  # (K, V)
         s_h, t_h = s.last_hidden_state, t.last_hidden_state  # (R, H): masked_positions=real
-        cos = (1.0 - F.cosine_similarity(s_h.float(), t_h.float(), dim=-1)).mean()
+        cos = (1.0 - F.cosine_similarity(wide(s_h), wide(t_h), dim=-1)).mean()
         whole = self.alpha_ce * ce + self.alpha_mlm * mlm + self.alpha_cos * cos
         R, K = real.sum(), masked.sum()
         loss = (share(self.alpha_ce * ce + self.alpha_cos * cos, R, totals, "real")

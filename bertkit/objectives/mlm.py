@@ -12,15 +12,19 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import BertkitError
-from .base import Objective, Step, labelled_positions, share
+from .base import Objective, Step, labelled_positions, share, wide
 
 
 def masked_lm_terms(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(K, V) logits and (K,) target ids -> (mean cross-entropy, accuracy). A batch without a
-    predicted position gives a zero loss that still reaches the graph, not NaN."""
+    """(K, V) logits and (K,) target ids -> (mean cross-entropy, accuracy); a target of -100 (the
+    labels' "not predicted") counts in neither. A batch without a predicted position gives a zero
+    loss that still reaches the graph, not NaN."""
+    kept = targets != -100
+    if not kept.all():
+        logits, targets = logits[kept], targets[kept]
     if targets.numel() == 0:
         return logits.sum() * 0.0, logits.new_zeros(())
-    loss = F.cross_entropy(logits.float(), targets)
+    loss = F.cross_entropy(wide(logits), targets)
     accuracy = (logits.argmax(-1) == targets).float().mean()
     return loss, accuracy.detach()
 
@@ -64,7 +68,7 @@ class MaskedLM(Objective):
         total = loss.detach()
         loss = share(loss, masked.sum(), totals, "mlm")
         if self.pair is not None:
-            pair_loss = F.cross_entropy(out.pair_logits.float(), batch["pair_labels"])  # (B, 2) vs (B,)
+            pair_loss = F.cross_entropy(wide(out.pair_logits), batch["pair_labels"])  # (B, 2) vs (B,)
             metrics[f"{self.pair}_loss"] = pair_loss.detach()
             metrics[f"{self.pair}_accuracy"] = (out.pair_logits.argmax(-1) == batch["pair_labels"]).float().mean()
             total = total + pair_loss.detach()

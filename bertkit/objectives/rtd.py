@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from ..errors import BertkitError
 from ..models.electra import ReplacedTokenHead
-from .base import Objective, Step, check_loss_weights, share
+from .base import Objective, Step, check_loss_weights, share, wide
 from .mlm import masked_lm_terms
 
 
@@ -87,7 +87,8 @@ class ReplacedTokenDetection(Objective):
         corrupted, replaced = corrupt(ids, labels, sample_tokens(gen_logits.detach()), real)
 
         disc_logits = self.discriminator(corrupted, mask, types).logits  # (B, T)
-        disc_loss = F.binary_cross_entropy_with_logits(disc_logits[real].float(), replaced[real].float())
+        scores = wide(disc_logits[real])
+        disc_loss = F.binary_cross_entropy_with_logits(scores, replaced[real].to(scores.dtype))
         return Terms(gen_loss, gen_accuracy, disc_loss, disc_logits[real] > 0, replaced[real])
 
     metric_counts = {"mlm": "mlm", "rtd": "rtd", "replaced": "rtd"}
