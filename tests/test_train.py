@@ -576,4 +576,5 @@ def test_a_float64_model_trains_in_float64_and_unpredicted_targets_count_nowhere
     right = torch.eye(4, dtype=torch.float64)  # each row predicts its own index
     assert masked_lm_terms(right, torch.tensor([0, 1, 2, 3]))[1].item() == 1.0
     loss, accuracy = masked_lm_terms(right, torch.tensor([-100, 1, 2, 3]))
-    assert accuracy.item() == 1.0 and abs(loss.item() - F.cross_entropy(right[1:], torch.tensor([1, 2, 3])).item()) < 1e-15
+    assert accuracy.item() == 1.0
+    assert abs(loss.item() - F.cross_entropy(right[1:], torch.tensor([1, 2, 3])).item()) < 1e-15
