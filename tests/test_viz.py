@@ -372,7 +372,7 @@ def test_a_picture_name_as_out_and_a_value_starting_with_a_dash_are_explained(tm
 def test_temperature_candidates_are_named_by_their_text(reviews):
     # a byte-level BPE model's candidates were labelled with vocabulary entries ("Ġfilm")
     from bertkit.data import TokenizerSettings, train_tokenizer
-    from bertkit.viz.distillation import mlm_logits
+    from bertkit.viz.distillation import drawn, mlm_logits
 
     tok = train_tokenizer(reviews, TokenizerSettings.for_family("roberta", vocab_size=600))
     torch.manual_seed(0)
@@ -381,14 +381,38 @@ def test_temperature_candidates_are_named_by_their_text(reviews):
     model.tokenizer = tok
     with torch.no_grad():
         model.head.bias[tok.backend.token_to_id("Ġfilm")] = 50.0
-    logits, labels, _ = mlm_logits(model.eval(), "A [MASK] to see.", top_k=6)
+    logits, labels, _, rest = mlm_logits(model.eval(), "A [MASK] to see.", top_k=6)
     assert labels[0] == "film" and not any(label.startswith("Ġ") for label in labels)
+    # the bars are the candidates' share of the whole vocabulary's softened distribution, as the
+    # distillation loss softens it, not a softmax over the 6 drawn ones
+    ids = tok.encode("A <mask> to see.")
+    with torch.no_grad():
+        full = model(torch.tensor([ids])).logits[0, ids.index(tok.mask_token_id)].double()
+    for tau in (1.0, 4.0):
+        whole = torch.softmax(full / tau, -1)
+        expected = [*whole.topk(6).values.tolist(), 1 - whole.topk(6).values.sum().item()]
+        assert drawn(np.array(logits), rest, tau) == pytest.approx(expected, rel=1e-5)
     vocab = tok.backend.get_vocab()
     word = next(w for w in sorted(vocab) if w.isalpha() and len(w) > 2 and "Ġ" + w in vocab)  # "the", "Ġthe"
     with torch.no_grad():  # both read "the": two bars of one name, so they keep their entries
         model.head.bias[[vocab[word], vocab["Ġ" + word]]] = 60.0
-    logits, labels, _ = mlm_logits(model, "A [MASK] to see.", top_k=40)
+    logits, labels, _, _ = mlm_logits(model, "A [MASK] to see.", top_k=40)
     assert len(set(labels)) == len(labels) and {word, "Ġ" + word} <= set(labels) and "\ufffd" not in "".join(labels)
+
+
+def test_a_distillation_run_s_temperature_is_drawn_and_named(tmp_path, monkeypatch, minilm_dir):
+    import bertkit.viz.distillation as distillation
+
+    model = bertkit.build("mini-bert", head="mlm", num_layers=1, hidden_size=16, num_heads=2, intermediate_size=16)
+    model.tokenizer = bertkit.load_tokenizer(minilm_dir)
+    model.save_pretrained(tmp_path / "run")
+    (tmp_path / "run" / "job.json").write_text(json.dumps({"objective": "distill", "loss": {"temperature": 3.0}}))
+    drawn = {}
+    monkeypatch.setattr(distillation, "plot_temperatures", lambda path, *args: drawn.update(args=args) or path)
+    assert main(["visualize", "distillation-temperature", "--model", str(tmp_path / "run"), "--text", "a [MASK]",
+                 "--out", str(tmp_path / "viz")]) == 0
+    logits, labels, temperatures, context, rest, marked = drawn["args"]
+    assert 3.0 in temperatures and marked[3.0] == "this run's" and len(logits) + len(rest) == model.config.vocab_size
 
 
 def test_cli_pictures_and_compare(tmp_path, capsys):

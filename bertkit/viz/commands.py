@@ -149,10 +149,12 @@ def cmd_attribution(args) -> None:
 
 
 def cmd_distillation_temperature(args) -> None:
-    from .distillation import EXAMPLE_CONTEXT, EXAMPLE_LABELS, EXAMPLE_LOGITS, TEMPERATURES, mlm_logits, plot_temperatures
+    from .distillation import (DISTILBERT_TAU, EXAMPLE_CONTEXT, EXAMPLE_LABELS, EXAMPLE_LOGITS, TEMPERATURES,
+                               mlm_logits, plot_temperatures)
 
     out = _out(args)
     temperatures = _list(args.temperatures, "--temperatures", float) if args.temperatures else TEMPERATURES
+    rest, marked = None, {DISTILBERT_TAU: "DistilBERT"}
     if args.text and not args.model:
         raise BertkitError("--text is read by a --model (the logits at its [MASK]); give one, or --logits")
     if args.model:
@@ -167,7 +169,11 @@ def cmd_distillation_temperature(args) -> None:
                                f"to show), got {args.top_k}")
         with _warnings_as_lines():
             model, _ = load_model(args.model, args.tokenizer, head="mlm")
-            logits, labels, context = mlm_logits(model, args.text, args.top_k)
+            logits, labels, context, rest = mlm_logits(model, args.text, args.top_k)
+        tau = _run_temperature(args.model)
+        if tau is not None:  # a distillation run: its own temperature is drawn and named
+            marked[tau] = "this run's"
+            temperatures = [*temperatures, tau]
     elif args.logits:
         logits = _list(args.logits, "--logits", float)
         labels = _list(args.labels, "--labels") or None
@@ -177,7 +183,18 @@ def cmd_distillation_temperature(args) -> None:
             raise BertkitError("--labels names the classes of --logits; give both")
         logits, labels, context = EXAMPLE_LOGITS, EXAMPLE_LABELS, EXAMPLE_CONTEXT
     _wrote([plot_temperatures(out / "distillation_temperature.png", logits, labels, temperatures,
-                              context)])
+                              context, rest, marked)])
+
+
+def _run_temperature(model: str) -> float | None:
+    """The temperature a distillation run folder trained with (its job.json), else None."""
+    from ..objectives.registry import LossSettings
+    from ..pretraining import saved_job
+
+    job = saved_job(Path(model)) if Path(model).is_dir() else None
+    if not isinstance(job, dict) or job.get("objective") != "distill":
+        return None
+    return float((job.get("loss") or {}).get("temperature", LossSettings.temperature))
 
 
 def cmd_curves(args) -> None:

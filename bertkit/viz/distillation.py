@@ -31,6 +31,13 @@ def softmax(logits: np.ndarray, tau: float) -> np.ndarray:
     return e / e.sum()
 
 
+def drawn(logits: np.ndarray, rest: np.ndarray, tau: float) -> np.ndarray:
+    """What is drawn at temperature tau: each class of `logits` within the softmax of them all
+    with `rest`, then (where there is a rest) the rest's probability together."""
+    p = softmax(np.concatenate([logits, rest]), tau)
+    return np.append(p[:len(logits)], p[len(logits):].sum()) if len(rest) else p
+
+
 def check(logits, labels, temperatures) -> tuple[np.ndarray, list[str], list[float]]:
     logits = np.asarray(logits, dtype=np.float64)
     if logits.ndim != 1 or len(logits) < 2:
@@ -46,8 +53,10 @@ def check(logits, labels, temperatures) -> tuple[np.ndarray, list[str], list[flo
     return logits, labels, sorted(set(temperatures))
 
 
-def mlm_logits(model, text: str, top_k: int = 8) -> tuple[list[float], list[str], str]:
-    """The teacher's top-k logits at the first mask of `text` (a model with a masked-LM head)."""
+def mlm_logits(model, text: str, top_k: int = 8) -> tuple[list[float], list[str], str, np.ndarray]:
+    """The teacher's top-k logits at the first mask of `text` (a model with a masked-LM head), and
+    the rest of the vocabulary's: distillation softens the whole distribution, and the tail that
+    temperature lifts is most of what it shows."""
     import torch
 
     from .inputs import encode
@@ -64,36 +73,46 @@ def mlm_logits(model, text: str, top_k: int = 8) -> tuple[list[float], list[str]
         logits = model(encoded.ids, torch.ones_like(encoded.ids), encoded.types).logits[0, positions[0]].float()
     top = logits.topk(min(top_k, logits.shape[-1]))
     ids = top.indices.tolist()
+    rest = np.delete(logits.double().numpy(), ids)
     texts = [tok.decode([i]).strip() for i in ids]  # " good" -> good, not the vocabulary's "Ġgood"
     # ... unless that says nothing or the same as another's ("-" and "Ġ-"; a byte piece's "\ufffd")
     labels = [t if t and t.isprintable() and "\ufffd" not in t and texts.count(t) == 1 else tok.id_to_token(i)
               for t, i in zip(texts, ids)]
-    return top.values.tolist(), labels, f"{text} (top {len(labels)} logits of the model)"
+    return top.values.tolist(), labels, f"{text} (the model's top {len(labels)} of {logits.shape[-1]:,})", rest
 
 
 def plot_temperatures(path: Path, logits=EXAMPLE_LOGITS, labels=EXAMPLE_LABELS, temperatures=TEMPERATURES,
-                      context: str = EXAMPLE_CONTEXT) -> Path:
+                      context: str = EXAMPLE_CONTEXT, rest=None, marked: dict[float, str] | None = None) -> Path:
     """Top: the distribution at each temperature, with its entropy. Bottom: each class's
-    probability as the temperature sweeps from 0.25 to 16 (log axis)."""
+    probability as the temperature sweeps from 0.25 to 16 (log axis). `rest`: the logits of the
+    classes not drawn one by one (a vocabulary's tail), softened with the others and drawn as one
+    "other" bar and curve. `marked`: temperature -> a note on its panel (default: DistilBERT's 2)."""
     logits, labels, temperatures = check(logits, labels, temperatures)
-    C, K = len(logits), len(temperatures)
+    rest = np.zeros(0) if rest is None else np.asarray(rest, dtype=np.float64)
+    marked = {DISTILBERT_TAU: "DistilBERT"} if marked is None else marked
+    if len(rest):
+        labels = [*labels, f"other {len(rest):,}"]
+    C, K = len(labels), len(temperatures)
+    V = len(logits) + len(rest)
     panel = max(2.3, 0.32 * C + 0.6)
     width = max(9.0, K * panel + 1.0)
     fig = F.figure(width, 7.4)
     grid = fig.add_gridspec(2, K, height_ratios=(1.0, 1.05), hspace=0.62, wspace=0.12,
                             left=0.8 / width, right=1 - 0.25 / width, top=0.87, bottom=0.09)
-    colours = [f"C{i % 10}" for i in range(C)]
+    colours = [f"C{i % 10}" for i in range(len(logits))] + ["lightgrey"] * (C - len(logits))
     share = None
     font = min(9.0, max(6.0, 80 / C))
     for k, tau in enumerate(temperatures):
-        p = softmax(logits, tau)
+        p = drawn(logits, rest, tau)
+        whole = softmax(np.concatenate([logits, rest]), tau)
         ax = fig.add_subplot(grid[0, k], sharey=share)
         share = share or ax
         ax.bar(range(C), p, color=colours)
         ax.set_xticks(range(C), [F.short(s) for s in labels], rotation=60, ha="right", fontsize=font)
         ax.set_ylim(0, 1.0)
-        entropy = float(-(p * np.log(p + 1e-30)).sum()) + 0.0  # + 0.0: a one-hot's -0.0 reads as 0.00
-        marker = "  (DistilBERT)" if tau == DISTILBERT_TAU else "  (teacher)" if tau == 1.0 else ""
+        entropy = float(-(whole * np.log(whole + 1e-30)).sum()) + 0.0  # + 0.0: a one-hot's -0.0 reads as 0.00
+        note = marked.get(tau) or ("teacher" if tau == 1.0 else "")
+        marker = f"  ({note})" if note else ""
         ax.set_title(f"\u03c4 = {tau:g}{marker}\nentropy {entropy:.2f} nats", fontsize=9)
         ax.grid(axis="y", alpha=0.3)
         if k:
@@ -102,13 +121,13 @@ def plot_temperatures(path: Path, logits=EXAMPLE_LOGITS, labels=EXAMPLE_LABELS, 
             ax.set_ylabel("probability")
     ax = fig.add_subplot(grid[1, :])
     sweep = np.geomspace(0.25, 16, 200)
-    curves = np.stack([softmax(logits, t) for t in sweep])  # (200, C)
+    curves = np.stack([drawn(logits, rest, t) for t in sweep])  # (200, C)
     for c in range(C):
         ax.plot(sweep, curves[:, c], color=colours[c], label=F.short(labels[c]))
-    ax.axhline(1 / C, color="grey", ls=":", lw=1)
-    ax.text(sweep[0], 1 / C, f"uniform 1/{C}", va="bottom", ha="left", fontsize=8, color="grey")
+    ax.axhline(1 / V, color="grey", ls=":", lw=1)
+    ax.text(sweep[0], 1 / V, f"uniform 1/{V:,}", va="bottom", ha="left", fontsize=8, color="grey")
     for tau in temperatures:
-        ax.axvline(tau, color="black" if tau == DISTILBERT_TAU else "lightgrey", lw=0.8, ls="--", zorder=0)
+        ax.axvline(tau, color="black" if tau in marked else "lightgrey", lw=0.8, ls="--", zorder=0)
     ax.set_xscale("log")
     ax.set_xticks([0.25, 0.5, 1, 2, 4, 8, 16], ["0.25", "0.5", "1", "2", "4", "8", "16"])
     ax.set_xlabel("temperature \u03c4 (log scale)")
