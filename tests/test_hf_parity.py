@@ -663,6 +663,24 @@ def test_roberta_left_padding_numbers_positions_from_the_first_real_token(tmp_pa
     assert (got[1][left_mask[1].bool()] - alone).abs().max().item() <= TOL
 
 
+def test_roberta_runs_a_batch_padded_past_its_table_whose_rows_fit(tmp_path):
+    """Padding takes no position of RoBERTa's own, so a batch padded to a fixed width beyond the
+    table runs as in transformers while every row's real tokens fit; a row that does not is refused."""
+    config = transformers.RobertaConfig(**{**BASE, "pad_token_id": 1, "max_position_embeddings": 18})  # 16 usable
+    ref = hf_model("RobertaModel", config)
+    ours = bertkit.from_pretrained(_saved(ref, tmp_path))
+    ids = torch.randint(3, 99, (2, 24), generator=torch.Generator().manual_seed(0))
+    mask = torch.zeros_like(ids)
+    mask[0, :16], mask[1, :5] = 1, 1
+    ids[mask == 0] = 1
+    expected = reference_outputs(ref, ids, mask, ids * 0)["last_hidden_state"]
+    assert max_diff_on_real(ours(ids, mask).last_hidden_state, expected, mask) <= TOL
+    ids[0, 16] = 5
+    with pytest.raises(BertkitError, match=r"a sequence of 17 tokens \(not counting padding\) exceeds the model's "
+                                           r"maximum of 16 tokens"):
+        ours(ids, mask)
+
+
 @pytest.mark.parametrize("family, variant", LEFT_PADDED)
 def test_position_ids_are_followed_as_transformers_follows_them(family, variant, tmp_path):
     """position_ids numbering each left-padded row from its first real token: the states match

@@ -34,14 +34,20 @@ class Embeddings(nn.Module):
     def position_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         return torch.arange(input_ids.shape[1], device=input_ids.device)[None, :]  # (1, T)
 
+    def check_length(self, input_ids: torch.Tensor) -> None:
+        """Refuse input whose positions the table lacks (the families numbering padding apart check
+        the real tokens)."""
+        if input_ids.shape[1] > self.max_length:
+            raise BertkitError(f"sequence length {input_ids.shape[1]} exceeds the model's maximum of "
+                               f"{self.max_length} tokens")
+
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 words: torch.Tensor | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:
         """`words` (B, T, E): word vectors to use instead of looking input_ids up (inputs_embeds).
         `positions` (B, T) or (1, T): the rows of the position table to add, in place of the
         family's own numbering (position_ids; the caller checked they fit the table)."""
-        T = input_ids.shape[1]
-        if T > self.max_length and positions is None:
-            raise BertkitError(f"sequence length {T} exceeds the model's maximum of {self.max_length} tokens")
+        if positions is None:
+            self.check_length(input_ids)
         words = self.word(input_ids) if words is None else words  # (B, T, H)
         x = words + self.position(self.position_ids(input_ids) if positions is None else positions)  # (B, T, H)
         if self.token_type is not None:

@@ -36,6 +36,15 @@ class RobertaEmbeddings(Embeddings):
         real = (input_ids != self.pad_token_id).long()          # (B, T)
         return torch.cumsum(real, dim=1) * real + self.pad_token_id  # (B, T)
 
+    def check_length(self, input_ids: torch.Tensor) -> None:
+        """Padding takes no position of its own: a batch padded past the table (to a fixed width)
+        runs as long as no row holds more real tokens than it has positions, as in transformers."""
+        if input_ids.shape[1] > self.max_length:
+            longest = int((input_ids != self.pad_token_id).sum(1).max())
+            if longest > self.max_length:
+                raise BertkitError(f"a sequence of {longest} tokens (not counting padding) exceeds the model's "
+                                   f"maximum of {self.max_length} tokens")
+
 
 def build_backbone(config: EncoderConfig, with_pooler: bool) -> EncoderModel:
     pooler = Pooler(config.hidden_size) if with_pooler else None
