@@ -229,7 +229,7 @@ def unlabelled(batch):
     return {**batch, "labels": torch.full_like(batch["labels"], -100)}
 
 
-def test_held_out_metrics_are_over_the_labelled_tokens():
+def test_held_out_metrics_are_over_the_labelled_tokens(tmp_path):
     """Batches with different numbers of masked tokens, and one with none: the loss over all
     labelled tokens, not a mean of batch means with the empty batch as 0."""
     model, ref = torch_pair()
@@ -242,6 +242,10 @@ def test_held_out_metrics_are_over_the_labelled_tokens():
     assert metrics["mlm_loss"] == pytest.approx(loss, rel=1e-5)
     assert metrics["mlm_accuracy"] == pytest.approx(accuracy)
     assert metrics["perplexity"] == pytest.approx(np.exp(loss), rel=1e-5)
+    # the torch trainer reports the same held-out numbers for the same model (the backends agree)
+    theirs = Trainer(MaskedLM(model), None, TrainSettings(progress=False), tmp_path, eval_batches=held_out).evaluate()
+    for key in ("mlm_loss", "loss", "mlm_accuracy", "perplexity"):
+        assert theirs[key] == pytest.approx(metrics[key], rel=1e-5), key
     empty = numpy_ref.Trainer(ref, None, numpy_ref.TrainSettings(), eval_batches=[as_numpy(held_out[1])])
     with pytest.warns(UserWarning, match="no held-out metrics"):
         assert empty.evaluate() == {}

@@ -235,8 +235,12 @@ class Trainer:
         return {n: v / self.world for n, v in zip(names, values.tolist())}
 
     def evaluate(self) -> dict[str, float]:
-        """Objective metrics averaged over the held-out batches (dropout off, no gradients),
-        plus perplexity exp(mlm_loss) where there is an MLM loss. Under torchrun every process
+        """Objective metrics over the held-out batches as if they were one batch (dropout off, no
+        gradients): each metric the mean over all its items (masked tokens, pairs, ...), as a
+        training step's are, and the loss the one such a batch would give; a mean of batch means
+        weighed a batch of few masked tokens as much as one of many, so the NumPy Mini-BERT and
+        this trainer reported different held-out losses for one model. Plus perplexity
+        exp(mlm_loss) where there is an MLM loss. Under torchrun every process
         scores the whole of each batch, as one process does: split, each process's mean over its
         share (its own count of masked tokens) averaged with the others' was another number
         (6.909 against 6.837 on one run). The mean over processes then only makes them agree."""
@@ -249,11 +253,25 @@ class Trainer:
             # the same random draws at every evaluation (ELECTRA's generator samples its
             # replacements), so scores compare across evaluations; training's stream is untouched
             torch.manual_seed(self.settings.seed)
-            for batch in self.eval_batches:
-                for k, v in self.objective(self._to_device(batch)).metrics.items():
-                    totals[k] = totals.get(k, 0.0) + float(v)
+            batches = [self._to_device(b) for b in self.eval_batches]
+            counts = [self.objective.counts(b) for b in batches]
+            whole = None if counts[0] is None else {n: sum(c[n] for c in counts).float() for n in counts[0]}
+            weights: dict[str, float] = {}
+            loss = 0.0
+            for batch, count in zip(batches, counts):
+                result = self.objective(batch, whole)  # given the whole's counts, its loss is its share
+                loss += float(result.loss)
+                for k, v in result.metrics.items():
+                    name = self.objective.metric_count(k) if count is not None else None
+                    weight = float(count[name]) if name in (count or {}) else 1.0
+                    if weight:  # a batch without a metric's items (no masked token) has no mean of them
+                        totals[k] = totals.get(k, 0.0) + float(v) * weight
+                        weights[k] = weights.get(k, 0.0) + weight
         self.objective.train()
-        metrics = self._mean_over_processes({k: v / len(self.eval_batches) for k, v in totals.items()})
+        means = {k: v / weights[k] for k, v in totals.items()}
+        if whole is not None and "loss" in means:
+            means["loss"] = loss  # the batches' shares add up to the whole's loss
+        metrics = self._mean_over_processes(means)
         if "mlm_loss" in metrics:
             metrics["perplexity"] = math.exp(min(metrics["mlm_loss"], 50.0))
         return metrics
