@@ -67,6 +67,16 @@ def _type_problem(config_class: type, name: str, value: Any) -> str | None:
     return f"must be {' or '.join(words for words, _ in known)}, got {value!r}"
 
 
+def check_field_types(settings: Any, what: str | None = None) -> None:
+    """Refuse a settings dataclass whose field holds a value of the wrong type (a string where a
+    number goes, "no" for a bool), naming the field, on construction: not as a TypeError from deep
+    inside a run. Fields whose annotation names another class are left to their own checks."""
+    for f in dataclasses.fields(settings):
+        problem = _type_problem(type(settings), f.name, getattr(settings, f.name))
+        if problem:
+            raise BertkitError(f"{what or type(settings).__name__}: {f.name} {problem}")
+
+
 @dataclass(frozen=True)
 class EncoderConfig:
     family: str = "bert"

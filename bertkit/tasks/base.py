@@ -11,6 +11,7 @@ a list of them into a batch of tensors.
 from __future__ import annotations
 
 import contextlib
+import numbers
 import re
 import sys
 from dataclasses import dataclass
@@ -49,6 +50,15 @@ def check_texts(texts, name: str = "texts") -> None:
     for n, text in enumerate(texts, 1):
         if not isinstance(text, str):
             raise BertkitError(f"{name}: item {n} is not a string but {type(text).__name__}")
+
+
+def check_count(value, name: str = "batch size") -> None:
+    """A count the prediction helpers take (batch size, top_k): a whole number >= 1. A batch size
+    of 0 failed as range()'s ValueError, and a top_k of 0 silently gave one answer."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise BertkitError(f"{name} must be a whole number, got {value!r}")
+    if value < 1:
+        raise BertkitError(f"{name} must be at least 1, got {value}")
 
 
 def label_index(labels: tuple[str, ...], values, source: str) -> dict[str, int]:

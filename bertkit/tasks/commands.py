@@ -154,6 +154,24 @@ def _write_lines(results) -> None:
         print(json.dumps(r, ensure_ascii=False))
 
 
+def _six(score: float | None) -> float | None:
+    """A score as tag, answer and search lines print it, to 6 decimals (the Python functions
+    return the full float)."""
+    return None if score is None else round(score, 6)
+
+
+def _printed_tags(record: dict) -> dict:
+    return {**record, "scores": [_six(p) for p in record["scores"]],
+            **({"entities": [{**e, "score": _six(e["score"])} for e in record["entities"]]}
+               if "entities" in record else {})}
+
+
+def _printed_answer(record: dict) -> dict:
+    return {**record, "score": _six(record["score"]),
+            **({"alternatives": [{**a, "score": _six(a["score"])} for a in record["alternatives"]]}
+               if "alternatives" in record else {})}
+
+
 def _columns(args):
     from .readers import Columns
 
@@ -272,7 +290,7 @@ def cmd_tag(args) -> None:
 
     # (read_inputs has checked that tokens are lists of strings, and texts strings)
     inputs = [r.get("tokens", r.get("text")) for r in read_inputs(args, ("text", "tokens"), (), ("text", "tokens"))]
-    _write_lines(tag(args.model, inputs, **_common(args, len(inputs))))
+    _write_lines(map(_printed_tags, tag(args.model, inputs, **_common(args, len(inputs)))))
 
 
 def cmd_answer(args) -> None:
@@ -290,10 +308,10 @@ def cmd_answer(args) -> None:
             raise BertkitError(f"question {n} has no context (--context, --context-file, or a \"context\" field)")
     if args.top_k < 1:
         raise BertkitError(f"--top-k must be at least 1, got {args.top_k}")
-    _write_lines(answer(args.model, [r["question"] for r in records], [r["context"] for r in records],
-                        top_k=args.top_k, null_answers=True if args.null_answers else None,
-                        max_answer_length=args.max_answer_length, doc_stride=args.doc_stride,
-                        max_query_length=args.max_query_length, **_common(args, len(records))))
+    _write_lines(map(_printed_answer, answer(
+        args.model, [r["question"] for r in records], [r["context"] for r in records], top_k=args.top_k,
+        null_answers=True if args.null_answers else None, max_answer_length=args.max_answer_length,
+        doc_stride=args.doc_stride, max_query_length=args.max_query_length, **_common(args, len(records)))))
 
 
 def cmd_choose(args) -> None:
@@ -327,6 +345,7 @@ def cmd_embed(args) -> None:
                "tokenizer": args.tokenizer}
     if args.query:
         hits = search(args.model, args.query, texts, args.top_k, **options)
+        hits = [[{**h, "score": _six(h["score"])} for h in hit] for hit in hits]
         if lines:
             hits = [[{**h, "line": lines[h["index"]]} for h in hit] for hit in hits]
         _write_lines({"query": q, "results": h} for q, h in zip(args.query, hits))
@@ -529,6 +548,8 @@ def add_parsers(sub, predict_modes) -> None:
                        "sentence-transformers Pooling module, else mean; given, it replaces the folder's, with a "
                        "warning: the vectors are then not sentence-transformers')")
         for action in m._actions:  # the shared --max-length help speaks of fine-tuned models
+            if action.dest == "batch_size":  # embed()'s and sentence-transformers' encode's default, not 64
+                action.help = "texts per batch (32; texts are batched by length)"
             if action.dest == "max_length":
                 action.help = ("tokens per text (default: the model's sentence-transformers max_seq_length, "
                                "else as fine-tuned, else the model's maximum)")

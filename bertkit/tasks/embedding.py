@@ -26,9 +26,10 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
+from ..config import check_field_types
 from ..errors import BertkitError, first_line
 from ..files import decode_text, parse_json, positive_int, shown
-from .base import check_texts, length_batches, report_truncated, serving
+from .base import check_count, check_texts, length_batches, report_truncated, serving
 
 POOLING = ("mean", "cls")
 ST_CONFIG = "sentence_bert_config.json"  # sentence-transformers' settings of its Transformer module
@@ -416,6 +417,9 @@ class SentenceSettings:
     include_prompt: bool = True  # whether the Pooling module pools the prompt's tokens too
     truncate_dim: int | None = None
 
+    def __post_init__(self) -> None:
+        check_field_types(self)  # a wrong type is one line naming the field, not a failure mid-embedding
+
     def with_prompt(self, name: str | None) -> SentenceSettings:
         """These settings with the model's prompt named `name` (None: unchanged, the default prompt).
         "query" and "document" are always there (sentence-transformers' encode_query and
@@ -461,6 +465,8 @@ def prepared(source, tokenizer=None, max_length: int | None = None, pooling: str
     model = load_model(source if directory is None else directory, tokenizer)
     files = STFiles(model.companion_files, str(directory) if directory is not None else "(the model's files)")
     most = model.backbone.embeddings.max_length
+    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int)):
+        raise BertkitError(f"max length must be a whole number, got {max_length!r}")  # not a TypeError below
     if max_length is None:  # a saved length longer than the position table is cut to it
         max_length = min(saved_max_length(files, directory, model.tokenizer) or most, most)
     if not 1 <= max_length <= most:
@@ -504,9 +510,10 @@ def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None 
     three significant digits). `pooling` replaces a folder's own with a warning (the vectors are
     then not sentence-transformers' for it). `prompt_name`: one of the model's prompts (config_sentence_transformers.json) before each text
     instead of its default one, as sentence-transformers' encode(prompt_name=...)."""
-    if batch_size < 1:
-        raise BertkitError(f"batch size must be at least 1, got {batch_size}")
+    check_count(batch_size)
     check_texts(texts)
+    if normalize is not None and not isinstance(normalize, bool):  # "no" is truthy: it normalized
+        raise BertkitError(f"normalize must be True, False or None, got {normalize!r}")
     model, settings = prepared(model, tokenizer, max_length, pooling)
     return _embed(model, texts, settings.with_prompt(prompt_name), batch_size, normalize, progress, bf16)
 
@@ -560,18 +567,16 @@ def search(model, queries: list[str], corpus: list[str], top_k: int = 5, batch_s
     embed(); `embedding` goes to it too (progress, bf16). Queries and corpus texts get the
     model's "query" and "document" prompts (empty where it names none, not its default prompt),
     as sentence-transformers' encode_query and encode_document give them."""
-    if top_k < 1:
-        raise BertkitError(f"top_k must be at least 1, got {top_k}")
+    check_count(top_k, "top_k")
     check_texts(queries, "queries")
     check_texts(corpus, "corpus")
     if not corpus:
         raise BertkitError("the corpus to search is empty")
-    if batch_size < 1:
-        raise BertkitError(f"batch size must be at least 1, got {batch_size}")
+    check_count(batch_size)
     model, settings = prepared(model, tokenizer, max_length, pooling)  # loaded once
     options = {"progress": False, "bf16": False, **embedding, "normalize": None}  # the vectors the model gives
     q, c = (_embed(model, texts, settings.with_prompt(name), batch_size, **options)
             for texts, name in ((queries, "query"), (corpus, "document")))
     best = similarity(q, c, settings.similarity).topk(min(top_k, len(corpus)), dim=1)
-    return [[{"index": i, "text": corpus[i], "score": round(v, 6)} for v, i in zip(vs, ix)]
+    return [[{"index": i, "text": corpus[i], "score": v} for v, i in zip(vs, ix)]
             for vs, ix in zip(best.values.tolist(), best.indices.tolist())]

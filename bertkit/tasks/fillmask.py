@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from ..data.corpora import DataWarning
 from ..errors import BertkitError
-from .base import leave_bar, length_batches, report_truncated, serving
+from .base import check_count, check_texts, leave_bar, length_batches, report_truncated, serving
 
 
 def masked_lm(source):
@@ -87,6 +87,9 @@ def fill_mask(model, texts: list[str], top_k: int = 5, targets: list[str] | None
     from ..data.tokenizer import Tokenizer, load_tokenizer
     from ..model import evaluating
 
+    check_texts(texts)  # a bare string was read as one text per character
+    check_count(top_k, "top_k")
+    check_count(batch_size)
     model = masked_lm(model)
     if tokenizer is not None:
         model.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else load_tokenizer(tokenizer)
@@ -102,10 +105,6 @@ def fill_mask(model, texts: list[str], top_k: int = 5, targets: list[str] | None
         raise BertkitError(f"the mask token {tok.mask_token!r} has id {tok.mask_token_id}, outside the model's "
                            f"vocabulary of {model.config.vocab_size}: the model has no prediction head row for it "
                            "(a tokenizer that is not the model's?)")
-    if top_k < 1:
-        raise BertkitError(f"top_k must be at least 1, got {top_k}")
-    if batch_size < 1:
-        raise BertkitError(f"batch size must be at least 1, got {batch_size}")
     listed = min(tok.vocab_size, model.config.vocab_size)
     chosen = None
     if targets is not None:

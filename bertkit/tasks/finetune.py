@@ -37,16 +37,17 @@ from pathlib import Path
 
 import torch
 
-from ..config import PRESETS
+from ..config import PRESETS, check_field_types
 from ..data.corpora import DataWarning
 from ..data.tokenizer import Tokenizer, check_vocab_fits, load_tokenizer
 from ..errors import BertkitError
 from ..files import RESULT_FILES, launch_processes, output_dir, positive_int, read_json, run_lock, shown, writing
-from ..schedules import check_seed
-from .base import TrainBatches, check_texts, check_truncation, serving_length
+from ..schedules import SCHEDULES, check_seed
+from .base import TrainBatches, check_count, check_texts, check_truncation, serving_length
 from .choice import MultipleChoice
 from .classification import Regression, SequenceClassification
 from .contrastive import SentenceEmbedding
+from .embedding import POOLING
 from .metrics import entity_spans, is_bio
 from .qa import Decoding, QuestionAnswering, Windowing
 from .readers import TASKS, ChoiceExample, Columns, QAExample, TaggedSentence, TextExample, load_examples, sample
@@ -93,6 +94,7 @@ class FinetuneSettings:
     eval_limit: int | None = None
 
     def __post_init__(self) -> None:
+        check_field_types(self)  # bf16="no", lr="1e-4": refused here, not as a TypeError mid-run
         if self.epochs is not None and not 0 < self.epochs < math.inf:  # nan and inf would pass `<= 0`
             raise BertkitError(f"epochs must be a positive number, got {self.epochs}")
         if self.clip_norm is not None and not self.clip_norm > 0:
@@ -111,6 +113,17 @@ class FinetuneSettings:
             raise BertkitError(f"lr must be a finite positive number, got {self.lr}")
         if not 0 <= self.weight_decay < math.inf:
             raise BertkitError(f"weight_decay must be a finite number >= 0, got {self.weight_decay}")
+        # what the training loop's settings would refuse only once the model and data are loaded
+        if self.time_budget is not None and not 0 < self.time_budget < math.inf:
+            raise BertkitError(f"time_budget must be a positive number of seconds, got {self.time_budget}")
+        if self.schedule not in SCHEDULES:
+            raise BertkitError(f"unknown schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}")
+        if not 0 <= self.warmup < 1:
+            raise BertkitError(f"warmup is a fraction of training in [0, 1), got {self.warmup}")
+        if self.max_length is not None and self.max_length < 8:  # (its upper limit is the model's)
+            raise BertkitError(f"max_length must be at least 8, got {self.max_length}")
+        if self.pooling is not None and self.pooling not in POOLING:
+            raise BertkitError(f"unknown pooling {self.pooling!r}; choose one of {', '.join(POOLING)}")
         check_seed(self.seed)
         check_truncation(self.truncation)
 
@@ -170,7 +183,8 @@ def _with_tokenizer(model, tokenizer):
 
 
 def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
-    """A model with `task`'s head for `labels`: a Model as is, a preset name (fresh weights), or a
+    """A model with `task`'s head for `labels`: a Model as is (one without a head: its encoder with
+    a fresh head, as a directory's gets one), a preset name (fresh weights), or a
     checkpoint directory (its encoder; its head too when it already has this task's head and
     labels, or names every label of the data among its own, otherwise a new head, with a
     warning when the old one had named labels). Returns (model, labels in the model's order)."""
@@ -181,6 +195,8 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
     sized = task.head in ("classification", "token-classification")
     if isinstance(source, Model):
         model = source
+        if model.head_kind is None and task.head is not None:  # an encoder: a fresh head, as a directory's gets
+            model = _with_fresh_head(model, task.head, len(labels) if sized else None)
         if model.head_kind != task.head:
             needs = f"a {task.head!r} head" if task.head else "an encoder without a head (load it with head=None)"
             raise BertkitError(f"the model has a {model.head_kind!r} head; {task.name} needs {needs}")
@@ -223,6 +239,22 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
     if task.head == "classification":  # what the training makes of the outputs, for whoever loads the model
         model.config = model.config.replace(problem_type=_problem_type(task, model))
     return _with_tokenizer(model, tokenizer), labels
+
+
+def _with_fresh_head(encoder, head: str, num_labels: int | None):
+    """A new Model of `encoder`'s weights (and tokenizer, files) with a freshly initialized `head`,
+    built as from_pretrained builds one on a directory's encoder, so a Model and its directory
+    start from the same weights. The Model given is left as it was; the fine-tuned model is
+    finetune's `out`. A pooler the encoder lacks starts fresh too, as from a directory."""
+    from ..model import Model
+
+    config = encoder.config
+    if num_labels is not None:  # an encoder's label names (a config.json's id2label) name no head's outputs
+        config = config.replace(num_labels=num_labels, label_names=(), problem_type=None)
+    model = Model(config, head, encoder.tokenizer)
+    model.load_state_dict(encoder.state_dict(), strict=False)  # the head's (and perhaps a pooler's) are new
+    model.companion_files, model.carried_config = encoder.companion_files, encoder.carried_config
+    return model.to(device=encoder.device, dtype=encoder.dtype).train(encoder.training)
 
 
 def _problem_type(task, model) -> str:
@@ -367,6 +399,9 @@ def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneS
     name gives its train split to `train` and its dev split to `eval`). Returns the dev scores
     of the best model, also written to out/metrics.json. Another run writing `out` meanwhile is
     refused (files.run_lock)."""
+    if not isinstance(settings, FinetuneSettings):  # a dict failed as an AttributeError deep inside
+        raise BertkitError(f"settings must be a FinetuneSettings, e.g. FinetuneSettings(steps=100), "
+                           f"not a {type(settings).__name__}")
     check_task_settings(task, settings)
     out = finetune_out(out, flag="")
     with run_lock(out, flag=""):
@@ -535,6 +570,7 @@ def classify(model, texts: list[str], text_pairs: list[str | None] | None = None
     "text_pair" only where there is one. `progress` shows a bar over the batches (so do tag and
     answer)."""
     check_texts(texts)
+    check_count(batch_size)
     if text_pairs is not None:  # None or "" in it: that text has no pair, as transformers' tokenizer reads ""
         given = isinstance(text_pairs, (list, tuple))
         check_texts([p if p is not None else "" for p in text_pairs] if given else text_pairs, "text_pairs")
@@ -555,6 +591,7 @@ def choose(model, texts: list[str], choices: list[list[str]], batch_size: int = 
     """{"text", "choices", "choice" (the index of the most probable), "answer" (its text),
     "score", "scores"} per context; each context has its own list of at least two choices."""
     check_texts(texts)
+    check_count(batch_size)  # 0 ran silently: a batch is at least one context
     if len(texts) != len(choices):
         raise BertkitError(f"{len(texts)} contexts but {len(choices)} lists of choices")
     for n, options in enumerate(choices, 1):
@@ -581,6 +618,7 @@ def tag(model, inputs: list[str] | list[list[str]], batch_size: int = 64, max_le
         check_texts(inputs, "inputs")  # the error for a bare string
     for item in inputs:  # each a text or a list of words
         check_texts([item] if isinstance(item, str) else item, "inputs")
+    check_count(batch_size)
     overrides = {"max_length": max_length, "bf16": bool(bf16)}
     model, _, job, settings, length = _prepared(model, "token-classification", tokenizer, overrides)
     sentences, spans = [], []
@@ -610,7 +648,7 @@ def _entity(result: dict, offsets, item, kind: str, start: int, end: int) -> dic
     """One entity of a tag() result: words [start, end), their text (the characters they span in
     a text; the words joined by spaces in a list), the mean of their scores."""
     scores = [p for p in result["scores"][start:end] if p is not None]
-    entity = {"entity": kind, "words": [start, end], "score": round(sum(scores) / max(len(scores), 1), 6)}
+    entity = {"entity": kind, "words": [start, end], "score": sum(scores) / max(len(scores), 1)}
     if offsets is None:
         return {**entity, "text": " ".join(result["tokens"][start:end])}
     first, last = offsets[start][0], offsets[end - 1][1]
@@ -630,6 +668,8 @@ def answer(model, questions: list[str], contexts: list[str], top_k: int = 1, nul
     (else run_qa's: answers of at most 30 tokens, a stride of 128, questions of 64)."""
     check_texts(questions, "questions")
     check_texts(contexts, "contexts")
+    check_count(top_k, "top_k")  # 0 silently gave one answer
+    check_count(batch_size)
     if len(questions) != len(contexts):
         raise BertkitError(f"{len(questions)} questions but {len(contexts)} contexts")
     for name, texts in (("question", questions), ("context", contexts)):

@@ -221,7 +221,7 @@ def best_answers(examples: list[QAExample], features: list[dict], start_logits: 
         probs /= probs.sum()
         listed: dict[tuple, dict] = {}
         for c, p in zip(candidates, probs):  # a span overlapping windows proposed again: listed once
-            listed.setdefault((c["start"], c["end"]), {**c, "score": round(float(p), 6)})
+            listed.setdefault((c["start"], c["end"]), {**c, "score": float(p)})
         candidates = list(listed.values())
         result = {"id": example.id, **candidates[0]}
         if top_k > 1:

@@ -29,13 +29,14 @@ from __future__ import annotations
 import io
 import json
 import math
+import numbers
 import re
 import subprocess
 import sys
 import tarfile
 import tempfile
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..data.corpora import BUILTIN, DataWarning, builtin, split_of
@@ -211,16 +212,21 @@ def _class_name(value: str) -> str:
     return match.group(1) if match else value
 
 
-def _label_value(value, numeric: bool, where: str, column: str):
+def _in(column: str | None) -> str:
+    """Where a label is, after the example: a file's column; nothing for examples given in Python."""
+    return f" in column {column!r}" if column else ""
+
+
+def _label_value(value, numeric: bool, where: str, column: str | None):
     if value is None or (isinstance(value, str) and not value.strip()):
-        raise BertkitError(f"{where}: empty label in column {column!r}")
+        raise BertkitError(f"{where}: empty label{_in(column)}")
     if numeric:
         try:
             number = float(value)
         except (TypeError, ValueError):
-            raise BertkitError(f"{where}: label {value!r} in column {column!r} is not a number") from None
+            raise BertkitError(f"{where}: label {value!r}{_in(column)} is not a number") from None
         if not math.isfinite(number):  # float() takes nan and inf; one of them makes every loss NaN
-            raise BertkitError(f"{where}: label {value!r} in column {column!r} is not a finite number")
+            raise BertkitError(f"{where}: label {value!r}{_in(column)} is not a finite number")
         return number
     listed = _listed_label(value, where, column)
     if listed is not None:
@@ -228,7 +234,7 @@ def _label_value(value, numeric: bool, where: str, column: str):
     return _label_name(value, where, column)
 
 
-def _label_name(value, where: str, column: str) -> str:
+def _label_name(value, where: str, column: str | None) -> str:
     """One class label as its name. JSON true / false (`datasets` writes a bool column so) are the
     names "true" / "false", in JSON's spelling, so that a CSV of the same data names them alike."""
     if isinstance(value, bool):
@@ -236,14 +242,14 @@ def _label_name(value, where: str, column: str) -> str:
     if isinstance(value, float) and value.is_integer():
         value = int(value)  # JSON 1.0 and CSV "1" name the same class
     if not isinstance(value, (str, int)):
-        raise BertkitError(f"{where}: label {json.dumps(value)[:40]} in column {column!r} is not a string, integer "
-                           "or true / false")
+        raise BertkitError(f"{where}: label {json.dumps(value, default=repr)[:40]}{_in(column)} is not a string, "
+                           "integer or true / false")
     if isinstance(value, str) and not value.strip():
-        raise BertkitError(f"{where}: empty label name in column {column!r}")
+        raise BertkitError(f"{where}: empty label name{_in(column)}")
     return _class_name(str(value))
 
 
-def _listed_label(value, where: str, column: str) -> tuple[str, ...] | None:
+def _listed_label(value, where: str, column: str | None) -> tuple[str, ...] | None:
     """A multi-label example's label set, from a JSON list of names (in JSON, or a CSV cell holding
     one, as multiple-choice reads a list of choices), as sorted unique names; [] is an example with
     none of the labels. None for a single label. A cell that opens like a list but is not one is
@@ -252,7 +258,7 @@ def _listed_label(value, where: str, column: str) -> tuple[str, ...] | None:
         try:
             value = json.loads(value)
         except json.JSONDecodeError:
-            raise BertkitError(f"{where}: label {value.strip()[:40]!r} in column {column!r} looks like a list but "
+            raise BertkitError(f"{where}: label {value.strip()[:40]!r}{_in(column)} looks like a list but "
                                'is not JSON; write a label list as ["a", "b"]') from None
         if not isinstance(value, list):
             return None
@@ -411,19 +417,24 @@ def choice_rows(rows, columns: Columns = Columns(), labelled: bool = True) -> li
         if labelled:
             if label_col not in row:
                 raise BertkitError(f"{where}: no column {label_col!r} (columns: {', '.join(map(str, keys))})")
-            value = row[label_col]
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)
-            if isinstance(value, str) and re.fullmatch(r"\s*-?\d+(\.0*)?\s*", value):  # "1", or "1.0" as pandas writes
-                value = int(float(value))
-            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < len(choices):
-                named = (f"; it is choice {choices.index(value)}'s text, and the label is the right choice's index"
-                         if isinstance(value, str) and value in choices else "")
-                raise BertkitError(f"{where}: label {value!r} in column {label_col!r} is not the index of one of "
-                                   f"its {len(choices)} choices (0..{len(choices) - 1}){named}")
-            label = value
+            label = _choice_index(row[label_col], choices, where, label_col)
         examples.append(ChoiceExample(text, tuple(choices), label))
     return examples
+
+
+def _choice_index(value, choices, where: str, column: str | None) -> int:
+    """A multiple-choice label: the right choice's index, an integer (1.0 and "1" are 1, as JSON and
+    pandas write it) among the choices'."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+(\.0*)?\s*", value):  # "1", or "1.0" as pandas writes
+        value = int(float(value))
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < len(choices):
+        named = (f"; it is choice {list(choices).index(value)}'s text, and the label is the right choice's index"
+                 if isinstance(value, str) and value in choices else "")
+        raise BertkitError(f"{where}: label {value!r}{_in(column)} is not the index of one of "
+                           f"its {len(choices)} choices (0..{len(choices) - 1}){named}")
+    return value
 
 
 def read_choices(path: str | Path, columns: Columns = Columns(), labelled: bool = True) -> list[ChoiceExample]:
@@ -921,14 +932,72 @@ def sample(examples: list, limit: int | None, seed: int = 0) -> list:
     return Named(chosen, examples.label_names) if isinstance(examples, Named) else chosen
 
 
+EXAMPLE_CLASSES = {"classification": TextExample, "regression": TextExample, "embedding": TextExample,
+                   "token-classification": TaggedSentence, "qa": QAExample, "multiple-choice": ChoiceExample}
+
+
+def _python_number(value):
+    """A NumPy (or other numbers') integer as int, real as float; anything else as it is."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return value
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
+
+
+def given_examples(task: str, examples) -> list:
+    """Examples given in Python, checked to be the class `task` reads (EXAMPLE_CLASSES), with their
+    labels read as a JSON file's are: class labels 1, 1.0 and "1" are the class "1", True the class
+    "true"; scores (regression, similarity) numbers; tags strings, as the JSONL reader makes them
+    (str(tag)); a choice's index an integer. Another class (a dict, another task's examples) is
+    one error naming the class the task takes, not an AttributeError from deep inside."""
+    kind = EXAMPLE_CLASSES[task]
+    checked = []
+    for n, e in enumerate(examples, 1):
+        where = f"example {n}"
+        if not isinstance(e, kind):
+            raise BertkitError(f"{task} takes {kind.__name__} examples; {where} is a {type(e).__name__}")
+        if kind is TextExample and e.label is not None:
+            label = list(e.label) if isinstance(e.label, tuple) else _python_number(e.label)  # a tuple: a label set
+            if not isinstance(label, (str, int, float, list)):
+                raise BertkitError(f"{where}: label {label!r} is a {type(label).__name__}, not a class name, integer, "
+                                   "true / false, number or tuple of names")
+            e = replace(e, label=_label_value(label, task != "classification", where, None))
+        elif kind is TaggedSentence:
+            e = _given_sentence(e, where)
+        elif kind is ChoiceExample:
+            if isinstance(e.choices, str) or not isinstance(e.choices, (list, tuple)) or len(e.choices) < 2 \
+                    or not all(isinstance(c, str) for c in e.choices):
+                raise BertkitError(f"{where}: choices must be a list of at least two strings")
+            label = None if e.label is None else _choice_index(_python_number(e.label), e.choices, where, None)
+            e = replace(e, choices=tuple(e.choices), label=label)
+        checked.append(e)
+    return Named(checked, examples.label_names) if isinstance(examples, Named) else checked
+
+
+def _given_sentence(sentence: TaggedSentence, where: str) -> TaggedSentence:
+    """A TaggedSentence given in Python as the JSONL reader makes one: words strings, tags (as
+    many) read with str(), so the tags 0, 1 are "0", "1" there and here."""
+    words, tags = sentence.words, sentence.tags
+    if isinstance(words, str) or not isinstance(words, (list, tuple)) or not all(isinstance(w, str) for w in words):
+        raise BertkitError(f"{where}: words must be a list of strings")
+    if tags is None:
+        return replace(sentence, words=tuple(words))
+    if isinstance(tags, str) or not isinstance(tags, (list, tuple)) or \
+            not all(isinstance(t, (str, numbers.Real)) for t in tags):
+        raise BertkitError(f"{where}: tags must be a list of tag names (strings or integers)")
+    if len(tags) != len(words):
+        raise BertkitError(f"{where}: {len(words)} words but {len(tags)} tags")
+    return TaggedSentence(tuple(words), tuple(str(_python_number(t)) for t in tags))
+
+
 def load_examples(task: str, source, split: str = "train", columns: Columns = Columns(), labelled: bool = True):
-    """Examples for `task` from a list of examples (returned as is), a built-in name (`imdb`,
+    """Examples for `task` from a list of examples (checked, their labels read as a file's:
+    given_examples), a built-in name (`imdb`,
     `rotten-tomatoes`; `oanc` for token classification; `split` picks train / dev / test), a
     file (format from its suffix and task) or a Hugging Face data set name."""
     if task not in TASKS:
         raise BertkitError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
     if isinstance(source, (list, tuple)):
-        return list(source)
+        return given_examples(task, source)
     spec = str(source)
     if spec in BUILTIN:
         if task not in ("classification", "regression"):

@@ -172,7 +172,7 @@ class TokenClassification(Task):
                 best = probs.argmax(-1)
                 results[i] = {"tokens": list(sentences[i].words),
                               "tags": [labels[k] if f >= 0 else None for k, f in zip(best, first)],
-                              "scores": [round(float(p[k]), 6) if f >= 0 else None for k, p, f in zip(best, probs, first)]}
+                              "scores": [float(p[k]) if f >= 0 else None for k, p, f in zip(best, probs, first)]}
         return results
 
     def check_gold(self, sentences, labels, source):
