@@ -34,7 +34,8 @@ BACKENDS = ("torch", "numpy")
 PRECISIONS = ("auto", "fp32", "bf16")
 # config.family -> the tokenizer recipe of its release (data/trainers.py FAMILY_KIND)
 TOKENIZER_FAMILY = {"deberta-v2": "deberta-v3"}
-TOKENIZER_RECIPE = 1  # bump when the way a run trains its tokenizer changes: cached ones rebuild
+TOKENIZER_RECIPE = 2  # bump when the way a run trains its tokenizer changes: cached ones rebuild
+# (2: vocabularies capped at the size asked, ALBERT's own special tokens and normalizer)
 JOB_FILE = "job.json"  # the run's settings, at the root of OUT: what --resume continues with
 # What a resumed run may change: where and how fast it runs, how long it goes on, what it keeps.
 # Anything else (data, batch, model, optimizer, seed) would make it another run than the one saved.
@@ -198,7 +199,7 @@ def trained_tokenizer(corpus, family: str, vocab_size: int, cache_dir: Path | No
     the settings (training one on IMDB takes ~7 s on 2 cores; a resumed or repeated run reuses it)."""
     from .data import TokenizerSettings, load_tokenizer, train_tokenizer
     from .data.cache import cache_root
-    from .data.corpora import ReadStats
+    from .data.corpora import DataWarning, ReadStats
 
     settings = TokenizerSettings.for_family(tokenizer_family(family), vocab_size=vocab_size)
     key = hashlib.sha256(json.dumps([corpus.fingerprint(), asdict(settings), TOKENIZER_RECIPE]).encode()).hexdigest()
@@ -211,9 +212,14 @@ def trained_tokenizer(corpus, family: str, vocab_size: int, cache_dir: Path | No
             say(f"warning: the cached tokenizer at {folder} is damaged ({why}); training it again")
             shutil.rmtree(folder, ignore_errors=True)
     say(f"training a {settings.kind} tokenizer ({vocab_size:,} tokens) on {corpus.name} ...")
-    tokenizer = train_tokenizer(corpus.documents(ReadStats()), settings)
+    with warnings.catch_warnings():  # what reading skipped or repaired: the data pipeline reads it again and says it
+        warnings.simplefilter("ignore", DataWarning)
+        tokenizer = train_tokenizer(corpus.documents(ReadStats()), settings)
     _save_atomically(tokenizer, folder, cache_dir)
-    return load_tokenizer(folder)
+    tokenizer = load_tokenizer(folder)
+    if tokenizer.vocab_size < vocab_size:  # the model's vocabulary follows it, unless overridden
+        say(f"the corpus gave {tokenizer.vocab_size:,} of the {vocab_size:,} tokens asked for")
+    return tokenizer
 
 
 def _save_atomically(tokenizer, folder: Path, cache_dir: Path | None = None) -> None:
@@ -557,7 +563,7 @@ def _data(job: PretrainJob, family: str, tokenizer, train_corpus, eval_corpus, m
         data = pretraining_data(train_corpus, tokenizer, settings)
     for w in caught:  # what reading repaired (undecodable bytes); the summary below has the rest
         if str(w.message) != data.summary():
-            say(f"warning: {w.message}")
+            say(f"bertkit: warning: {w.message}")  # (the CLI's own warnings read so)
     say(f"training data: {data.summary()}")
     try:
         with warnings.catch_warnings():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from .config import check_field_types
 from .errors import BertkitError
 
 SCHEDULES = ("linear", "cosine", "constant")
@@ -50,7 +51,9 @@ def check_seed(seed) -> None:
 def check_training(settings) -> None:
     """The checks both trainers' TrainSettings run on construction (the fields they share:
     steps, time_budget, schedule, warmup, accumulation and the optimizer's). A negative clip
-    norm or weight decay would not fail: it would scale the update the wrong way."""
+    norm or weight decay would not fail: it would scale the update the wrong way. Each field's
+    type first (steps="3" was a TypeError from a comparison)."""
+    check_field_types(settings)
     if settings.steps is None and settings.time_budget is None:
         raise BertkitError("give a number of steps or a time budget")
     if settings.steps is not None and settings.steps < 1:

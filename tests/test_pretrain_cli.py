@@ -407,6 +407,42 @@ def test_resume_refuses_a_corpus_changed_since_the_run_started(corpus, tmp_path,
     assert pretrain("--out", out, "--resume", "--steps", "2") == 0
 
 
+def test_a_small_corpus_says_its_vocabulary_and_a_skipped_file_once(corpus, tmp_path, capsys, monkeypatch):
+    # the model silently got the few tokens the corpus gave; the skipped-file warning came twice
+    # (tokenizer training and the data pipeline), once without "bertkit: "
+    monkeypatch.setenv("BERTKIT_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "reviews.txt").write_text("\n\n".join(corpus.read_text().split("\n\n")[:80]))
+    (folder / "img.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    asked = 20000
+    assert pretrain("--corpus", str(folder), "--out", str(tmp_path / "run"), "--steps", "1", *TINY, *FAST,
+                    "--override", f"vocab_size={asked}") == 0
+    err = capsys.readouterr().err
+    gave = bertkit.load_tokenizer(tmp_path / "run").vocab_size
+    assert gave < asked and f"the corpus gave {gave:,} of the {asked:,} tokens asked for" in err, err
+    skipped = [line for line in err.splitlines() if "skipped 1 file(s)" in line]
+    assert len(skipped) == 1 and skipped[0].startswith("bertkit: warning: "), skipped
+
+
+def test_an_albert_run_s_tokenizer_and_config_ids_agree_in_transformers(corpus, tmp_path):
+    # the trained ALBERT tokenizer had DeBERTa-v3's ids: AlbertConfig's default bos/eos (2, 3) named [SEP]/[UNK]
+    import transformers
+
+    small = tmp_path / "small.txt"
+    small.write_text("\n\n".join(corpus.read_text().split("\n\n")[:80]))
+    assert pretrain("--model", "albert-base", "--corpus", str(small), "--out", str(tmp_path / "run"), "--steps", "1",
+                    *TINY, *FAST, "--override", "embedding_size=16", "--override", "vocab_size=800") == 0
+    ours = bertkit.load_tokenizer(tmp_path / "run")
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path / "run")
+    config = transformers.AutoConfig.from_pretrained(tmp_path / "run")
+    assert type(theirs).__name__.startswith("AlbertTokenizer")
+    assert theirs.convert_ids_to_tokens([config.bos_token_id, config.eos_token_id, config.pad_token_id]) == \
+        [theirs.cls_token, theirs.sep_token, theirs.pad_token]
+    text = "The film was UNBELIEVABLY good, naïve résumé!"
+    assert ours.encode(text) == theirs.encode(text) and ours.encode(text, "a pair") == theirs.encode(text, "a pair")
+
+
 def test_a_damaged_cached_tokenizer_is_trained_again(corpus, tmp_path, capsys, monkeypatch):
     """Its tokenizer.json deleted, the retrained one could not replace the folder and the broken one
     was read; cut short, every run failed on it."""

@@ -361,9 +361,8 @@ def test_trained_tokenizers_round_trip_through_transformers(kind, lowercase, cor
 @pytest.mark.parametrize("family, model_type", [("albert", "albert"), ("bert", "bert"), ("deberta-v3", "deberta-v2"),
                                                ("roberta", "roberta")])
 def test_a_trained_tokenizer_gives_transformers_the_pairs_segments(family, model_type, corpus_texts, tmp_path):
-    # what `bertkit pretrain` saves: ALBERT's trained Unigram is saved generic (AlbertTokenizer
-    # would rebuild it otherwise), and transformers' generic class returns no token_type_ids unless
-    # the saved config lists them: a pair's second text reached the model as segment 0
+    # what `bertkit pretrain` saves: transformers' generic class and (v5) AlbertTokenizer return no
+    # token_type_ids unless the saved config lists them: a pair's second text reached the model as segment 0
     from bertkit.interop.hf_names import FAMILIES
 
     tok = train_tokenizer(corpus_texts[:300], TokenizerSettings.for_family(family, vocab_size=800))
@@ -433,10 +432,98 @@ def test_word_starts_come_from_the_pre_tokenizer_not_the_model_kind(corpus_texts
 
 
 def test_training_refuses_empty_corpus_and_bad_settings():
-    with pytest.raises(bertkit.BertkitError, match="empty"):
-        train_tokenizer(["", "   "], TokenizerSettings(kind="wordpiece", vocab_size=500))
+    for kind in ("wordpiece", "bpe", "unigram"):  # byte-level BPE gave its 261 bytes and specials
+        with pytest.raises(bertkit.BertkitError, match="the corpus is empty"):
+            train_tokenizer(["", "   "], TokenizerSettings(kind=kind, vocab_size=500))
     with pytest.raises(bertkit.BertkitError, match="unknown tokenizer kind"):
         TokenizerSettings(kind="char")
+    # wrong types were raw TypeErrors deep in training, or (lowercase="no") read as true
+    for field, value, words in [("vocab_size", 1000.5, "must be an integer"),
+                                ("vocab_size", "1000", "must be an integer"),
+                                ("lowercase", "no", "must be true or false"),
+                                ("min_frequency", -1, "must be at least 0")]:
+        with pytest.raises(bertkit.BertkitError, match=f"{field} {words}"):
+            TokenizerSettings(**{field: value})
+    with pytest.raises(bertkit.BertkitError, match="family 'albert' has no wordpiece recipe"):
+        TokenizerSettings(kind="wordpiece", family="albert")
+
+
+def test_pipeline_settings_refuse_wrong_types_by_name():
+    from bertkit.data import PipelineSettings
+    from bertkit.data.cache import CacheSettings
+
+    # accepted, they crashed later ('dict' object has no attribute 'whole_word')
+    for kw, words in [({"max_length": "64"}, "max_length must be an integer"),
+                      ({"masking": {"rate": 0.2}}, "masking must be a MaskingSettings"),
+                      ({"cache": {}}, "cache must be a CacheSettings")]:
+        with pytest.raises(bertkit.BertkitError, match=f"PipelineSettings: {words}"):
+            PipelineSettings(**kw)
+    with pytest.raises(bertkit.BertkitError, match="CacheSettings: chunk_documents must be an integer"):
+        CacheSettings(chunk_documents=2.5)
+    from bertkit.data.builders import ExampleSettings
+    from bertkit.data.collators import MaskingSettings
+    from bertkit.numpy_ref import TrainSettings as NumpySettings
+    from bertkit.train import TrainSettings
+
+    for made, words in [(lambda: MaskingSettings(rate="0.15"), "MaskingSettings: rate must be a number"),
+                        (lambda: ExampleSettings(max_length=2.5), "ExampleSettings: max_length must be an integer"),
+                        (lambda: TrainSettings(steps="3"), "TrainSettings: steps must be an integer"),
+                        (lambda: NumpySettings(lr="1e-3"), "TrainSettings: lr must be a number")]:
+        with pytest.raises(bertkit.BertkitError, match=words):
+            made()
+
+
+@pytest.mark.parametrize("family", ["albert", "deberta-v3"])
+def test_unigram_refuses_a_corpus_with_more_characters_than_the_vocabulary(family):
+    # tokenizers' Unigram trainer keeps every character: it raised a bare Exception, or (just
+    # above the count) gave more tokens than asked
+    import re
+
+    text = ["".join(chr(0x4E00 + i) for i in range(400))]
+    with pytest.raises(bertkit.BertkitError, match="distinct characters") as caught:
+        train_tokenizer(text, TokenizerSettings.for_family(family, vocab_size=300))
+    need = int(re.search(r"vocab_size must be at least ([\d,]+)", str(caught.value)).group(1).replace(",", ""))
+    assert need > 400
+    with pytest.raises(bertkit.BertkitError, match=f"at least {need:,}, not {need - 1:,}"):
+        train_tokenizer(text, TokenizerSettings.for_family(family, vocab_size=need - 1))
+    assert train_tokenizer(text, TokenizerSettings.for_family(family, vocab_size=need)).vocab_size == need
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_a_trained_vocabulary_never_exceeds_the_size_asked(family, corpus_texts):
+    # WordPiece kept every distinct character: 500 asked on CJK text gave thousands, which the
+    # model built for 500 then refused
+    rng = np.random.default_rng(0)
+    cjk = ["".join(chr(0x4E00 + int(i)) for i in rng.integers(0, 3000, 200)) for _ in range(40)]
+    texts = cjk + corpus_texts[:100]
+    settings = TokenizerSettings.for_family(family, vocab_size=500)
+    first, second = (train_tokenizer(texts, settings) for _ in range(2))
+    assert first.vocab_size <= 500
+    assert len({c for t in texts for c in t}) > 500  # (the corpus alone would not fit)
+    assert first.encode("the film was good") == second.encode("the film was good")
+    # the characters kept are the same on every training (the trainer's own cut breaks ties by hash)
+    letters = {t for t in first.backend.get_vocab() if len(t) == 1}
+    assert letters == {t for t in second.backend.get_vocab() if len(t) == 1}
+
+
+def test_a_trained_albert_tokenizer_is_albert_s_for_transformers(corpus_texts, tmp_path):
+    # it had DeBERTa-v3's specials ([SEP]=2, [UNK]=3, which AlbertConfig's bos/eos ids name) and was
+    # saved as the generic class
+    tok = train_tokenizer(corpus_texts[:100], TokenizerSettings.for_family("albert", vocab_size=500))
+    tok.save(tmp_path, "AlbertTokenizer", 128)
+    assert json.loads((tmp_path / "tokenizer_config.json").read_text())["tokenizer_class"] == "AlbertTokenizer"
+    reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    assert type(reference).__name__.startswith("AlbertTokenizer")
+    for t in HARD + ["Café CRÈME naïve résumé"]:
+        assert tok.encode(t) == reference.encode(t), repr(t)
+    config = transformers.AlbertConfig()
+    assert reference.convert_ids_to_tokens([config.bos_token_id, config.eos_token_id]) == \
+        [tok.special_tokens["cls_token"], tok.special_tokens["sep_token"]]
+    assert reference.unk_token_id == tok.unk_token_id and reference.pad_token_id == tok.pad_token_id
+    # released ALBERT drops accents; DeBERTa-v3 keeps its own order and casing
+    assert tok.encode("café") == tok.encode("cafe")
+    deberta = train_tokenizer(corpus_texts[:30], TokenizerSettings.for_family("deberta-v3", vocab_size=300))
+    assert deberta.id_to_token(deberta.pad_token_id) == "[PAD]" and deberta.cls_token_id != config.bos_token_id
 
 
 def test_vocabulary_larger_than_the_model_is_refused(minilm_dir):

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..config import check_field_types
 from ..errors import BertkitError
 from .cache import TokenizedCorpus
 from .tokenizer import Frame
@@ -60,6 +61,7 @@ class ExampleSettings:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if self.layout not in LAYOUTS:
             raise BertkitError(f"unknown example layout {self.layout!r}; choose one of {', '.join(LAYOUTS)}")
         if self.max_length < 8:

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..config import check_field_types
 from ..errors import BertkitError
 from ..files import staging_dir
 from .corpora import Corpus, DataWarning, ReadStats, sentences
@@ -95,6 +96,7 @@ class CacheSettings:
     chunk_documents: int = 2048    # documents per encode_batch call
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if self.chunk_documents < 1:
             raise BertkitError(f"chunk_documents must be at least 1, got {self.chunk_documents}")
 

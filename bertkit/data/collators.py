@@ -55,6 +55,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from ..config import check_field_types
 from ..errors import BertkitError
 from .builders import Batch
 
@@ -132,6 +133,7 @@ class MaskingSettings:
     max_ngram: int = 1              # > 1: n-grams of 1..max_ngram whole words, p(n) ~ 1/n (ALBERT)
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if not 0 < self.rate < 1:
             raise BertkitError(f"masking rate must be in (0, 1), got {self.rate}")
         if self.mask_fraction < 0 or self.random_fraction < 0 or self.mask_fraction + self.random_fraction > 1:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..config import check_field_types
 from ..errors import BertkitError
 from .builders import ExampleSettings, build_examples
 from .cache import CacheSettings, TokenizedCorpus, tokenize_corpus
@@ -59,6 +60,11 @@ class PipelineSettings:
     cache: CacheSettings = field(default_factory=CacheSettings)
 
     def __post_init__(self) -> None:
+        check_field_types(self)
+        for name, cls in (("masking", MaskingSettings), ("cache", CacheSettings)):  # (a dict passes the check above)
+            value = getattr(self, name)
+            if not isinstance(value, cls) and not (name == "masking" and value is None):
+                raise BertkitError(f"PipelineSettings: {name} must be a {cls.__name__}, got {value!r}")
         default_layout(self.objective, self.family)  # validates the objective
         if self.batch_size < 1:
             raise BertkitError(f"batch_size must be at least 1, got {self.batch_size}")

@@ -399,9 +399,9 @@ class Tokenizer:
                     for keep in (False, True)] if tokenizer_class == "AlbertTokenizer" else [config])
         config = next((c for c in choices if _rebuilds_alike(self.backend, tokenizer_class, c, self.special_tokens)),
                       {**config, "tokenizer_class": GENERIC_TOKENIZER_CLASS})
-        if config["tokenizer_class"] == GENERIC_TOKENIZER_CLASS and self._pairs_have_segments():
-            # the generic class returns no token_type_ids unless told to: a pair's second text
-            # would reach the model as segment 0 (an ALBERT pre-trained with SOP on segment 1)
+        if config["tokenizer_class"] in (GENERIC_TOKENIZER_CLASS, "AlbertTokenizer") and self._pairs_have_segments():
+            # these classes (AlbertTokenizer too, in transformers 5) return no token_type_ids unless told to: a
+            # pair's second text would reach the model as segment 0 (an ALBERT pre-trained with SOP on segment 1)
             config["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
         written[1].write_text(json.dumps(config, indent=2) + "\n")
         specials_map = {**self.special_tokens, **({"additional_special_tokens": extra} if extra else {})}
