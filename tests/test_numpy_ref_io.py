@@ -186,3 +186,27 @@ def test_checkpoint_errors_are_one_line(tmp_path):
             k: v for k, v in s.items() if not k.startswith("cls.predictions.transform.dense")}))
     with pytest.raises(BertkitError, match="no such directory"):
         numpy_ref.from_pretrained(tmp_path / "nowhere")
+
+
+def test_a_model_is_saved_in_its_own_dtype_and_reads_transformers_gelu_python(tmp_path):
+    """A float64 run's weights were written as float32 (5.9e-8 off on reloading); transformers'
+    gelu_python is the erf GELU the reference computes, and was refused."""
+    for dtype, kind in ((np.float64, "F64"), (np.float32, "F32")):
+        ref = numpy_ref.build(SMALL, dtype=dtype, seed=4)
+        ref.save_pretrained(tmp_path / kind)
+        assert SafetensorsFile(tmp_path / kind / "model.safetensors").dtype("bert.embeddings.word_embeddings.weight") \
+            == kind
+        again = numpy_ref.from_pretrained(tmp_path / kind, dtype=dtype)
+        assert all(np.array_equal(again.params[n], v) for n, v in ref.params.items())
+    config = json.loads((tmp_path / "F64" / "config.json").read_text())
+    (tmp_path / "F64" / "config.json").write_text(json.dumps({**config, "hidden_act": "gelu_python"}))
+    ids, mask = batch(SMALL)
+    theirs = transformers.BertForMaskedLM.from_pretrained(tmp_path / "F64", torch_dtype=torch.float64).eval()
+    with torch.no_grad():
+        expected = theirs(input_ids=ids, attention_mask=mask).logits.numpy()
+    got = numpy_ref.from_pretrained(tmp_path / "F64", dtype=np.float64).forward(ids.numpy(), mask.numpy())
+    real = mask.bool().numpy()
+    assert np.abs(got[real] - expected[real]).max() <= 1e-10
+    labels = np.full(ids.shape, -100.0)
+    with pytest.raises(BertkitError, match="labels must be integer token ids"):
+        numpy_ref.from_pretrained(tmp_path / "F64").forward_backward(ids.numpy(), mask.numpy(), labels)

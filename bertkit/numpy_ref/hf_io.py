@@ -189,8 +189,9 @@ def check_savable(config: EncoderConfig) -> None:
                            "has token types (type_vocab_size >= 1)")
 
 
-def save_pretrained(model: BertForMaskedLM, path: str | os.PathLike, dtype: str = "float32") -> None:
-    """config.json and model.safetensors in transformers' BertForMaskedLM layout, which
+def save_pretrained(model: BertForMaskedLM, path: str | os.PathLike, dtype: str | None = None) -> None:
+    """config.json and model.safetensors (in `dtype`; None: the model's own, float32 or float64,
+    which transformers loads as either) in transformers' BertForMaskedLM layout, which
     `bertkit.from_pretrained` and `transformers.BertForMaskedLM.from_pretrained` load. A tied
     decoder is written once, as the word embeddings; the output bias is written under both of
     transformers' names. Files go to a temporary directory first and are moved into place."""

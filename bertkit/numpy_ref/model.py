@@ -38,7 +38,7 @@ def check_supported(config: EncoderConfig) -> None:
         raise BertkitError(f"the NumPy reference implements BERT; this config is {config.family!r}")
     if config.norm_first:
         raise BertkitError("the NumPy reference implements post-LN BERT; this config is pre-LN (norm_first)")
-    if config.hidden_act != "gelu":
+    if config.hidden_act not in ("gelu", "gelu_python"):  # (transformers' gelu_python is the erf GELU too)
         raise BertkitError(f"the NumPy reference implements the exact GELU; this config uses {config.hidden_act!r}")
 
 
@@ -224,8 +224,9 @@ class BertForMaskedLM:
         """Unique parameters (the tied decoder counts once), as torch and transformers count."""
         return sum(v.size for v in self.params.values())
 
-    def save_pretrained(self, path, dtype: str = "float32") -> None:
-        """Hugging Face BertForMaskedLM format (config.json + model.safetensors); see hf_io.py."""
+    def save_pretrained(self, path, dtype: str | None = None) -> None:
+        """Hugging Face BertForMaskedLM format (config.json + model.safetensors), in `dtype`
+        (None: the model's own, so a float64 model's training is kept whole); see hf_io.py."""
         from .hf_io import save_pretrained
 
         save_pretrained(self, path, dtype)
@@ -306,6 +307,8 @@ class BertForMaskedLM:
         labels = np.asarray(labels)
         if labels.shape != tuple(shape):
             raise BertkitError(f"labels has shape {labels.shape} but input_ids has {tuple(shape)}")
+        if labels.dtype.kind not in "iu":  # a float label array failed as NumPy's IndexError
+            raise BertkitError(f"labels must be integer token ids (or -100), got {labels.dtype}")
         flat = labels.reshape(-1)
         where = np.flatnonzero(flat != IGNORE_INDEX)
         if where.size and (flat[where].min() < 0 or flat[where].max() >= self.config.vocab_size):
