@@ -180,6 +180,8 @@ def register_preset(name: str, config: EncoderConfig, idea: str, note: str = "")
 
 
 def get_preset(name: str) -> Preset:
+    from . import models  # noqa: F401  (the families register their presets when imported)
+
     try:
         return PRESETS[name]
     except KeyError:

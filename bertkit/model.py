@@ -27,12 +27,15 @@ class Model(nn.Module):
 
     def __init__(self, config: EncoderConfig, head: str | None = None, tokenizer=None):
         super().__init__()
+        if not isinstance(config, EncoderConfig):  # a preset's name: bertkit.build(name)
+            raise BertkitError(f"Model takes an EncoderConfig, not {type(config).__name__} "
+                               "(bertkit.build(name) builds a preset)")
         if head not in HEADS:
             raise BertkitError(f"unknown head {head!r}; choose one of {', '.join(map(str, HEADS))}")
         self.config = config
         self.head_kind = head
         self.backbone, self.head = assemble(config, head)
-        self.tokenizer = tokenizer
+        self.tokenizer = _tokenizer(tokenizer)
         # Other tools' files of the folder it was loaded from (sentence-transformers' pooling and
         # settings), relative path -> bytes: written back by save_pretrained, so a copy embeds alike.
         self.companion_files: dict[str, bytes] = {}
@@ -223,11 +226,25 @@ def _flat_choices(input_ids, attention_mask, token_type_ids, position_ids, input
     return ids, *flat, embeds, shape[1]
 
 
+def _tokenizer(tokenizer):
+    """A Model's tokenizer: None, a Tokenizer, or a path to load one from (as the task helpers'
+    tokenizer= takes it); anything else was kept and failed later ('str' object is not callable)."""
+    from .data.tokenizer import Tokenizer, load_tokenizer
+
+    if tokenizer is None or isinstance(tokenizer, Tokenizer):
+        return tokenizer
+    if isinstance(tokenizer, (str, Path)):
+        return load_tokenizer(tokenizer)
+    raise BertkitError(f"tokenizer must be a bertkit Tokenizer or a path to its files, not {type(tokenizer).__name__}")
+
+
 def build(name: str | EncoderConfig, head: str | None = None, num_labels: int | None = None,
           **overrides) -> Model:
     """A freshly initialized model from a preset name (see `list_models()`) or a config.
 
     `overrides` change config fields by name (typed; an unknown name is an error)."""
+    if not isinstance(name, (str, EncoderConfig)):
+        raise BertkitError(f"build takes a preset name or an EncoderConfig, not {type(name).__name__}")
     config = name if isinstance(name, EncoderConfig) else get_preset(name).config
     if num_labels is not None:
         overrides["num_labels"] = num_labels
@@ -246,6 +263,9 @@ def student_from_teacher(teacher: Model, layers=None, head: str | None = "mlm", 
     (STUDENT_SETTINGS) replaces the teacher's dropout rates."""
     from .models.distilbert import DistilBertConfig, copy_from_teacher, default_teacher_layers
 
+    if not isinstance(teacher, Model):
+        raise BertkitError(f"the teacher must be a Model (bertkit.from_pretrained(path, head='mlm')), "
+                           f"not {type(teacher).__name__}")
     if teacher.config.family != "bert":
         raise BertkitError(f"a DistilBERT student is initialized from a BERT teacher, not {teacher.config.family}")
     depth = teacher.config.num_layers

@@ -367,3 +367,36 @@ def test_a_model_on_the_meta_device_runs_on_shapes_alone():
     assert model(ids).logits.shape == (2, 2)
     with pytest.raises(bertkit.BertkitError, match="ids\\[None\\]"):
         model(ids[0])
+
+
+def test_python_api_arguments_of_the_wrong_type_are_one_error_naming_them(minilm_dir, tmp_path):
+    """Each was a raw AttributeError / TypeError from deep inside (or, for a tokenizer path given
+    to Model, a string kept as the tokenizer that failed at first use)."""
+    from bertkit.objectives import MaskedLM
+    from bertkit.train import Trainer, TrainSettings
+
+    model = bertkit.build("mini-bert", head="mlm", num_layers=1, hidden_size=16, num_heads=2, intermediate_size=16)
+    tok = bertkit.load_tokenizer(minilm_dir)
+    for call, said in [(lambda: bertkit.Model("mini-bert"), "Model takes an EncoderConfig, not str"),
+                       (lambda: bertkit.build(model), "build takes a preset name or an EncoderConfig, not Model"),
+                       (lambda: bertkit.student_from_teacher("bert-base"), "the teacher must be a Model"),
+                       (lambda: bertkit.from_pretrained(None), "from_pretrained takes a folder or a hub id"),
+                       (lambda: bertkit.load_tokenizer(None), "load_tokenizer takes a folder or a tokenizer file"),
+                       (lambda: Trainer(model, None, TrainSettings(steps=1), tmp_path), "Trainer takes an objective"),
+                       (lambda: bertkit.Model(model.config, tokenizer=5), "tokenizer must be a bertkit Tokenizer"),
+                       (lambda: tok([None]), "texts: item 0 is NoneType, not a string"),
+                       (lambda: tok(["a"], [None]), "text_pairs: item 0 is NoneType, not a string"),
+                       (lambda: tok.encode(5), "text must be a string, not int"),
+                       (lambda: bertkit.build(bertkit.EncoderConfig(family="albert")),
+                        r"bertkit\.models\.albert\.AlbertConfig\(\.\.\.\)")]:
+        with pytest.raises(bertkit.BertkitError, match=said):
+            call()
+    assert MaskedLM(model)  # (the objective itself is fine)
+    # a tokenizer path given to Model is loaded, as the task helpers' tokenizer= is
+    assert bertkit.Model(model.config, "mlm", tokenizer=minilm_dir).tokenizer.encode("a b") == tok.encode("a b")
+
+
+def test_presets_are_known_without_importing_the_models_first():
+    code = "from bertkit.config import get_preset; print(get_preset('bert-base').config.num_layers)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "12", done.stderr

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,6 +185,9 @@ class Tokenizer:
     def encode(self, text: str, text_pair: str | None = None) -> list[int]:
         """Ids with the family's special tokens, like `transformers`' `encode` (which, like this,
         treats an empty `text_pair` as no pair)."""
+        for name, value in (("text", text), ("text_pair", text_pair)):
+            if not isinstance(value, str) and not (name == "text_pair" and value is None):
+                raise BertkitError(f"{name} must be a string, not {type(value).__name__}")
         with self._lock:
             return self.backend.encode(text, text_pair or None).ids
 
@@ -211,6 +215,9 @@ class Tokenizer:
             texts = [texts]
         if isinstance(text_pairs, str):  # one pair, as tokenizer("a text", "its pair")
             text_pairs = [text_pairs]
+        _check_strings(texts, "texts")
+        if text_pairs is not None:
+            _check_strings(text_pairs, "text_pairs")
         if text_pairs is not None and len(text_pairs) != len(texts):
             raise BertkitError(f"{len(texts)} texts but {len(text_pairs)} text pairs")
         padding = {True: "longest", False: "do_not_pad"}.get(padding, padding)
@@ -975,12 +982,24 @@ def _check_slow_class(path: Path, cls: str | None) -> None:
                            f"{path.name}; a tokenizer.json of it would be read as is")
 
 
+def _check_strings(texts, name: str) -> None:
+    """Texts a tokenizer is given: a list of strings, one error naming the item otherwise, not
+    `tokenizers`' "TextEncodeInput must be ..." (reported as a truncation)."""
+    if not isinstance(texts, (list, tuple)):
+        raise BertkitError(f"{name} must be a string or a list of strings, not {type(texts).__name__}")
+    for n, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise BertkitError(f"{name}: item {n} is {type(text).__name__}, not a string")
+
+
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """A tokenizer from a checkpoint directory or one of its files: tokenizer.json, vocab.txt
     (WordPiece, casing from the tokenizer_config.json beside it), vocab.json (byte-level BPE, with
     merges.txt beside it; DeBERTa v1's when the files name DebertaTokenizer), spm.model (DeBERTa-v3's
     SentencePiece Unigram) or spiece.model (ALBERT's; see `_sentencepiece_family`). The files beside
     it decide the transformers class (`tokenizer_class`), and so how a tokenizer.json is read."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise BertkitError(f"load_tokenizer takes a folder or a tokenizer file, not {type(path).__name__}")
     path = Path(path)
     if not path.exists() and not path.suffix:  # not a file name: perhaps a hub id (needs the network)
         from ..hub import resolve

@@ -563,6 +563,8 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
     skipping a random initialization the checkpoint would overwrite (most of bert-base's load time);
     only when the file lacks some head or pooler weights is it built for real, so that those
     start from the family's initializer."""
+    if not isinstance(path_or_id, (str, os.PathLike)):
+        raise BertkitError(f"from_pretrained takes a folder or a hub id, not {type(path_or_id).__name__}")
     root = resolve(path_or_id, revision, token)
     inner = transformer_folder(root)
     directory = root / inner

@@ -42,7 +42,8 @@ def assemble(config: EncoderConfig, head: str | None) -> tuple[EncoderModel, nn.
     if type(config) is not family.config_class:  # another family's config, or one without this one's fields
         raise BertkitError(f"family {config.family!r} is built from its own config class, "
                            f"{family.config_class.__name__}, not {type(config).__name__}: start from one of its "
-                           f"presets (bertkit.build(name, **overrides)) or {family.config_class.__name__}(...)")
+                           f"presets (bertkit.build(name, **overrides)) or "
+                           f"{family.config_class.__module__}.{family.config_class.__name__}(...)")
     if head is None:
         return family.build_backbone(config, family.bare_has_pooler), None
     backbone = family.build_backbone(config, True)
