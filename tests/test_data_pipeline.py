@@ -384,6 +384,9 @@ def test_masks_are_deterministic_dynamic_per_epoch_and_static_repeat(corpus_file
     d.batch_at(n + 7)
     again = data(corpus_file, tokenizer, cache_dir).batch_at(3)
     assert all(torch.equal(first[k], again[k]) for k in first)
+    assert all(torch.equal(first[k], d.batch_at(np.int64(3))[k]) for k in first)  # any integer type
+    with pytest.raises(bertkit.BertkitError, match="batch index must be a whole number, got 3.0"):
+        d.batch_at(3.0)  # (NumPy's seeding failed on it)
     assert not torch.equal(first["labels"], data(corpus_file, tokenizer, cache_dir, seed=1).batch_at(3)["labels"])
 
     def masks_by_example(d, epoch):

@@ -126,6 +126,10 @@ def row_uniform(keys: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class MaskingSettings:
+    """Which tokens a batch predicts: `rate` of them (BERT's 15%), of which `mask_fraction` become
+    the mask token, `random_fraction` a random token and the rest stay (BERT sec. 3.1: 80/10/10);
+    `whole_word` masks every piece of a chosen word; `max_ngram` > 1 chooses n-grams of whole
+    words with p(n) ~ 1/n (ALBERT). Every field is type-checked."""
     rate: float = 0.15
     mask_fraction: float = 0.8      # of chosen tokens: -> [MASK]
     random_fraction: float = 0.1    # -> a random non-special token; the rest stay unchanged

@@ -11,6 +11,7 @@ reproduces exactly the batches an uninterrupted run would have seen.
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,11 @@ def default_masking(objective: str) -> MaskingSettings:
 
 @dataclass(frozen=True)
 class PipelineSettings:
+    """How pretraining_data makes batches: the `objective` (mlm, mlm+nsp, mlm+sop, rtd, distill)
+    and the `family` pick the example `layout` and the masking (None: their defaults, see
+    default_layout / default_masking), examples of at most `max_length` tokens, `batch_size`
+    rows, the `seed` of the order and masks, `static_masks` (K fixed masks per example; None:
+    new masks every epoch), `short_seq_prob` and the token `cache`. Every field is type-checked."""
     objective: str = "mlm"
     layout: str | None = None                 # None: default_layout(objective, family)
     family: str | None = None
@@ -82,6 +88,10 @@ class PipelineSettings:
 
 
 class PretrainingData:
+    """A tokenized corpus made into pre-training examples, and `batch_at(i)`: the i-th batch, a
+    pure function of i (the same batch whenever asked, so a resumed run reads what it would
+    have). `summary()` says what was built and repaired; `examples.stats` holds the counts."""
+
     def __init__(self, corpus: TokenizedCorpus, tokenizer: Tokenizer, settings: PipelineSettings):
         self.corpus, self.tokenizer, self.settings = corpus, tokenizer, settings
         frame = tokenizer.frame
@@ -124,6 +134,12 @@ class PretrainingData:
         return self.order(epoch)[j * B:(j + 1) * B], epoch
 
     def batch_at(self, i: int) -> dict:
+        """Batch i: input_ids, attention_mask, token_type_ids, labels (the original id where a
+        token is predicted, -100 elsewhere) and, for NSP / SOP, pair_labels; each (B, T) or (B,)
+        int64 tensors. Epochs follow each other in a seeded order of the examples."""
+        if isinstance(i, bool) or not isinstance(i, numbers.Integral):  # 1.0 failed in NumPy's seeding
+            raise BertkitError(f"batch index must be a whole number, got {i!r}")
+        i = int(i)
         if i < 0:
             raise BertkitError(f"batch index must be >= 0, got {i}")
         rows, epoch = self.indices(i)

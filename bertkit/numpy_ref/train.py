@@ -59,6 +59,11 @@ class TrainSettings:
 
 
 class Trainer:
+    """The NumPy Mini-BERT's training loop, the torch Trainer's counterpart: `batch_at(i)` the
+    i-th micro-batch of NumPy arrays, `settings` a TrainSettings, `out` (optional) the run
+    directory, `eval_batches` the held-out batches; `fit()` trains and returns the logged steps
+    (`numpy_ref.train(...)` builds one and fits it)."""
+
     def __init__(self, model: BertForMaskedLM, batch_at: Callable[[int], dict], settings: TrainSettings,
                  out: str | Path | None = None, eval_batches: Sequence[dict] = ()):
         self.model, self.batch_at, self.settings = model, batch_at, settings

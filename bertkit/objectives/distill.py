@@ -22,6 +22,11 @@ from .mlm import masked_lm_terms
 
 
 class Distillation(Objective):
+    """DistilBERT's triple loss (module docstring): the `student` (a masked LM, usually
+    bertkit.student_from_teacher(teacher)) learns from the frozen `teacher`'s logits softened by
+    `temperature`, weighted alpha_ce, its own MLM loss (alpha_mlm) and the cosine between their
+    last hidden states (alpha_cos). The run saves the student only."""
+
     def __init__(self, student, teacher, temperature: float = 2.0, alpha_ce: float = 5.0,
                  alpha_mlm: float = 2.0, alpha_cos: float = 1.0):
         super().__init__()

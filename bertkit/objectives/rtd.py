@@ -56,6 +56,12 @@ class Terms:
 
 
 class ReplacedTokenDetection(Objective):
+    """ELECTRA's objective (module docstring): the `generator` (a small masked LM) fills the
+    masked positions with samples, the `discriminator` (head "pretraining") tells each token
+    original or replaced; the loss is the generator's MLM loss plus `weight` times the
+    discriminator's (ELECTRA's lambda, 50). The run saves the discriminator, the generator
+    beside it in generator/."""
+
     def __init__(self, generator, discriminator, weight: float = 50.0):
         super().__init__()
         check_loss_weights(weight=weight)  # (the command line checks it first, as rtd_weight)

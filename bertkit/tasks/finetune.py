@@ -59,6 +59,14 @@ DEFAULT_EPOCHS = 3.0
 
 @dataclass(frozen=True)
 class FinetuneSettings:
+    """How finetune() trains, the `bertkit finetune` flags by their names: length (`epochs`,
+    default 3, `steps` or `time_budget`), batches (`batch_size`, `accumulation`), AdamW (`lr`
+    5e-5, `weight_decay`, `clip_norm`), the schedule (`warmup` fraction, `schedule`), inputs
+    (`max_length`: 128, QA 384; `truncation` head / tail / head+tail), early stopping on the dev
+    set (`eval_every`, `patience`, `metric`), `seed`, `bf16`, `device`, QA's windows and answers
+    (`doc_stride`, `max_query_length`, `max_answer_length`, `n_best`, `null_answers`,
+    `null_threshold`), the embedding task's `pooling`, and seeded samples of the data
+    (`train_limit`, `eval_limit`). Every field is type-checked when the settings are made."""
     epochs: float | None = None          # None: 3, or as many as time_budget allows when there is one
     steps: int | None = None             # optimizer steps; when given, instead of epochs
     time_budget: float | None = None     # seconds of training, as in pre-training

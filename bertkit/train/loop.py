@@ -44,6 +44,13 @@ SKIPS_IN_A_ROW = 20  # --skip-nonfinite: this many skipped steps in a row means 
 
 @dataclass(frozen=True)
 class TrainSettings:
+    """How Trainer trains: `steps` optimizer steps or `time_budget` seconds of training (with
+    both, whichever ends first), AdamW (lr, weight_decay on matrices only, betas, eps), warm-up
+    over a `warmup` fraction then the `schedule` ("linear", "cosine", "constant"), gradient
+    clipping at `clip_norm` (None: none), `accumulation` micro-batches per step, bf16 autocast,
+    activation checkpointing, torch.compile, evaluation / checkpoints every `eval_every` /
+    `save_every` steps keeping `keep`, the `seed` of the run's random streams, `skip_nonfinite`
+    to skip a NaN/Inf step instead of stopping, and a progress bar. Every field is type-checked."""
     steps: int | None = 1000            # optimizer steps; None with a time budget
     time_budget: float | None = None    # seconds of training (evaluation and saving excluded);
                                         # with both, whichever ends first (scheduled_factor)
@@ -73,12 +80,23 @@ class TrainSettings:
 
 
 class Trainer:
+    """Pre-training loop for an Objective (MaskedLM, ReplacedTokenDetection, Distillation):
+    `batch_at(i)` gives the i-th micro-batch (a pure function of i, so a resumed run is exact),
+    `settings` a TrainSettings, `out` the run directory (metrics.jsonl, checkpoints/, the final
+    model, metrics.json, loss_curve.png), `eval_batches` the held-out batches evaluate() scores.
+    `resume()` continues from out/checkpoints; `fit()` trains to the end; under torchrun every
+    process trains on its rows of each batch."""
+
     def __init__(self, objective, batch_at: Callable[[int], dict], settings: TrainSettings,
                  out: str | Path, eval_batches: list[dict] | None = None, device: str | torch.device = "cpu",
                  on_eval: Callable[[int, dict[str, float]], bool] | None = None, final_model: bool = True):
         """`final_model=False`: the run's end writes no model, checkpoint or metrics.json (fine-tuning
         saves the best evaluation's model itself, and an interrupt during that save must not leave
         the last step's model looking like a finished run)."""
+        from ..objectives.base import Objective
+
+        if not isinstance(objective, Objective):  # a model: it trains through an objective's loss
+            raise BertkitError(f"Trainer takes an objective (MaskedLM(model), ...), not {type(objective).__name__}")
         self.final_model = final_model
         self.objective = objective.to(device)
         self.rank, self.world = _distributed(torch.device(device))
