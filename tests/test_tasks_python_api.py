@@ -18,17 +18,10 @@ from bertkit.tasks import (ChoiceExample, FinetuneSettings, QAExample, TaggedSen
                            classify, embed, evaluate, fill_mask, finetune, load_examples, make_task, search, tag)
 from bertkit.tasks.embedding import SentenceSettings, similarity
 from bertkit.tasks.finetune import model_for
+from test_tasks_finetune_api import tiny
 
 pytestmark = pytest.mark.filterwarnings("ignore::bertkit.data.DataWarning")
 
-TINY = dict(num_layers=2, hidden_size=32, num_heads=4, intermediate_size=64, max_positions=128)
-
-
-def tiny(head, tokenizer, num_labels=2, seed=0):
-    torch.manual_seed(seed)
-    model = bertkit.build("bert-base", head=head, num_labels=num_labels, **TINY)
-    model.tokenizer = tokenizer
-    return model
 
 
 def quiet(**kw):
