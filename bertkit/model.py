@@ -304,4 +304,10 @@ def build_electra_pair(discriminator: str | EncoderConfig = "electra-small",
     if d.config.family != "electra" or g.config.family != "electra":
         raise BertkitError("an ELECTRA pair needs two electra configs")
     share_embeddings(g, d)
+    if g.config.hidden_size > d.config.hidden_size:
+        import warnings
+
+        warnings.warn(f"the generator ({g.config.hidden_size} wide) is wider than the discriminator "
+                      f"({d.config.hidden_size}): ELECTRA found generators 1/4 to 1/2 of the discriminator's size "
+                      "best (sec. 3.2), a stronger one making its task too hard", UserWarning, stacklevel=2)
     return g, d

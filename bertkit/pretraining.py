@@ -434,7 +434,8 @@ def _check_unchanged(job: PretrainJob, out: Path, settings) -> None:
         raise BertkitError(f"{out / JOB_FILE}: not a job this bertkit reads ({e})") from None
     now, then = job.record(), before.record()  # (an older job.json's relative paths: from here)
     changed = [f"{k} {then.get(k)!r} -> {now.get(k)!r}" for k in now
-               if k not in ("train", "fingerprints", *RESUMABLE) and now.get(k) != then.get(k)]
+               if k not in ("train", "fingerprints", *RESUMABLE) and now.get(k) != then.get(k)
+               and not (k == "loss" and _loss_values(now[k]) == _loss_values(then.get(k)))]
     changed += [f"{f.name} {getattr(before_settings, f.name)!r} -> {getattr(settings, f.name)!r}"
                 for f in dataclasses.fields(settings)
                 if f.name not in RESUMABLE_TRAIN and getattr(settings, f.name) != getattr(before_settings, f.name)]
@@ -443,6 +444,13 @@ def _check_unchanged(job: PretrainJob, out: Path, settings) -> None:
                            f"a resumed run keeps them (see {out / JOB_FILE}), or start a new run in another --out")
     if settings.steps != before_settings.steps and settings.steps is not None:
         say(f"steps {before_settings.steps} -> {settings.steps}: the learning-rate schedule stretches to the new length")
+
+
+def _loss_values(loss: dict | None) -> dict:
+    """The loss settings in effect: a default given by name (--set rtd_weight=50) is no change."""
+    from .objectives.registry import LossSettings
+
+    return dataclasses.asdict(LossSettings(**(loss or {})))
 
 
 def _check_same_text(job: PretrainJob, out: Path, fingerprints: dict[str, str]) -> None:

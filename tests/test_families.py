@@ -170,6 +170,21 @@ def test_electra_pair_from_preset_names_uses_the_released_generator():
     assert generator.backbone.embeddings is discriminator.backbone.embeddings
 
 
+def test_an_electra_pair_whose_configs_describe_other_embeddings_is_refused(tmp_path):
+    """The generator takes the discriminator's embedding module, so a generator config naming other
+    tables saved a folder neither transformers nor bertkit could load (or, for layer_norm_eps,
+    one that loaded to other logits)."""
+    small = bertkit.PRESETS["electra-small"].config.replace(num_layers=1, vocab_size=60)
+    for field, value in (("max_positions", 128), ("type_vocab_size", 1), ("layer_norm_eps", 1e-3)):
+        with pytest.raises(bertkit.BertkitError, match=f"generator {field} {value} and discriminator {field} "):
+            bertkit.build_electra_pair(small, small.replace(**{field: value}))
+    wide = small.replace(hidden_size=512, num_heads=4, intermediate_size=64)
+    with pytest.warns(UserWarning, match="wider than the discriminator"):
+        generator, _ = bertkit.build_electra_pair(small, wide)
+    generator.save_pretrained(tmp_path)
+    assert bertkit.from_pretrained(tmp_path).config.hidden_size == 512
+
+
 def test_deberta_v3_base_bf16_on_512_tokens_is_finite_and_close_to_fp32():
     """bf16 must not overflow (dtypes follow the input): per-token cosine >= 0.999 to fp32,
     mean |diff| <= 0.03 and max |diff| <= 0.3 on unit-scale hidden states. (A small vocabulary:

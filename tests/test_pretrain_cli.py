@@ -187,6 +187,12 @@ def test_every_objective_by_name(preset, objective, extra, corpus, tmp_path, cap
     if objective == "rtd":  # the discriminator at the root, the generator beside it
         assert root.head_kind == "pretraining" and "rtd_accuracy" in metrics
         assert bertkit.from_pretrained(out / "generator").head_kind == "mlm"
+        assert main(["predict", "fill-mask", "--model", str(out), "a [MASK] film"]) == 2  # the masked LM is beside
+        assert f"its generator, {out / 'generator'}, is one" in capsys.readouterr().err
+        # the default weight named on resuming is the weight the run has: not another setting
+        assert pretrain("--model", preset, "--objective", objective, "--corpus", str(corpus), "--out", str(out),
+                        "--steps", "4", "--resume", "--set", "rtd_weight=50", *TINY, *extra, *FAST) == 0, \
+            capsys.readouterr().err
     if preset == "roberta-base":  # fill-mask takes the model's own <mask> and BERT's [MASK]
         capsys.readouterr()
         assert main(["predict", "fill-mask", "--model", str(out), "--json", "a <mask> film", "a [MASK] film"]) == 0

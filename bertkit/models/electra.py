@@ -95,6 +95,11 @@ def build_head(kind, config, backbone):
 register_family(Family("electra", ElectraConfig, build_backbone, build_head, bare_has_pooler=False))
 
 
+# The config fields that describe the embedding module (its tables, their normalization, padding row)
+SHARED_EMBEDDING_FIELDS = ("vocab_size", "embedding_size", "max_positions", "type_vocab_size", "layer_norm_eps",
+                           "pad_token_id")
+
+
 def share_embeddings(generator: nn.Module, discriminator: nn.Module) -> None:
     """Make a generator use the discriminator's embedding module (token, position and segment
     tables and their LayerNorm), and tie its MLM decoder to those word embeddings (sec. 3.2)."""
@@ -102,6 +107,13 @@ def share_embeddings(generator: nn.Module, discriminator: nn.Module) -> None:
     if g.word.weight.shape != d.word.weight.shape:
         raise BertkitError(f"generator embeddings {tuple(g.word.weight.shape)} and discriminator "
                            f"embeddings {tuple(d.word.weight.shape)} differ; they cannot be shared")
+    # the generator's config describes the shared module when it is saved: it must say what it is
+    for name in SHARED_EMBEDDING_FIELDS:
+        mine, theirs = getattr(generator.config, name), getattr(discriminator.config, name)
+        if mine != theirs:
+            raise BertkitError(f"generator {name} {mine} and discriminator {name} {theirs} differ; the shared "
+                               "embeddings are the discriminator's, so the generator's saved config would not "
+                               "describe them")
     generator.backbone.embeddings = d
     if generator.head is not None and hasattr(generator.head, "decoder") and generator.config.tie_word_embeddings:
         generator.head.decoder.weight = d.word.weight

@@ -10,6 +10,7 @@ its `targets` too. The vocabulary projection runs only at the masks (`masked_pos
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
@@ -42,6 +43,19 @@ def masked_lm(source):
     for w in said:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return model
+
+
+def check_masked_lm(model, source) -> None:
+    """Refuse a model without a masked-LM head, naming `source` (a folder, or a Model) and, for a
+    replaced-token-detection run's folder, the generator beside it that has one."""
+    if model.head is not None and model.head.predicts_tokens:
+        return
+    named, hint = "the model", ""
+    if isinstance(source, (str, Path)):
+        named = str(source)
+        if (Path(source) / "generator" / "config.json").exists():
+            hint = f"; its generator, {Path(source) / 'generator'}, is one (a replaced-token detection run)"
+    raise BertkitError(f"{named}: has no masked-LM head (head: {model.head_kind}); fill-mask needs one{hint}")
 
 
 def target_ids(tok, targets: list[str]) -> list[int]:
@@ -90,12 +104,11 @@ def fill_mask(model, texts: list[str], top_k: int = 5, targets: list[str] | None
     check_texts(texts)  # a bare string was read as one text per character
     check_count(top_k, "top_k")
     check_count(batch_size)
-    model = masked_lm(model)
+    source, model = model, masked_lm(model)
     if tokenizer is not None:
         model.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else load_tokenizer(tokenizer)
     tok = model.tokenizer
-    if model.head is None or not model.head.predicts_tokens:
-        raise BertkitError(f"the model has no masked-LM head (head: {model.head_kind}); fill-mask needs one")
+    check_masked_lm(model, source)
     if tok is None:
         raise BertkitError("the model has no tokenizer (its folder holds no tokenizer files): pass one (tokenizer: "
                            "a checkpoint directory, tokenizer.json, vocab.txt, vocab.json or spm.model)")
