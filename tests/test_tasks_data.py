@@ -5,6 +5,8 @@ built-in splits), its one-line errors and counted warnings, and the features eac
 import gzip
 import io
 import json
+import os
+import subprocess
 import sys
 import tarfile
 import warnings
@@ -470,6 +472,13 @@ def test_squad_hf_jsonl_layout_and_bad_json(tmp_path):
 def test_label_order_and_unseen_labels():
     assert ordered_labels(["10", "2", "0"]) == ("0", "2", "10")
     assert ordered_labels(["I-PER", "O", "B-PER"]) == ("O", "B-PER", "I-PER")
+    assert ordered_labels(["100", "1.5", "-1", "0.25", "10"]) == ("-1", "0.25", "1.5", "10", "100")  # by value
+    # one value written two ways ("1" and "01") took the set's hash order, which changes with
+    # PYTHONHASHSEED: two identical runs saved the classes in other orders
+    code = "from bertkit.tasks.base import ordered_labels; print(ordered_labels(['1', '01', '0', '00', '2']))"
+    orders = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "5", "8")}
+    assert orders == {"('0', '00', '01', '1', '2')\n"}
     with pytest.raises(BertkitError, match="dev.csv: 1 label.* never seen in training: 'neutral'") as e:
         label_index(("negative", "positive"), ["positive", "neutral"], "dev.csv")
     one_line(e)

@@ -29,16 +29,17 @@ IGNORE = -100  # label of positions without a loss (cross_entropy's ignore_index
 
 # ---- labels ---------------------------------------------------------------------------------
 def ordered_labels(values, examples=None) -> tuple[str, ...]:
-    """A fixed order for label names seen in training data: integers by value ("0", "1", "2":
-    index = the integer when they count from 0), otherwise "O" (outside) first and the rest in
-    alphabetical order. Examples from a data set that declares its classes (readers.Named) keep
-    its names and order."""
+    """A fixed order for label names seen in training data: numbers by value ("0", "1", "2":
+    index = the integer when they count from 0; "0.25" before "1.5" before "10"), a tie of one
+    value ("1" and "01") by text, so the order never depends on the set's hash order (it changed
+    with PYTHONHASHSEED); otherwise "O" (outside) first and the rest in alphabetical order.
+    Examples from a data set that declares its classes (readers.Named) keep its names and order."""
     declared = getattr(examples, "label_names", None)
     if declared:
         return tuple(declared)
     names = set(values)
-    if all(re.fullmatch(r"-?\d+", n) for n in names):
-        return tuple(sorted(names, key=int))
+    if names and all(re.fullmatch(r"-?\d+(\.\d+)?", n) for n in names):
+        return tuple(sorted(names, key=lambda n: (float(n), n)))
     return tuple(sorted(names, key=lambda n: (n != "O", n)))
 
 
