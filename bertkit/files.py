@@ -233,20 +233,35 @@ def staging_dir(parent: Path, prefix: str) -> Path:
     return path
 
 
-def output_dir(path: str | Path, keep: tuple[str, ...] = RESULT_FILES, flag: str = "--out") -> Path:
+def output_dir(path: str | Path, keep: tuple[str, ...] = RESULT_FILES, flag: str = "--out",
+               run_logs: bool = False) -> Path:
     """The folder a run writes into, checked before the run: not a file, writable, and holding
     none of `keep` (a finished run's metrics, a model or tokenizer files the run would overwrite;
-    other files in it are left alone). `flag` names where the path came from in errors ("" for an
-    API argument)."""
+    other files in it are left alone). With `run_logs`, the run writes metrics.jsonl and
+    loss_curve.png too: an unfinished run's are rewritten by the rerun, but files of those names
+    that are not a run's log (a user's own) are refused like `keep`'s. `flag` names where the path
+    came from in errors ("" for an API argument)."""
     path = Path(path).expanduser()
     if path.exists() and not path.is_dir():
         raise BertkitError(f"{_named(flag, path)}: a file, not a folder")
     _writable_from(path, flag)
     held = [name for name in keep if (path / name).exists()]
+    if run_logs and not _run_log(path / "metrics.jsonl"):
+        held += [name for name in ("metrics.jsonl", "loss_curve.png") if (path / name).exists()]
     if held:
         raise BertkitError(f"{_named(flag, path)} already holds {', '.join(held)}, which this run would overwrite; "
                            "choose another folder or delete them")
     return path
+
+
+def _run_log(path: Path) -> bool:
+    """Whether `path` is a run's metrics.jsonl: its first line a JSON object with a step and split."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            first = json.loads(f.readline())
+    except (OSError, ValueError):
+        return False
+    return isinstance(first, dict) and "step" in first and "split" in first
 
 
 # What bertkit's runs write beside a model (and the model's own files): a results file must not

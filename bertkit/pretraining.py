@@ -317,7 +317,7 @@ def _pretrain(job: PretrainJob) -> Path:
         raise BertkitError(f"--resume: no checkpoint in {out / 'checkpoints'} to continue from")
     if not job.resume and checkpoints:
         raise BertkitError(f"{out} already holds a run; pass --resume to continue it, or choose another --out")
-    output_dir(out, keep=() if job.resume else RESULT_FILES)  # (job.json, metrics.jsonl: an unfinished run's)
+    output_dir(out, keep=() if job.resume else RESULT_FILES, run_logs=not job.resume)  # (an unfinished run's kept)
     if job.resume:
         _check_unchanged(job, out, settings)
 

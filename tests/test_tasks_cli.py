@@ -127,6 +127,13 @@ def test_an_out_that_would_lose_a_model_or_is_no_folder_is_refused_before_traini
     code, _, err = run(capsys, "finetune", "--task", "classification", "--model", encoder_dir, "--out", mine, *data)
     assert code == 2 and "already holds vocab.txt, which this run would overwrite" in one_error(err)
     assert (mine / "vocab.txt").read_text() == "[PAD]\nmine\n"
+    # files named as a run's logs that are not a run's (an unfinished run's are rewritten) were replaced
+    (mine / "vocab.txt").unlink()
+    for name in ("metrics.jsonl", "loss_curve.png"):
+        (mine / name).write_text("my own notes\n")
+    code, _, err = run(capsys, "finetune", "--task", "classification", "--model", encoder_dir, "--out", mine, *data)
+    assert code == 2 and "already holds metrics.jsonl, loss_curve.png, which this run would" in one_error(err)
+    assert (mine / "metrics.jsonl").read_text() == (mine / "loss_curve.png").read_text() == "my own notes\n"
     notes = tmp_path / "notes.txt"
     notes.write_text("mine")
     for out, problem in ((notes, "a file, not a folder"), (notes / "run", f"{notes} is a file")):

@@ -397,7 +397,7 @@ def finetune_out(out, flag: str = "--out") -> Path:
     """The folder a fine-tuning run writes, checked first: besides a finished run's files, it must
     not hold a pre-training run (job.json, checkpoints/), whose log and checkpoints this run's would
     mix with, or replace."""
-    return output_dir(out, keep=(*RESULT_FILES, "job.json", "checkpoints"), flag=flag)
+    return output_dir(out, keep=(*RESULT_FILES, "job.json", "checkpoints"), flag=flag, run_logs=True)
 
 
 def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneSettings = FinetuneSettings(),
