@@ -602,6 +602,27 @@ def out_of_memory(error: BaseException) -> str | None:
             "(in training, --accumulation keeps a step's batch size)")
 
 
+def file_system_error(error: BaseException) -> str | None:
+    """One line for what the file system refuses whoever asks (a name too long, a full or
+    read-only disk, no permission), naming the file; None for any other error. An error without a
+    file name is most often the results' own stream (stdout on a full disk): it is pointed at
+    /dev/null, so that exiting does not try to write them again (a second traceback)."""
+    import errno
+    import os
+
+    if not isinstance(error, OSError) or error.errno not in (errno.ENAMETOOLONG, errno.ENOSPC, errno.EDQUOT,
+                                                            errno.EROFS, errno.EACCES):
+        return None
+    if error.filename is None:
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return f"{error.strerror} (while writing)"
+    name = str(error.filename)
+    return f"{error.strerror}: {name if len(name) <= 120 else name[:60] + ' ... ' + name[-40:]}"
+
+
 def main(argv: list[str] | None = None) -> int:
     import os
     import signal
@@ -623,6 +644,9 @@ def main(argv: list[str] | None = None) -> int:
     stdout, stderr = sys.stdout, sys.stderr
     if rank != 0:
         sys.stdout = sys.stderr = open(os.devnull, "w")
+    if argv is None and rank == 0 and hasattr(sys.stdout, "reconfigure") \
+            and (sys.stdout.encoding or "").lower().replace("-", "") != "utf8":
+        sys.stdout.reconfigure(encoding="utf-8")  # JSON lines are UTF-8: an ASCII locale failed on the first é
     if not stderr.isatty():  # a log file: a progress bar redrawn every 30 s, not at every step
         os.environ.setdefault("TQDM_MININTERVAL", "30")  # (tqdm reads it when imported, with the commands)
         os.environ.setdefault("TQDM_MAXINTERVAL", "30")  # (its monitor redraws a slow bar after this)
@@ -631,6 +655,7 @@ def main(argv: list[str] | None = None) -> int:
         check_paths_given(args)
         warnings.showwarning = _one_line_warning  # (to devnull in another process)
         args.func(args)
+        sys.stdout.flush()  # a failed write of the results (a full disk) is said here, not at exit
     except BertkitError as e:
         print(f"bertkit: error{f' (process {rank})' if rank else ''}: {e}", file=stderr)
         return 2
@@ -644,7 +669,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `bertkit embed ... | head`
         return 0
     except (MemoryError, RuntimeError, OSError) as e:
-        line = out_of_memory(e)
+        line = out_of_memory(e) or file_system_error(e)
         if line is None:
             raise
         print(f"bertkit: error{f' (process {rank})' if rank else ''}: {line}", file=stderr)

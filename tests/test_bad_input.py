@@ -1,6 +1,7 @@
 """Bad checkpoints give one clear line naming the problem, and a non-zero exit with no traceback."""
 
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -400,3 +401,25 @@ def test_presets_are_known_without_importing_the_models_first():
     code = "from bertkit.config import get_preset; print(get_preset('bert-base').config.num_layers)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == "12", done.stderr
+
+
+def test_what_the_file_system_refuses_is_one_line_and_results_are_utf8_in_any_locale(minilm_dir, tmp_path):
+    """A name longer than the file system allows and results written to a full device were
+    tracebacks; in a locale that is not UTF-8 (Python's UTF-8 mode off) the first é printed was."""
+    model = bertkit.build("mini-bert", head="mlm", num_layers=1, hidden_size=16, num_heads=2, intermediate_size=16,
+                          vocab_size=30522)
+    model.tokenizer = bertkit.load_tokenizer(minilm_dir)
+    model.save_pretrained(tmp_path / "m")
+    cli = [sys.executable, "-m", "bertkit"]
+    done = subprocess.run([*cli, "info", "L" * 300], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.startswith("bertkit: error: File name too long: LLL"), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([*cli, "info", str(tmp_path / "m")], stdout=full, stderr=subprocess.PIPE, text=True)
+    assert done.returncode == 2 and done.stderr.strip() == "bertkit: error: No space left on device (while writing)"
+    (tmp_path / "in.txt").write_text("un café [MASK] 🎉\n", encoding="utf-8")
+    done = subprocess.run([*cli, "predict", "fill-mask", "--model", str(tmp_path / "m"), "--input",
+                           str(tmp_path / "in.txt"), "--json"], capture_output=True,
+                          env={**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""})
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert json.loads(done.stdout.decode("utf-8").splitlines()[0])["text"] == "un café [MASK] 🎉"
