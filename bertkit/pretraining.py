@@ -311,6 +311,11 @@ def _pretrain(job: PretrainJob) -> Path:
         check_supported(preset.config.replace(**job.architecture))
         check_savable(preset.config.replace(**job.architecture))  # the run ends by saving the model
     out = job.out_dir
+    for flag, corpus in (("--corpus", job.corpus), ("--eval-corpus", job.eval_corpus)):
+        folder = Path(corpus).expanduser() if corpus else None
+        if folder is not None and folder.is_dir() and out.resolve().is_relative_to(folder.resolve()):
+            raise BertkitError(f"--out {out} is inside the {flag} folder {corpus}: the run's own files would be read "
+                               "as text (and, changing the corpus, stop --resume); choose an --out outside it")
     settings = job.settings()
     checkpoints = checkpoint_folders(out)
     if job.resume and not checkpoints:

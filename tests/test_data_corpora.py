@@ -222,6 +222,25 @@ def test_a_folder_is_read_file_by_file_by_kind_leaving_out_hidden_and_binary_fil
         _documents(open_corpus(utf16))
 
 
+def test_a_folder_s_linked_folders_are_read_as_its_linked_files_are(tmp_path):
+    """rglob skipped a linked folder without a word (a folder of links alone had "no files"); a link
+    back up, or a second link to one folder, reads it once."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "far.txt").write_text("From a linked folder.\n")
+    folder = tmp_path / "corpus"
+    (folder / "real").mkdir(parents=True)
+    (folder / "real" / "near.txt").write_text("From a real folder.\n")
+    (folder / "linked").symlink_to(elsewhere, target_is_directory=True)
+    (folder / "again").symlink_to(elsewhere, target_is_directory=True)
+    (folder / "loop").symlink_to(folder, target_is_directory=True)
+    assert sorted(_documents(open_corpus(folder))) == ["From a linked folder.", "From a real folder."]
+    only_links = tmp_path / "links"
+    only_links.mkdir()
+    (only_links / "linked").symlink_to(elsewhere, target_is_directory=True)
+    assert _documents(open_corpus(only_links)) == ["From a linked folder."]
+
+
 def test_folders_whose_files_run_together_differ_in_fingerprint(tmp_path):
     """Names and bytes hashed back to back made these two folders one fingerprint, and so one token
     cache: the second read the first one's tokens. A folder moved elsewhere keeps its fingerprint."""

@@ -408,6 +408,12 @@ def test_resume_refuses_a_corpus_changed_since_the_run_started(corpus, tmp_path,
     assert error_line(capsys).endswith(f"--resume: the corpus {text} changed since the run started (its fingerprint "
                                        "differs); resuming would train on other batches: start a new run, or "
                                        "restore the corpus")
+    # a run inside its corpus folder would read its own files as text, and change the corpus under it
+    (tmp_path / "texts").mkdir()
+    (tmp_path / "texts" / "a.txt").write_text(corpus.read_text(encoding="utf-8"), encoding="utf-8")
+    assert pretrain("--corpus", str(tmp_path / "texts"), "--out", str(tmp_path / "texts" / "run"), "--steps", "1",
+                    *TINY, *FAST) == 2
+    assert "is inside the --corpus folder" in error_line(capsys) and not (tmp_path / "texts" / "run").exists()
     del job["fingerprints"]  # as runs from before this check wrote it
     (tmp_path / "run" / "job.json").write_text(json.dumps(job))
     assert pretrain("--out", out, "--resume", "--steps", "2") == 0

@@ -425,6 +425,21 @@ class HubDataset(Corpus):
         return f"hub:{self.name}:{self.config}:{self.split}:{self.field}:articles"
 
 
+def _walk(root: Path) -> list[Path]:
+    """Every file under `root`, following linked folders as linked files are followed (rglob
+    skipped a linked folder's documents without a word); a folder reached twice (a link back up,
+    or two links to one folder) is read once."""
+    seen, files = set(), []
+    for folder, subfolders, names in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:
+            subfolders[:] = []
+            continue
+        seen.add(real)
+        files += [Path(folder) / n for n in names if (Path(folder) / n).is_file()]
+    return files
+
+
 def open_corpus(spec: str | Path, field: str = "text", split: str = "train") -> Corpus:
     """`imdb` / `rotten-tomatoes` (built-in, the given split; pre-training uses train), a path (a
     .jsonl / .csv file with `field`, any other file or a folder of text files), or a Hugging Face
@@ -434,7 +449,7 @@ def open_corpus(spec: str | Path, field: str = "text", split: str = "train") -> 
         return BuiltinCorpus(text, split)
     path = Path(text).expanduser()
     if path.is_dir():
-        files = tuple(sorted(p for p in path.rglob("*") if p.is_file() and not any(
+        files = tuple(sorted(p for p in _walk(path) if not any(
             part.startswith(".") or part == "__pycache__" for part in p.relative_to(path).parts)))
         if not files:
             raise BertkitError(f"{path}: the folder has no files")
