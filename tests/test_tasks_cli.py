@@ -484,3 +484,14 @@ sys.exit(main({["finetune", "--task", "classification", "--model", str(encoder_d
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert metrics["interrupted"] and metrics["best_step"] <= 3
     assert bertkit.from_pretrained(tmp_path / "out").config.num_labels == 2
+
+
+def test_the_next_step_hint_reads_back_in_the_shell():
+    """A folder starting with '-' was printed as is, which the pasted command read as an option."""
+    import shlex
+
+    from bertkit.tasks.commands import next_steps
+
+    for out, model in (("runs/imdb", "runs/imdb"), ("-dash out", "./-dash out"), ("it's here", "it's here")):
+        words = shlex.split(next_steps("classification", Path(out)).removeprefix("next: ").split(";")[0])
+        assert words[words.index("--model") + 1] == model

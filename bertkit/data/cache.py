@@ -72,8 +72,9 @@ def cache_writes(cache_dir: str | Path | None = None):
     try:
         yield
     except OSError as e:
+        how = "" if cache_dir is not None else " (BERTKIT_CACHE=DIR)"
         raise BertkitError(f"{cache_source(cache_dir)}: the cache cannot be written there "
-                           f"({e.strerror or e}); give a writable folder") from None
+                           f"({e.strerror or e}); give a writable folder{how}") from None
 
 
 def remove_stale(parent: Path, pattern: str) -> None:

@@ -227,8 +227,14 @@ def cmd_finetune(args) -> None:
     metrics = finetune(args.task, args.model, args.train, args.eval, out, settings, args.tokenizer, _columns(args))
     print(json.dumps(metrics, indent=2))
     print(f"best model, metrics.json and loss_curve.png in {out}", file=sys.stderr)
-    print(f"next: bertkit {NEXT_STEP[args.task].format(out=shlex.quote(str(out)))}; bertkit evaluate --model "
-          f"{shlex.quote(str(out))} --data TEST_FILE", file=sys.stderr)
+    print(next_steps(args.task, out), file=sys.stderr)
+
+
+def next_steps(task: str, out) -> str:
+    """The commands to run on a fine-tuned model, its folder written so the shell reads it back
+    (quoted; ./ before a leading '-', which would read as an option)."""
+    named = shlex.quote(f"./{out}" if str(out).startswith("-") else str(out))
+    return f"next: bertkit {NEXT_STEP[task].format(out=named)}; bertkit evaluate --model {named} --data TEST_FILE"
 
 
 NEXT_STEP = {"classification": 'predict classify --model {out} "a text"',
