@@ -160,7 +160,8 @@ def test_a_cache_folder_that_cannot_be_written_is_one_line(tmp_path, tokenizer, 
     path.write_text("One document.\n")
     monkeypatch.setenv("BERTKIT_CACHE", str(path))  # a file, not a folder
     with pytest.raises(bertkit.BertkitError, match=f"BERTKIT_CACHE={path}: the cache cannot be written there "
-                                                   r"\(Not a directory\); give a writable folder \(BERTKIT_CACHE=DIR\)"):
+                                                   r"\(Not a directory\); give a writable folder "
+                                                   r"\(BERTKIT_CACHE=DIR\)"):
         tokenize_corpus(open_corpus(path), tokenizer)
     with pytest.raises(bertkit.BertkitError, match=f"cache_dir={path}: the cache cannot be written there"):
         tokenize_corpus(open_corpus(path), tokenizer, path)
