@@ -402,8 +402,13 @@ def test_nonfinite_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(review
     assert [p.name for p in sorted((tmp_path / "run" / "checkpoints").glob("step-*"))] == ["step-00000002",
                                                                                          "step-00000004"]
     early = Trainer(objective, poisoned, settings(steps=8, save_every=10), tmp_path / "early")
-    with pytest.raises(bertkit.BertkitError, match="no checkpoint was written"):
+    with pytest.raises(bertkit.BertkitError, match="no checkpoint was written; lower the learning rate, or skip"):
         early.fit()
+    # before any update the learning rate cannot be why (a regression label of 1e30 squares to inf)
+    first = Trainer(objective, lambda i: {**batch_at(i), "poison": torch.tensor(True)}, settings(steps=2),
+                    tmp_path / "first")
+    with pytest.raises(bertkit.BertkitError, match="at step 0; stopping .*before any update, so the data or the model"):
+        first.fit()
     skipping = Trainer(objective, poisoned, settings(steps=8, skip_nonfinite=True), tmp_path / "skip")
     skipping.fit()
     assert skipping.step == 8

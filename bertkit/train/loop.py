@@ -324,8 +324,14 @@ class Trainer:
                     if s.skip_nonfinite:
                         self.optimizer.zero_grad(set_to_none=True)
                         return None
+                    if self.step == 0:  # no update yet: the learning rate cannot be why
+                        why = ("before any update, so the data or the model gives it (a regression label too "
+                               "large for float32's square, say)")
+                    else:
+                        skip = ", or skip such steps: pretrain --skip-nonfinite" if self.final_model else ""
+                        why = f"lower the learning rate{skip}"
                     raise BertkitError(f"loss is {result.loss.item()} at step {self.step}; stopping ({self._kept()}; "
-                                       "lower the learning rate, or skip such steps: pretrain --skip-nonfinite)")
+                                       f"{why})")
                 # with counts, each micro-batch's loss is already its share of the step's mean; DDP
                 # averages gradients over processes, so the world size undoes that average
                 (result.loss / s.accumulation if counted is None else result.loss * self.world).backward()
