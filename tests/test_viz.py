@@ -510,7 +510,10 @@ def test_bench_picture_refuses_bad_records_in_one_line(content, message, tmp_pat
     (["visualize", "distillation-temperature", "--text", "a [MASK]"], "--text is read by a --model"),  # was ignored
     (["visualize", "attribution", "--model", "mini-bert", "--text", "hi"], "this model has no task head"),
     (["visualize", "distillation-temperature", "--model", "mini-bert", "--text", "a [MASK]", "--top-k", "1"],
-     "--top-k must be at least 2"),
+     "--top-k must be from 2"),
+    (["visualize", "distillation-temperature", "--model", "mini-bert", "--text", "a [MASK]", "--top-k", "40000"],
+     "to 40 (more bars cannot be read"),  # (it drew 30,000 bars in 20 GB for minutes)
+    (["visualize", "distillation-temperature", "--logits", ",".join(["1"] * 41)], "give at most 40 logits"),
     (["compare", "--presets", "mini-bert,bert-huge"], "unknown model 'bert-huge'"),
     (["compare", "--repeats", "0"], "at least 1"),
     (["compare", "--presets", ",,"], "--presets: no values in ',,'"),

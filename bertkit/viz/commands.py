@@ -149,8 +149,8 @@ def cmd_attribution(args) -> None:
 
 
 def cmd_distillation_temperature(args) -> None:
-    from .distillation import (DISTILBERT_TAU, EXAMPLE_CONTEXT, EXAMPLE_LABELS, EXAMPLE_LOGITS, TEMPERATURES,
-                               mlm_logits, plot_temperatures)
+    from .distillation import (DISTILBERT_TAU, EXAMPLE_CONTEXT, EXAMPLE_LABELS, EXAMPLE_LOGITS, MOST_CLASSES,
+                               TEMPERATURES, mlm_logits, plot_temperatures)
 
     out = _out(args)
     temperatures = _list(args.temperatures, "--temperatures", float) if args.temperatures else TEMPERATURES
@@ -164,9 +164,10 @@ def cmd_distillation_temperature(args) -> None:
             raise BertkitError("--model needs --text with a [MASK] to read the logits at")
         from .inputs import load_model
 
-        if args.top_k < 2:
-            raise BertkitError(f"--top-k must be at least 2 (a distribution of one candidate has no temperature "
-                               f"to show), got {args.top_k}")
+        if not 2 <= args.top_k <= MOST_CLASSES:
+            raise BertkitError(f"--top-k must be from 2 (a distribution of one candidate has no temperature to "
+                               f"show) to {MOST_CLASSES} (more bars cannot be read; the rest of the vocabulary is "
+                               f"drawn as one bar), got {args.top_k}")
         with _warnings_as_lines():
             model, _ = load_model(args.model, args.tokenizer, head="mlm")
             logits, labels, context, rest = mlm_logits(model, args.text, args.top_k)

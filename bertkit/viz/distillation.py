@@ -23,6 +23,7 @@ EXAMPLE_LABELS = ("great", "good", "fun", "fine", "boring", "bad", "long", "red"
 EXAMPLE_CONTEXT = "The movie was [MASK]. (illustrative teacher logits)"
 TEMPERATURES = (0.5, 1.0, 2.0, 4.0, 8.0)
 DISTILBERT_TAU = 2.0
+MOST_CLASSES = 40  # bars (and legend entries) a panel can show readably; 30,000 took 20 GB and minutes
 
 
 def softmax(logits: np.ndarray, tau: float) -> np.ndarray:
@@ -42,6 +43,9 @@ def check(logits, labels, temperatures) -> tuple[np.ndarray, list[str], list[flo
     logits = np.asarray(logits, dtype=np.float64)
     if logits.ndim != 1 or len(logits) < 2:
         raise BertkitError("give at least two logits")
+    if len(logits) > MOST_CLASSES:
+        raise BertkitError(f"give at most {MOST_CLASSES} logits to draw one by one, got {len(logits)} (more bars "
+                           "cannot be read)")
     if not np.isfinite(logits).all():
         raise BertkitError("the logits must be finite numbers")
     labels = list(labels) if labels else [f"class {i}" for i in range(len(logits))]
