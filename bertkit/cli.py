@@ -294,7 +294,7 @@ def cmd_pretrain(args) -> None:
 
 def report(out: Path) -> None:
     """A finished run's held-out metrics and fill-mask answers (from one process under torchrun)."""
-    from .files import launch_rank
+    from .files import launch_rank, shell_path
     from .interop.hf import from_pretrained
 
     if launch_rank() != 0:
@@ -311,7 +311,7 @@ def report(out: Path) -> None:
     lm = out / "generator" if (out / "generator" / "config.json").exists() else out
     model = from_pretrained(lm)
     if model.head is not None and model.head.predicts_tokens and model.tokenizer is not None:
-        print(f"\nwhat it learned (bertkit predict fill-mask --model {lm} \"...[MASK]...\"):\n")
+        print(f"\nwhat it learned (bertkit predict fill-mask --model {shell_path(lm)} \"...[MASK]...\"):\n")
         from .tasks.fillmask import fill_mask
 
         print_fill_mask(fill_mask(model, LEARNED_EXAMPLES, top_k=5))
@@ -616,7 +616,7 @@ def file_system_error(error: BaseException) -> str | None:
     if error.filename is None:
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError):
             pass
         return f"{error.strerror} (while writing)"
     name = str(error.filename)
@@ -655,7 +655,8 @@ def main(argv: list[str] | None = None) -> int:
         check_paths_given(args)
         warnings.showwarning = _one_line_warning  # (to devnull in another process)
         args.func(args)
-        sys.stdout.flush()  # a failed write of the results (a full disk) is said here, not at exit
+        if sys.stdout is not None:  # (None where the caller closed it)
+            sys.stdout.flush()  # a failed write of the results (a full disk) is said here, not at exit
     except BertkitError as e:
         print(f"bertkit: error{f' (process {rank})' if rank else ''}: {e}", file=stderr)
         return 2

@@ -254,6 +254,14 @@ def output_dir(path: str | Path, keep: tuple[str, ...] = RESULT_FILES, flag: str
     return path
 
 
+def shell_path(path) -> str:
+    """A path as a hint's command writes it, so that the shell reads it back: quoted, and with ./
+    before a leading '-', which would read as an option."""
+    import shlex
+
+    return shlex.quote(f"./{path}" if str(path).startswith("-") else str(path))
+
+
 def _run_log(path: Path) -> bool:
     """Whether `path` is a run's metrics.jsonl: its first line a JSON object with a step and split."""
     try:

@@ -218,7 +218,8 @@ def trained_tokenizer(corpus, family: str, vocab_size: int, cache_dir: Path | No
     _save_atomically(tokenizer, folder, cache_dir)
     tokenizer = load_tokenizer(folder)
     if tokenizer.vocab_size < vocab_size:  # the model's vocabulary follows it, unless overridden
-        say(f"the corpus gave {tokenizer.vocab_size:,} of the {vocab_size:,} tokens asked for")
+        say(f"the tokenizer has {tokenizer.vocab_size:,} of the {vocab_size:,} tokens asked for (a small corpus, or "
+            "a WordPiece alphabet kept to a quarter of the size)")
     return tokenizer
 
 
@@ -311,9 +312,11 @@ def _pretrain(job: PretrainJob) -> Path:
         check_supported(preset.config.replace(**job.architecture))
         check_savable(preset.config.replace(**job.architecture))  # the run ends by saving the model
     out = job.out_dir
+    from .data.corpora import reads_into
+
     for flag, corpus in (("--corpus", job.corpus), ("--eval-corpus", job.eval_corpus)):
         folder = Path(corpus).expanduser() if corpus else None
-        if folder is not None and folder.is_dir() and out.resolve().is_relative_to(folder.resolve()):
+        if folder is not None and folder.is_dir() and reads_into(folder, out):
             raise BertkitError(f"--out {out} is inside the {flag} folder {corpus}: the run's own files would be read "
                                "as text (and, changing the corpus, stop --resume); choose an --out outside it")
     settings = job.settings()

@@ -417,6 +417,8 @@ def test_what_the_file_system_refuses_is_one_line_and_results_are_utf8_in_any_lo
     with open("/dev/full", "w") as full:
         done = subprocess.run([*cli, "info", str(tmp_path / "m")], stdout=full, stderr=subprocess.PIPE, text=True)
     assert done.returncode == 2 and done.stderr.strip() == "bertkit: error: No space left on device (while writing)"
+    closed = subprocess.run(["sh", "-c", f"'{sys.executable}' -m bertkit models >&-"], capture_output=True, text=True)
+    assert closed.returncode == 0 and not closed.stderr  # stdout closed by the caller: nothing to write to
     (tmp_path / "in.txt").write_text("un café [MASK] 🎉\n", encoding="utf-8")
     done = subprocess.run([*cli, "predict", "fill-mask", "--model", str(tmp_path / "m"), "--input",
                            str(tmp_path / "in.txt"), "--json"], capture_output=True,

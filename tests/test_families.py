@@ -107,6 +107,7 @@ def test_distillation_refuses_loss_weights_that_make_no_loss(teacher):
     student = bertkit.student_from_teacher(teacher)
     for weights, said in ((dict(alpha_ce=-1), "alpha_ce must be a finite number of at least 0, got -1"),
                           (dict(temperature=float("inf")), "temperature must be a finite number above 0, got inf"),
+                          (dict(alpha_ce=True), "alpha_ce must be a finite number of at least 0, got True"),
                           (dict(alpha_ce=0, alpha_mlm=0, alpha_cos=0), "are all 0: the loss would be 0")):
         with pytest.raises(bertkit.BertkitError, match=re.escape(said)):
             Distillation(student, teacher, **weights)

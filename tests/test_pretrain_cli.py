@@ -414,6 +414,11 @@ def test_resume_refuses_a_corpus_changed_since_the_run_started(corpus, tmp_path,
     assert pretrain("--corpus", str(tmp_path / "texts"), "--out", str(tmp_path / "texts" / "run"), "--steps", "1",
                     *TINY, *FAST) == 2
     assert "is inside the --corpus folder" in error_line(capsys) and not (tmp_path / "texts" / "run").exists()
+    (tmp_path / "linking").mkdir()  # ... or inside a folder the corpus reads through a link
+    (tmp_path / "linking" / "texts").symlink_to(tmp_path / "texts", target_is_directory=True)
+    assert pretrain("--corpus", str(tmp_path / "linking"), "--out", str(tmp_path / "texts" / "run"), "--steps", "1",
+                    *TINY, *FAST) == 2
+    assert "is inside the --corpus folder" in error_line(capsys)
     del job["fingerprints"]  # as runs from before this check wrote it
     (tmp_path / "run" / "job.json").write_text(json.dumps(job))
     assert pretrain("--out", out, "--resume", "--steps", "2") == 0
@@ -432,7 +437,7 @@ def test_a_small_corpus_says_its_vocabulary_and_a_skipped_file_once(corpus, tmp_
                     "--override", f"vocab_size={asked}") == 0
     err = capsys.readouterr().err
     gave = bertkit.load_tokenizer(tmp_path / "run").vocab_size
-    assert gave < asked and f"the corpus gave {gave:,} of the {asked:,} tokens asked for" in err, err
+    assert gave < asked and f"the tokenizer has {gave:,} of the {asked:,} tokens asked for" in err, err
     skipped = [line for line in err.splitlines() if "skipped 1 file(s)" in line]
     assert len(skipped) == 1 and skipped[0].startswith("bertkit: warning: "), skipped
 

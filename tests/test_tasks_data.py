@@ -473,6 +473,8 @@ def test_label_order_and_unseen_labels():
     assert ordered_labels(["10", "2", "0"]) == ("0", "2", "10")
     assert ordered_labels(["I-PER", "O", "B-PER"]) == ("O", "B-PER", "I-PER")
     assert ordered_labels(["100", "1.5", "-1", "0.25", "10"]) == ("-1", "0.25", "1.5", "10", "100")  # by value
+    assert ordered_labels(["10000000000000000001", "9999999999999999999"]) == ("9999999999999999999",
+                                                                              "10000000000000000001")
     # one value written two ways ("1" and "01") took the set's hash order, which changes with
     # PYTHONHASHSEED: two identical runs saved the classes in other orders
     code = "from bertkit.tasks.base import ordered_labels; print(ordered_labels(['1', '01', '0', '00', '2']))"

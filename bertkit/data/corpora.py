@@ -425,11 +425,12 @@ class HubDataset(Corpus):
         return f"hub:{self.name}:{self.config}:{self.split}:{self.field}:articles"
 
 
-def _walk(root: Path) -> list[Path]:
+def _walk(root: Path) -> tuple[list[Path], set[str]]:
     """Every file under `root`, following linked folders as linked files are followed (rglob
-    skipped a linked folder's documents without a word); a folder reached twice (a link back up,
-    or two links to one folder) is read once."""
-    seen, files = set(), []
+    skipped a linked folder's documents without a word), and the real folders they are in; a
+    folder reached twice (a link back up, or two links to one folder) is read once."""
+    seen: set[str] = set()
+    files: list[Path] = []
     for folder, subfolders, names in os.walk(root, followlinks=True):
         real = os.path.realpath(folder)
         if real in seen:
@@ -437,7 +438,13 @@ def _walk(root: Path) -> list[Path]:
             continue
         seen.add(real)
         files += [Path(folder) / n for n in names if (Path(folder) / n).is_file()]
-    return files
+    return files, seen
+
+
+def reads_into(root: Path, path: Path) -> bool:
+    """Whether a corpus folder `root` would read files under `path` (itself, or through a link)."""
+    real = os.path.realpath(path)
+    return any(real == folder or real.startswith(folder.rstrip(os.sep) + os.sep) for folder in _walk(root)[1])
 
 
 def open_corpus(spec: str | Path, field: str = "text", split: str = "train") -> Corpus:
@@ -449,7 +456,7 @@ def open_corpus(spec: str | Path, field: str = "text", split: str = "train") -> 
         return BuiltinCorpus(text, split)
     path = Path(text).expanduser()
     if path.is_dir():
-        files = tuple(sorted(p for p in _walk(path) if not any(
+        files = tuple(sorted(p for p in _walk(path)[0] if not any(
             part.startswith(".") or part == "__pycache__" for part in p.relative_to(path).parts)))
         if not files:
             raise BertkitError(f"{path}: the folder has no files")

@@ -26,7 +26,7 @@ def wide(values: torch.Tensor) -> torch.Tensor:
 def check_loss_weights(**values) -> None:
     """A loss's temperature must be positive and its weights at least 0, all finite numbers."""
     for key, value in values.items():
-        if not (isinstance(value, (int, float)) and math.isfinite(value)) or value < 0 or \
+        if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value)) or value < 0 or \
                 (key == "temperature" and value == 0):
             raise BertkitError(f"{key} must be a finite number {'above' if key == 'temperature' else 'of at least'} 0, "
                                f"got {value!r}")

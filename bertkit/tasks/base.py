@@ -15,6 +15,7 @@ import numbers
 import re
 import sys
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Callable
 
 import numpy as np
@@ -39,7 +40,7 @@ def ordered_labels(values, examples=None) -> tuple[str, ...]:
         return tuple(declared)
     names = set(values)
     if names and all(re.fullmatch(r"-?\d+(\.\d+)?", n) for n in names):
-        return tuple(sorted(names, key=lambda n: (float(n), n)))
+        return tuple(sorted(names, key=lambda n: (Decimal(n), n)))  # (exact: float ties 2**53 + 1 with 2**53)
     return tuple(sorted(names, key=lambda n: (n != "O", n)))
 
 

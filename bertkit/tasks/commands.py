@@ -9,12 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shlex
 import sys
 from pathlib import Path
 
 from ..errors import BertkitError
-from ..files import data_suffix, decode_text, output_file, read_text, stream_lines, text_lines, write_text
+from ..files import data_suffix, decode_text, output_file, read_text, shell_path, stream_lines, text_lines, write_text
 
 FINETUNE_EPILOG = """examples:
   bertkit finetune --task classification --model runs/demo --train imdb --eval imdb --out runs/imdb
@@ -231,9 +230,8 @@ def cmd_finetune(args) -> None:
 
 
 def next_steps(task: str, out) -> str:
-    """The commands to run on a fine-tuned model, its folder written so the shell reads it back
-    (quoted; ./ before a leading '-', which would read as an option)."""
-    named = shlex.quote(f"./{out}" if str(out).startswith("-") else str(out))
+    """The commands to run on a fine-tuned model, its folder written so the shell reads it back."""
+    named = shell_path(out)
     return f"next: bertkit {NEXT_STEP[task].format(out=named)}; bertkit evaluate --model {named} --data TEST_FILE"
 
 

@@ -328,7 +328,8 @@ class Trainer:
                         why = ("before any update, so the data or the model gives it (a regression label too "
                                "large for float32's square, say)")
                     else:
-                        skip = ", or skip such steps: pretrain --skip-nonfinite" if self.final_model else ""
+                        skip = (", or skip such steps (pretrain --skip-nonfinite, TrainSettings(skip_nonfinite=True))"
+                                if self.final_model else "")
                         why = f"lower the learning rate{skip}"
                     raise BertkitError(f"loss is {result.loss.item()} at step {self.step}; stopping ({self._kept()}; "
                                        f"{why})")
