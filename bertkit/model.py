@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from pathlib import Path
 
 import torch
@@ -233,7 +234,7 @@ def _tokenizer(tokenizer):
 
     if tokenizer is None or isinstance(tokenizer, Tokenizer):
         return tokenizer
-    if isinstance(tokenizer, (str, Path)):
+    if isinstance(tokenizer, (str, os.PathLike)):
         return load_tokenizer(tokenizer)
     raise BertkitError(f"tokenizer must be a bertkit Tokenizer or a path to its files, not {type(tokenizer).__name__}")
 

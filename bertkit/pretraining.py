@@ -311,9 +311,9 @@ def _pretrain(job: PretrainJob) -> Path:
             raise BertkitError(f"the NumPy backend implements BERT only, not {preset.config.family} ({job.model})")
         check_supported(preset.config.replace(**job.architecture))
         check_savable(preset.config.replace(**job.architecture))  # the run ends by saving the model
-    out = job.out_dir
     from .data.corpora import reads_into
 
+    out = job.out_dir
     for flag, corpus in (("--corpus", job.corpus), ("--eval-corpus", job.eval_corpus)):
         folder = Path(corpus).expanduser() if corpus else None
         if folder is not None and folder.is_dir() and reads_into(folder, out):
