@@ -151,6 +151,14 @@ def cmd_info(args) -> None:
             "parameters": model.num_parameters(), "tokenizer": model.tokenizer is not None}
     if model.head_kind in ("classification", "token-classification"):
         info["labels"] = list(c.labels)
+        if c.problem_type:
+            info["problem_type"] = c.problem_type
+    tok = model.tokenizer
+    if tok is not None:
+        info["tokenizer_vocab"] = len(tok)
+        if len(tok) > c.vocab_size:  # its ids past the model's table fail at the first such token
+            print(f"bertkit: warning: {args.model}: the tokenizer has {len(tok):,} tokens but the model's vocabulary "
+                  f"{c.vocab_size:,}: they are not one model's", file=sys.stderr)
     print(json.dumps(info, indent=2))
 
 

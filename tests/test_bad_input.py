@@ -425,3 +425,19 @@ def test_what_the_file_system_refuses_is_one_line_and_results_are_utf8_in_any_lo
                           env={**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""})
     assert done.returncode == 0, done.stderr.decode(errors="replace")
     assert json.loads(done.stdout.decode("utf-8").splitlines()[0])["text"] == "un café [MASK] 🎉"
+
+
+def test_info_names_the_tokenizer_s_size_and_a_tokenizer_that_is_not_the_model_s(minilm_dir, tmp_path, capsys):
+    """It said "tokenizer": true for a 30,522-token tokenizer beside a 99-token model, which the
+    next command then failed on."""
+    from bertkit.cli import main
+
+    for vocab, warned in ((30522, False), (99, True)):
+        model = bertkit.build("mini-bert", head="mlm", num_layers=1, hidden_size=16, num_heads=2, intermediate_size=16,
+                              vocab_size=vocab)
+        model.tokenizer = bertkit.load_tokenizer(minilm_dir)
+        model.save_pretrained(tmp_path / str(vocab))
+        assert main(["info", str(tmp_path / str(vocab))]) == 0
+        out, err = capsys.readouterr()
+        assert json.loads(out)["tokenizer_vocab"] == 30522
+        assert ("the tokenizer has 30,522 tokens but the model's vocabulary 99" in err) is warned, err

@@ -444,7 +444,7 @@ def add_parsers(sub, predict_modes) -> None:
     g.add_argument("--weight-decay", dest="weight_decay", type=float, help="AdamW decay (0.01)")
     g.add_argument("--warmup", type=float, help="warmup, a fraction of training (0.1)")
     g.add_argument("--schedule", help="linear (default), cosine or constant")
-    g.add_argument("--max-length", dest="max_length", type=int, help="tokens per example (128; QA 384)")
+    g.add_argument("--max-length", dest="max_length", type=int, help="tokens per example (128, or the model's maximum if shorter; QA 384)")
     g.add_argument("--truncation", help="classification, regression, multiple choice: the part of a longer "
                    "text kept: head (default), tail, or head+tail (its first quarter and last three quarters)")
     g.add_argument("--train-limit", dest="train_limit", type=int, metavar="N",
