@@ -477,10 +477,11 @@ def test_label_order_and_unseen_labels():
                                                                               "10000000000000000001")
     # one value written two ways ("1" and "01") took the set's hash order, which changes with
     # PYTHONHASHSEED: two identical runs saved the classes in other orders
-    code = "from bertkit.tasks.base import ordered_labels; print(ordered_labels(['1', '01', '0', '00', '2']))"
-    orders = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                             env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "5", "8")}
-    assert orders == {"('0', '00', '01', '1', '2')\n"}
+    assert ordered_labels(["1", "01", "0", "00", "2"]) == ("0", "00", "01", "1", "2")
+    code = "from bertkit.tasks.base import ordered_labels; print(ordered_labels(['1', '01']))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONHASHSEED": "5"})  # (a seed whose set order put "1" first)
+    assert done.stdout == "('01', '1')\n"
     with pytest.raises(BertkitError, match="dev.csv: 1 label.* never seen in training: 'neutral'") as e:
         label_index(("negative", "positive"), ["positive", "neutral"], "dev.csv")
     one_line(e)
