@@ -86,7 +86,7 @@ def train_tokenizer(texts: Iterable[str], settings: TokenizerSettings = Tokenize
         return _train(_spool(texts, Path(tmp) / "corpus.txt"), settings)
 
 
-def _train(corpus: tuple[Path, set[str]], settings: TokenizerSettings) -> Tokenizer:
+def _train(corpus: tuple[Path, Counter[str]], settings: TokenizerSettings) -> Tokenizer:
     path, chars = corpus
     if not chars:
         raise BertkitError("the corpus is empty: a tokenizer cannot be trained on no text")
@@ -99,7 +99,7 @@ def _train(corpus: tuple[Path, set[str]], settings: TokenizerSettings) -> Tokeni
         backend = wordpiece_pipeline({t: i for i, t in enumerate(order)}, config)
         trainer = trainers.WordPieceTrainer(vocab_size=settings.vocab_size, min_frequency=settings.min_frequency,
                                             special_tokens=list(order), continuing_subword_prefix="##",
-                                            show_progress=False, **_alphabet(backend, path, chars, settings))
+                                            show_progress=False, **_alphabet(backend, chars, settings))
     elif settings.kind == "bpe":
         specials = dict(ROBERTA_SPECIALS)
         order = _ordered(specials, "bos pad eos unk mask")  # RoBERTa's ids 0..3, <mask> last
@@ -168,10 +168,10 @@ def _ordered(specials: dict[str, str], keys: str) -> tuple[str, ...]:
 WORDPIECE_ALPHABET = 1000  # BERT's vocabularies keep ~1,000 characters (tokenizers' limit_alphabet default)
 
 
-def _spool(texts: Iterable[str], path: Path) -> tuple[Path, set[str]]:
+def _spool(texts: Iterable[str], path: Path) -> tuple[Path, Counter[str]]:
     """Write the documents with text to `path`, one JSON string a line (a document's own line breaks
-    kept), and return it with the set of characters they use (none: the corpus is empty)."""
-    chars: set[str] = set()
+    kept), and return it with the count of each character they use (none: the corpus is empty)."""
+    chars: Counter[str] = Counter()
     with open(path, "w", encoding="utf-8") as f:
         for text in texts:
             if text and not text.isspace():
@@ -186,7 +186,7 @@ def _documents(path: Path) -> Iterator[str]:
             yield json.loads(line)
 
 
-def _alphabet(backend: _Backend, path: Path, chars: set[str], settings: TokenizerSettings) -> dict:
+def _alphabet(backend: _Backend, chars: Counter[str], settings: TokenizerSettings) -> dict:
     """WordPiece's trainer keeps every character, and a "##" form of each seen inside a word: a
     corpus of 4,000 CJK characters gave 4,000 tokens when 500 were asked. Keep the most frequent
     (at most a quarter of the request: with their "##" forms, half, the rest for pieces). The
@@ -196,11 +196,8 @@ def _alphabet(backend: _Backend, path: Path, chars: set[str], settings: Tokenize
     normal = {ch: [c for c in backend.normalizer.normalize_str(ch) if not c.isspace()] for ch in chars}
     if len({c for cs in normal.values() for c in cs}) <= limit:
         return {}
-    raw: Counter[str] = Counter()
-    for text in _documents(path):
-        raw.update(text)
     counts: Counter[str] = Counter()
-    for ch, n in raw.items():
+    for ch, n in chars.items():  # (counted as the corpus was spooled: no second pass over it)
         for c in normal[ch]:
             counts[c] += n
     kept = sorted(counts, key=lambda c: (-counts[c], c))[:limit]
