@@ -402,8 +402,25 @@ def test_nonfinite_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(review
     assert [p.name for p in sorted((tmp_path / "run" / "checkpoints").glob("step-*"))] == ["step-00000002",
                                                                                          "step-00000004"]
     early = Trainer(objective, poisoned, settings(steps=8, save_every=10), tmp_path / "early")
-    with pytest.raises(bertkit.BertkitError, match="no checkpoint was written; lower the learning rate, or skip"):
+    with pytest.raises(bertkit.BertkitError, match="no checkpoint was written; the weights are still finite, so this "
+                       "step's data may give it .* or lower the learning rate, or skip"):
         early.fit()
+    # weights an update made non-finite: the learning rate is the suspect
+    kept = {k: v.clone() for k, v in model.state_dict().items()}
+    diverged = Trainer(objective, lambda i: {**batch_at(i), "poison": torch.tensor(False)},
+                       settings(steps=8, save_every=10), tmp_path / "diverged")
+    step = diverged.train_step
+
+    def ruin_after_two():
+        if diverged.step == 2:
+            with torch.no_grad():
+                next(model.parameters()).fill_(float("inf"))
+        return step()
+
+    diverged.train_step = ruin_after_two
+    with pytest.raises(bertkit.BertkitError, match="at step 2; .*the weights are no longer finite: lower the learning"):
+        diverged.fit()
+    model.load_state_dict(kept)
     # before any update the learning rate cannot be why (a regression label of 1e30 squares to inf)
     first = Trainer(objective, lambda i: {**batch_at(i), "poison": torch.tensor(True)}, settings(steps=2),
                     tmp_path / "first")

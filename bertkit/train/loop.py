@@ -331,6 +331,13 @@ class Trainer:
                         skip = (", or skip such steps (pretrain --skip-nonfinite, TrainSettings(skip_nonfinite=True))"
                                 if self.final_model else "")
                         why = f"lower the learning rate{skip}"
+                        if all(bool(torch.isfinite(p).all()) for p in self.objective.parameters()):
+                            # finite weights giving a non-finite loss: this batch may be why, not the updates
+                            why = ("the weights are still finite, so this step's data may give it (a regression label "
+                                   f"too large for float32's square, say) or training is diverging: check the data, "
+                                   f"or {why}")
+                        else:
+                            why = f"the weights are no longer finite: {why}"
                     raise BertkitError(f"loss is {result.loss.item()} at step {self.step}; stopping ({self._kept()}; "
                                        f"{why})")
                 # with counts, each micro-batch's loss is already its share of the step's mean; DDP
