@@ -263,12 +263,17 @@ def shell_path(path) -> str:
 
 
 def _run_log(path: Path) -> bool:
-    """Whether `path` is a run's metrics.jsonl: its first line a JSON object with a step and split."""
+    """Whether `path` is a run's metrics.jsonl: its first line a JSON object with a step and split,
+    or the start of one that a kill or a full disk cut off (the rerun was refused until deleted)."""
     try:
         with open(path, encoding="utf-8") as f:
-            first = json.loads(f.readline())
-    except (OSError, ValueError):
+            line = f.readline()
+    except (OSError, ValueError):  # (ValueError: not UTF-8)
         return False
+    try:
+        first = json.loads(line)
+    except ValueError:
+        return not line.endswith("\n") and line.startswith('{"step": ')
     return isinstance(first, dict) and "step" in first and "split" in first
 
 

@@ -13,6 +13,7 @@ import torch
 
 import bertkit
 from bertkit.cli import main
+from bertkit.files import output_dir
 from bertkit.tasks import load_examples
 from tasks_support import review_questions, tagged_sentences
 
@@ -134,6 +135,13 @@ def test_an_out_that_would_lose_a_model_or_is_no_folder_is_refused_before_traini
     code, _, err = run(capsys, "finetune", "--task", "classification", "--model", encoder_dir, "--out", mine, *data)
     assert code == 2 and "already holds metrics.jsonl, loss_curve.png, which this run would" in one_error(err)
     assert (mine / "metrics.jsonl").read_text() == (mine / "loss_curve.png").read_text() == "my own notes\n"
+    # a run's log whose first line a kill or a full disk cut off is the unfinished run's: the rerun may write
+    for name, log in (("cut", '{"step": 1, "split": "tr'), ("notes", "my own notes")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.jsonl").write_text(log)
+    assert output_dir(tmp_path / "cut", run_logs=True) == tmp_path / "cut"
+    with pytest.raises(bertkit.BertkitError, match="already holds metrics.jsonl, which this run"):
+        output_dir(tmp_path / "notes", run_logs=True)
     notes = tmp_path / "notes.txt"
     notes.write_text("mine")
     for out, problem in ((notes, "a file, not a folder"), (notes / "run", f"{notes} is a file")):
