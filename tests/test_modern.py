@@ -212,6 +212,17 @@ def test_save_writes_what_transformers_reads(tmp_path):
         assert max_diff_on_real(ours.eval()(ids, mask).last_hidden_state, expected, mask) <= TOL
 
 
+def test_save_with_a_tokenizer_writes_its_special_ids(tmp_path, minilm_dir):
+    # a ModernBERT pre-trained here wrote null cls / sep / bos / eos ids beside a tokenizer that has them
+    ours = bertkit.Model(ModernConfig(vocab_size=30522, hidden_size=32, num_layers=2, num_heads=4,
+                                      intermediate_size=37, pad_token_id=0), tokenizer=minilm_dir)
+    ours.save_pretrained(tmp_path)
+    config = transformers.AutoConfig.from_pretrained(tmp_path)
+    reference = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    assert (config.cls_token_id, config.sep_token_id) == (reference.cls_token_id, reference.sep_token_id)
+    assert (config.bos_token_id, config.eos_token_id) == (reference.cls_token_id, reference.sep_token_id)
+
+
 def test_an_old_layout_local_rope_theta_of_null_is_the_global_base(tmp_path):
     """transformers 4 rotated the local layers by global_rope_theta when local_rope_theta was None."""
     ref = reference(local_rope_theta=SMALL["global_rope_theta"])

@@ -821,6 +821,11 @@ def save_pretrained(model: Model, path: str | os.PathLike) -> None:
     for key, value in model.carried_config.items():
         if hf.get(key) is None:  # what the config itself says wins
             hf[key] = value
+    if model.tokenizer is not None:  # ids the config leaves open (ModernBERT's): the tokenizer's own
+        for key, token in (("bos_token_id", "cls_token_id"), ("cls_token_id", "cls_token_id"),
+                           ("eos_token_id", "sep_token_id"), ("sep_token_id", "sep_token_id")):
+            if key in hf and hf[key] is None:
+                hf[key] = getattr(model.tokenizer, token)
     state = hf_state_dict(model)
     stored = next((t.dtype for t in state.values() if t.is_floating_point()), torch.float32)
     hf["dtype"] = str(stored).removeprefix("torch.")  # what transformers 5 loads by default
