@@ -1233,3 +1233,32 @@ def test_transformers_call_keywords_give_transformers_batches(minilm_tokenizers)
         ours(texts, padding=False)
     with pytest.raises(bertkit.BertkitError, match="return_tensors must be 'pt', 'np' or None"):
         ours(texts, return_tensors="tf")
+
+
+def test_transformers_tokenizer_names_give_what_transformers_gives(minilm_dir, roberta_files, albert_spiece, tmp_path,
+                                                                  corpus_texts):
+    folders = {"minilm": minilm_dir, "roberta": roberta_files, "albert": _albert_dir(tmp_path / "albert", albert_spiece)}
+    for name, folder in folders.items():  # (transformers needs RoBERTa's class named: the folder has no config)
+        reference = transformers.RobertaTokenizerFast if name == "roberta" else transformers.AutoTokenizer
+        ours, theirs = bertkit.load_tokenizer(folder), reference.from_pretrained(folder)
+        for text in [*HARD[:6], *SENTENCES[:3]]:
+            assert ours.tokenize(text) == theirs.tokenize(text), (name, text)
+            assert ours.tokenize(text, "a pair", add_special_tokens=True) == theirs.tokenize(
+                text, "a pair", add_special_tokens=True), (name, text)
+            tokens = theirs.tokenize(text)
+            assert ours.convert_tokens_to_ids(tokens) == theirs.convert_tokens_to_ids(tokens), (name, text)
+        assert ours.convert_tokens_to_ids("no-such-token-here") == theirs.convert_tokens_to_ids("no-such-token-here")
+        assert ours.model_max_length == theirs.model_max_length, name
+        # saved alone, it loads in transformers as the same tokenizer
+        ours.save_pretrained(tmp_path / f"saved-{name}")
+        again = transformers.AutoTokenizer.from_pretrained(tmp_path / f"saved-{name}")
+        for a, b in PAIRS:
+            assert again.encode(a, b) == theirs.encode(a, b), (name, a, b)
+        assert again.model_max_length == theirs.model_max_length, name
+    trained = train_tokenizer(corpus_texts[:300], TokenizerSettings(kind="wordpiece", vocab_size=600))
+    trained.save_pretrained(tmp_path / "trained")
+    assert transformers.AutoTokenizer.from_pretrained(tmp_path / "trained").encode(*PAIRS[0]) == trained.encode(*PAIRS[0])
+    with pytest.raises(bertkit.BertkitError, match="tokens must be strings, not int"):
+        trained.convert_tokens_to_ids([5])
+    batch = bertkit.load_tokenizer(minilm_dir)(["a text"]).to("cpu")
+    assert set(batch) == {"input_ids", "attention_mask", "token_type_ids"} and batch["input_ids"].device.type == "cpu"

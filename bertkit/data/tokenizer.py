@@ -43,6 +43,7 @@ DEBERTA_V3_SPECIALS = {"bos_token": "[CLS]", "eos_token": "[SEP]", "unk_token": 
 ALBERT_SPECIALS = {"bos_token": "[CLS]", "eos_token": "[SEP]", "unk_token": "<unk>", "sep_token": "[SEP]",
                    "pad_token": "<pad>", "cls_token": "[CLS]", "mask_token": "[MASK]"}
 GENERIC_TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # transformers loads its tokenizer.json verbatim
+NO_LIMIT = int(1e30)  # transformers' model_max_length when the files name none
 SPM_CLASSES = {"AlbertTokenizer": "albert", "DebertaV2Tokenizer": "deberta-v3",  # tokenizer_class -> pipeline
                "XLMRobertaTokenizer": "xlm-roberta"}
 SPECIAL_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token", "bos_token", "eos_token")
@@ -108,13 +109,23 @@ class Frame:
         return np.concatenate(parts), np.concatenate(types)
 
 
+class Encoded(dict):
+    """A tokenized batch of tensors by name, with transformers' BatchEncoding.to(device)."""
+
+    def to(self, device) -> Encoded:
+        return Encoded({k: v.to(device) for k, v in self.items()})
+
+
 class Tokenizer:
     """A family's tokenizer (a Hugging Face `tokenizers` pipeline, its named special tokens and
     tokenizer_config.json settings). `tokenizer(texts, text_pairs, max_length=...)` gives a
     padded batch of input_ids / attention_mask / token_type_ids; `encode(text, text_pair)` the ids
     transformers' encode gives; `decode(ids)` the text; `save(directory, tokenizer_class,
-    model_max_length)` the files transformers' AutoTokenizer reads. Load one with
-    `bertkit.load_tokenizer(path)`."""
+    model_max_length)` the files transformers' AutoTokenizer reads. transformers' names work too:
+    tokenize, convert_tokens_to_ids, convert_ids_to_tokens, batch_decode, model_max_length,
+    save_pretrained, and the batch's .to(device). Load one with `bertkit.load_tokenizer(path)`."""
+
+    tokenizer_class: str | None = None  # the transformers class its files named, if any (load_tokenizer)
 
     def __init__(self, backend: _Backend, special_tokens: dict[str, str], config: dict | None = None):
         self.backend = backend
@@ -281,7 +292,7 @@ class Tokenizer:
             batch["token_type_ids"][i, where] = torch.tensor(e.type_ids)
         if return_tensors is None:
             return {k: v.tolist() for k, v in batch.items()}
-        return {k: v.numpy() for k, v in batch.items()} if return_tensors == "np" else batch
+        return {k: v.numpy() for k, v in batch.items()} if return_tensors == "np" else Encoded(batch)
 
     def _side(self, key: str) -> str:
         side = self.config.get(key, "right")
@@ -316,6 +327,38 @@ class Tokenizer:
         if hasattr(ids, "tolist"):
             ids = ids.tolist()
         return self.id_to_token(ids) if isinstance(ids, int) else [self.id_to_token(i) for i in ids]
+
+    def convert_tokens_to_ids(self, tokens):
+        """The id of a vocabulary entry, or of each of a list; an entry the vocabulary lacks is the
+        unknown token's id (None without one), as transformers gives it."""
+        def one(token):
+            if not isinstance(token, str):
+                raise BertkitError(f"tokens must be strings, not {type(token).__name__}")
+            found = self.backend.token_to_id(token)
+            return self.unk_token_id if found is None else found
+
+        return one(tokens) if isinstance(tokens, str) else [one(t) for t in tokens]
+
+    def tokenize(self, text: str, text_pair: str | None = None, add_special_tokens: bool = False) -> list[str]:
+        """The tokens of a text (and its pair), without the special tokens unless asked: what
+        transformers' tokenize gives."""
+        for name, value in (("text", text), ("text_pair", text_pair)):
+            if not isinstance(value, str) and not (name == "text_pair" and value is None):
+                raise BertkitError(f"{name} must be a string, not {type(value).__name__}")
+        with self._lock:
+            return self.backend.encode(text, text_pair or None, add_special_tokens=add_special_tokens).tokens
+
+    @property
+    def model_max_length(self) -> int:
+        """The longest input the tokenizer's files name (tokenizer_config.json); transformers'
+        "no limit", int(1e30), where they name none."""
+        return self.config.get("model_max_length", NO_LIMIT)
+
+    def save_pretrained(self, directory: str | Path) -> list[Path]:
+        """`save` under transformers' name, for the tokenizer alone: its own transformers class
+        (the one its files named; a generic one for a trained tokenizer) and model_max_length.
+        A model's save_pretrained writes its tokenizer for the model's family instead."""
+        return self.save(directory, self.tokenizer_class or GENERIC_TOKENIZER_CLASS, self.model_max_length)
 
     def __len__(self) -> int:
         return self.vocab_size
@@ -1056,6 +1099,7 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     if isinstance(config.get("model_max_length"), int) and config["model_max_length"] > 0:
         kept["model_max_length"] = config["model_max_length"]  # sentence-transformers 6 keeps its length there
     tokenizer = Tokenizer(backend, special, kept)
+    tokenizer.tokenizer_class = cls
     tokenizer.source_files = {name: (directory / name).read_bytes() for name in VOCABULARY_FILES
                               if (directory / name).is_file()}
     return tokenizer
