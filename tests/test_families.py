@@ -186,6 +186,7 @@ def test_an_electra_pair_whose_configs_describe_other_embeddings_is_refused(tmp_
     assert bertkit.from_pretrained(tmp_path).config.hidden_size == 512
 
 
+@pytest.mark.slow  # 12 s
 def test_deberta_v3_base_bf16_on_512_tokens_is_finite_and_close_to_fp32():
     """bf16 must not overflow (dtypes follow the input): per-token cosine >= 0.999 to fp32,
     mean |diff| <= 0.03 and max |diff| <= 0.3 on unit-scale hidden states. (A small vocabulary:

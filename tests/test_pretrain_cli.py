@@ -510,6 +510,7 @@ def test_config_mistakes_are_one_line_that_says_where_the_setting_goes(tmp_path,
     assert "config files are TOML (.toml) or JSON (.json), not .yaml" in error_line(capsys)
 
 
+@pytest.mark.slow  # 10 s; the Trainer's own two-process test (test_train.py) stays in the default suite
 def test_the_same_command_under_torchrun_matches_one_process(corpus, tmp_path):
     """2 processes (gloo) with the global batch split between them == 1 process with all of it
     (no dropout, so the only differences are the order of float sums)."""
@@ -546,6 +547,7 @@ def test_the_same_command_under_torchrun_matches_one_process(corpus, tmp_path):
     assert two["mlm_accuracy"] == pytest.approx(one["mlm_accuracy"], abs=1e-9)
 
 
+@pytest.mark.slow  # 60-75 s; `make demo` runs the whole of it
 def test_demo_pretrains_on_imdb_then_shows_the_finished_run(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), "--time-budget", "3s", "--sentiment-examples", "200"]) == 0
