@@ -600,3 +600,17 @@ def test_a_float64_model_trains_in_float64_and_unpredicted_targets_count_nowhere
     loss, accuracy = masked_lm_terms(right, torch.tensor([-100, 1, 2, 3]))
     assert accuracy.item() == 1.0
     assert abs(loss.item() - F.cross_entropy(right[1:], torch.tensor([1, 2, 3])).item()) < 1e-15
+
+
+def test_a_batch_without_what_the_objective_reads_is_one_error(reviews, tokenizer, tmp_path):
+    batch_at, _ = batches_from(reviews, tokenizer)
+    model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, **TINY)
+    unlabelled = {k: v for k, v in batch_at(0).items() if k != "labels"}
+    with pytest.raises(bertkit.BertkitError, match="MaskedLM needs the batch key\\(s\\) 'labels': \\(B, T\\) target ids, "
+                       ".*this batch has 'input_ids', 'attention_mask'"):
+        MaskedLM(model)(unlabelled)
+    with pytest.raises(bertkit.BertkitError, match="MaskedLM needs the batch key\\(s\\) 'labels'"):
+        Trainer(MaskedLM(model), lambda i: unlabelled, settings(steps=1), tmp_path / "run").fit()
+    with pytest.raises(bertkit.BertkitError, match="a batch is a dict of tensors by name, not Tensor"):
+        MaskedLM(model)(batch_at(0)["input_ids"])
+    assert torch.isfinite(MaskedLM(model)(batch_at(0)).loss)

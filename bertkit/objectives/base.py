@@ -85,6 +85,25 @@ class Objective(nn.Module):
 
     metric_counts: dict[str, str] = {}
 
+    def batch_keys(self) -> dict[str, str]:
+        """What a batch must hold: {key: what it is}, for the error naming what is missing."""
+        return {"input_ids": "(B, T) token ids"}
+
+    def check_batch(self, batch) -> None:
+        """Refuse a batch that is not a dict of tensors or lacks a key forward() reads (a
+        KeyError from deep inside it otherwise)."""
+        if not isinstance(batch, dict):
+            raise BertkitError(f"a batch is a dict of tensors by name, not {type(batch).__name__}")
+        missing = {k: what for k, what in self.batch_keys().items() if k not in batch}
+        if missing:
+            raise BertkitError(f"{type(self).__name__} needs the batch key(s) "
+                               f"{'; '.join(f'{k!r}: {what}' for k, what in missing.items())}; this batch has "
+                               f"{', '.join(map(repr, batch)) or 'nothing'}")
+
+    def __call__(self, batch, *args, **kwargs) -> Step:
+        self.check_batch(batch)
+        return super().__call__(batch, *args, **kwargs)
+
     def metric_count(self, metric: str) -> str | None:
         """The count `metric` is a mean over (the longest prefix of it in metric_counts), or None."""
         prefixes = [p for p in self.metric_counts if metric.startswith(p)]

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from ..errors import BertkitError
 from .base import Objective, Step, check_loss_weights, share, wide
-from .mlm import masked_lm_terms
+from .mlm import MASKED_LABELS, masked_lm_terms
 
 
 class Distillation(Objective):
@@ -49,6 +49,9 @@ class Distillation(Objective):
 
     def models(self):
         return {"": self.student}
+
+    def batch_keys(self):
+        return {**super().batch_keys(), "labels": MASKED_LABELS}
 
     def train(self, mode: bool = True):
         super().train(mode)

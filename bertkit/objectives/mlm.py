@@ -29,6 +29,9 @@ def masked_lm_terms(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.
     return loss, accuracy.detach()
 
 
+MASKED_LABELS = "(B, T) target ids, -100 where a position is not predicted (a masking collator gives them)"
+
+
 class MaskedLM(Objective):
     """`pair` = None (MLM alone: RoBERTa, DistilBERT without a teacher, DeBERTa), "nsp" or "sop";
     a pair task needs a model built with head="pretraining" whose head has a pair classifier."""
@@ -48,6 +51,11 @@ class MaskedLM(Objective):
 
     def models(self):
         return {"": self.model}
+
+    def batch_keys(self):
+        keys = {**super().batch_keys(), "labels": MASKED_LABELS}
+        return {**keys, "pair_labels": "(B,) 1 where the second segment is not the "
+                                                  "true next one (NSP) or the order is swapped (SOP), else 0"} if self.pair else keys
 
     metric_counts = {"mlm": "mlm", "nsp": "pair", "sop": "pair"}
 

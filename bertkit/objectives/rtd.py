@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from ..errors import BertkitError
 from ..models.electra import ReplacedTokenHead
 from .base import Objective, Step, check_loss_weights, share, wide
-from .mlm import masked_lm_terms
+from .mlm import MASKED_LABELS, masked_lm_terms
 
 
 def sample_tokens(logits: torch.Tensor) -> torch.Tensor:
@@ -80,6 +80,9 @@ class ReplacedTokenDetection(Objective):
 
     def models(self):
         return {"": self.discriminator, "generator": self.generator}
+
+    def batch_keys(self):
+        return {**super().batch_keys(), "labels": MASKED_LABELS}
 
     def terms(self, batch: dict[str, torch.Tensor]) -> Terms:
         """Both losses apart (for `forward`, and for checking where each one's gradient goes)."""

@@ -211,10 +211,12 @@ class Trainer:
 
     # ---- the loop -------------------------------------------------------------------------
     def _to_device(self, batch: dict) -> dict:
+        self.objective.check_batch(batch)  # before counts() reads it
         return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
 
     def _shard(self, batch: dict) -> dict:
         """This process's rows of a global batch (every tensor's first dimension is the batch)."""
+        self.objective.check_batch(batch)
         if self.world == 1:
             return batch
         rows = next(iter(batch.values())).shape[0]
