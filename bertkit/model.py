@@ -279,7 +279,8 @@ def student_from_teacher(teacher: Model, layers=None, head: str | None = "mlm", 
         vocab_size=t.vocab_size, hidden_size=t.hidden_size, num_layers=len(layers), num_heads=t.num_heads,
         intermediate_size=t.intermediate_size, hidden_act=t.hidden_act, max_positions=t.max_positions,
         layer_norm_eps=t.layer_norm_eps, pad_token_id=t.pad_token_id, hidden_dropout=t.hidden_dropout,
-        attention_dropout=t.attention_dropout, initializer_range=t.initializer_range)
+        attention_dropout=t.attention_dropout, initializer_range=t.initializer_range,
+        tie_word_embeddings=t.tie_word_embeddings)  # tied, the teacher's decoder would overwrite its embeddings
     unknown = sorted(set(dropout) - set(STUDENT_SETTINGS))
     if unknown:
         raise BertkitError(f"a student takes its shape from its teacher; only {', '.join(STUDENT_SETTINGS)} "

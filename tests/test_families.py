@@ -92,6 +92,28 @@ def test_student_takes_embeddings_and_chosen_layers_from_teacher(teacher):
     assert (whole(ids).logits - teacher(ids).logits).abs().max().item() <= 1e-5
 
 
+def test_a_student_of_an_untied_teacher_keeps_its_word_embeddings_and_its_decoder(teacher, tmp_path):
+    # a tied student took the untied teacher's decoder matrix as its word embeddings
+    untied = bertkit.build(teacher.config.replace(tie_word_embeddings=False), head="mlm").eval()
+    student = bertkit.student_from_teacher(untied, layers=range(12)).eval()
+    s, t = student.backbone.embeddings.word.weight, untied.backbone.embeddings.word.weight
+    assert torch.equal(s, t) and not torch.equal(t, untied.head.decoder.weight)
+    assert torch.equal(student.head.decoder.weight, untied.head.decoder.weight)
+    ids = torch.randint(1, 120, (2, 10))
+    with torch.no_grad():
+        assert (student(ids).logits - untied(ids).logits).abs().max().item() <= 1e-5
+    student.save_pretrained(tmp_path)
+    theirs = transformers.DistilBertForMaskedLM.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        assert (theirs(ids).logits - untied(ids).logits).abs().max().item() <= 1e-5
+    from bertkit.models.distilbert import copy_from_teacher
+
+    tied_student = bertkit.build("distilbert-base", head="mlm", **{k: getattr(teacher.config, k) for k in (
+        "vocab_size", "hidden_size", "num_heads", "intermediate_size", "max_positions")}, num_layers=6)
+    with pytest.raises(bertkit.BertkitError, match="the teacher's tie_word_embeddings is False, the student's True"):
+        copy_from_teacher(tied_student, untied)
+
+
 def test_student_refuses_bad_layer_lists(teacher):
     for layers, shown in (([0, 12], "0,12"), ([3, 1], "3,1"), ([2, 2], "2,2"), ([], "(none)")):
         with pytest.raises(bertkit.BertkitError, match=fr"teacher layers {re.escape(shown)}: give increasing block "

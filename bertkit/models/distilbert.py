@@ -94,6 +94,9 @@ def copy_from_teacher(student: nn.Module, teacher: nn.Module, layers: Sequence[i
     is added into the student's position table, so for single-segment input the student's
     embedding output equals the teacher's exactly (DistilBERT has no token types)."""
     s, t = student.backbone, teacher.backbone
+    if student.config.tie_word_embeddings != teacher.config.tie_word_embeddings:  # one table or two, in both
+        raise BertkitError(f"the teacher's tie_word_embeddings is {teacher.config.tie_word_embeddings}, the student's "
+                           f"{student.config.tie_word_embeddings}: they must agree for the copy to be the teacher")
     if len(layers) != s.encoder.num_layers:
         raise BertkitError(f"{len(layers)} teacher layers given for a {s.encoder.num_layers}-layer student")
     if not all(0 <= i < t.encoder.num_layers for i in layers):
