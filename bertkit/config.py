@@ -127,7 +127,7 @@ class EncoderConfig:
             if getattr(self, name) not in ACTIVATIONS:
                 raise BertkitError(
                     f"config: unknown {name} {getattr(self, name)!r}; known: {', '.join(ACTIVATIONS)}")
-        for name in ("hidden_dropout", "attention_dropout", "classifier_dropout"):
+        for name in (f.name for f in dataclasses.fields(self) if f.name.endswith("_dropout")):  # families' too
             value = getattr(self, name)
             if value is not None and not 0.0 <= value < 1.0:
                 raise BertkitError(f"config: {name} must be in [0, 1), got {value}")

@@ -38,6 +38,17 @@ def test_a_family_field_of_the_wrong_type_is_refused_by_name():
         electra.ElectraConfig(summary_last_dropout=None)
 
 
+@pytest.mark.parametrize("family, field", [("distilbert", "qa_dropout"), ("deberta", "pooler_dropout"),
+                                           ("electra", "summary_first_dropout"), ("modern", "mlp_dropout")])
+def test_every_dropout_field_is_checked(family, field):
+    # a family's own rate out of [0, 1) was a traceback from torch when its head was built
+    from bertkit.models import deberta, distilbert, electra, modern
+    config_class = {"distilbert": distilbert.DistilBertConfig, "deberta": deberta.DebertaConfig,
+                    "electra": electra.ElectraConfig, "modern": modern.ModernConfig}[family]
+    with pytest.raises(bertkit.BertkitError, match=f"config: {field} must be in \\[0, 1\\), got 5.0"):
+        config_class(**{field: 5.0})
+
+
 @pytest.mark.parametrize("family, field", [("deberta", "conv_act"), ("deberta", "pooler_act"),
                                            ("electra", "summary_act"), ("modern", "classifier_activation")])
 def test_every_activation_field_is_checked(family, field):
