@@ -198,7 +198,7 @@ def initial_models(tokenizer, args, out: Path):
     """(ours, reference) with identical weights: bertkit's, saved to `out` and loaded by transformers."""
     limit = bertkit.build(PRESET).config.max_positions
     torch.manual_seed(args.seed)
-    ours = bertkit.build(PRESET, head="mlm", vocab_size=tokenizer.vocab_size,
+    ours = bertkit.build(PRESET, head="mlm", vocab_size=len(tokenizer),
                          max_positions=max(limit, args.max_length))
     ours.tokenizer = tokenizer  # so each run directory is a usable checkpoint
     shutil.rmtree(out, ignore_errors=True)

@@ -217,8 +217,8 @@ def trained_tokenizer(corpus, family: str, vocab_size: int, cache_dir: Path | No
         tokenizer = train_tokenizer(corpus.documents(ReadStats()), settings)
     _save_atomically(tokenizer, folder, cache_dir)
     tokenizer = load_tokenizer(folder)
-    if tokenizer.vocab_size < vocab_size:  # the model's vocabulary follows it, unless overridden
-        say(f"the tokenizer has {tokenizer.vocab_size:,} of the {vocab_size:,} tokens asked for (a small corpus, or "
+    if len(tokenizer) < vocab_size:  # the model's vocabulary follows it, unless overridden
+        say(f"the tokenizer has {len(tokenizer):,} of the {vocab_size:,} tokens asked for (a small corpus, or "
             "a WordPiece alphabet kept to a quarter of the size)")
     return tokenizer
 
@@ -350,7 +350,7 @@ def _pretrain(job: PretrainJob) -> Path:
                                f"so model overrides ({', '.join(shape)}) cannot apply; "
                                f"{' and '.join(STUDENT_SETTINGS)} can")
     else:
-        architecture.setdefault("vocab_size", tokenizer.vocab_size)  # a model trained from scratch
+        architecture.setdefault("vocab_size", len(tokenizer))  # a model trained from scratch
         architecture.setdefault("pad_token_id", tokenizer.pad_token_id)  # the embeddings' padding row
     if job.objective == "mlm" and preset.config.family in ("deberta", "deberta-v2"):
         # DeBERTa pre-trains its MLM through the enhanced mask decoder (He et al., 2021, sec. 3.2)
@@ -403,7 +403,9 @@ def _pretrain(job: PretrainJob) -> Path:
         f"{device}, {'bf16 autocast' if settings.bf16 else 'fp32'}, "
         + (f"budget {settings.time_budget:.0f} s" if settings.time_budget else f"{settings.steps} steps"))
     with warnings.catch_warnings():
-        if any(getattr(m.config, "enhanced_mask_decoder", False) for m in models.values()):
+        from .models.deberta import DebertaConfig
+
+        if any(isinstance(m.config, DebertaConfig) and m.config.enhanced_mask_decoder for m in models.values()):
             from .interop.hf import EnhancedMaskDecoderWarning
 
             warnings.simplefilter("ignore", EnhancedMaskDecoderWarning)  # said when the run started

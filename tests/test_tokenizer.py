@@ -302,7 +302,7 @@ def test_deberta_v3_spm_model_equals_transformers(tmp_path, corpus_texts):
     for a, b in PAIRS:
         assert ours.encode(a, b) == reference.encode(a, b)
         assert ours(a, [b])["token_type_ids"][0].tolist() == reference(a, b)["token_type_ids"]
-    assert ours.mask_token_id == reference.mask_token_id and ours.vocab_size == len(reference)
+    assert ours.mask_token_id == reference.mask_token_id and len(ours) == len(reference)
     # a save writes spm.model back, as transformers' save copies its vocab_file: the saved folder
     # without its tokenizer.json still gives transformers the same tokenizer
     ours.save(tmp_path / "saved", "DebertaV2Tokenizer", 512)
@@ -594,7 +594,7 @@ def test_albert_spiece_model_equals_transformers(albert_spiece, tmp_path):
     assert bertkit.load_tokenizer(folder).encode(ALBERT_TEXT[0]) == reference.encode(ALBERT_TEXT[0])
     assert bare.encode("Café") == bare.encode("cafe")
     assert bare.id_to_token(bare.encode("``x''")[2]) == '"'  # the user-defined '"' piece, from ``
-    assert [bare.mask_token_id, bare.pad_token_id, bare.vocab_size] == [4, 0, len(reference)]
+    assert [bare.mask_token_id, bare.pad_token_id, len(bare)] == [4, 0, len(reference)]
     assert bare.mask_token_id == reference.mask_token_id and bare.pad_token_id == reference.pad_token_id
     assert bare.frame.single[0] == (2, 0) and bare.frame.pair[-1] == (3, 1)
 
@@ -675,7 +675,7 @@ def test_vocab_txt_takes_tokens_from_tokenizer_config(minilm_dir, tmp_path, conf
     reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
     for text in NEW_TOKENS_TEXT + HARD[:10]:
         assert ours.encode(text) == reference.encode(text), repr(text)
-    assert ours.vocab_size == len(reference) and ours.mask_token == "[MASK]"
+    assert len(ours) == len(reference) and ours.mask_token == "[MASK]"
 
 
 def test_roberta_mask_written_as_added_token_dict_keeps_lstrip(roberta_files, tmp_path):
@@ -834,7 +834,7 @@ def test_rebuilt_tokenizer_json_keeps_its_added_tokens_unless_the_config_lists_t
     ours = bertkit.load_tokenizer(folder)
     reference = transformers.AutoTokenizer.from_pretrained(folder)
     _assert_same_ids(ours, reference, NEW_TOKENS_TEXT + ["a <mask> b <new> c", "x<new>y"] + HARD[:20])
-    assert ours.vocab_size == len(reference) == 800 + (not config_lists_added_tokens)
+    assert len(ours) == len(reference) == 800 + (not config_lists_added_tokens)
 
 
 @pytest.mark.parametrize("config_lists_added_tokens", [False, True])
@@ -944,7 +944,7 @@ def test_legacy_added_tokens_json_is_read_as_transformers_reads_it(minilm_dir, t
     ours = bertkit.load_tokenizer(tmp_path)
     for text in ("a <new> b", "say hello-world now", "HELLO-WORLD", "x<new>y", *SENTENCES[:3]):
         assert ours.encode(text) == reference.encode(text), text
-    assert ours.vocab_size == len(reference) == 30524
+    assert len(ours) == len(reference) == 30524
     (tmp_path / "added_tokens.json").write_text(json.dumps({"<new>": "30522"}))
     with pytest.raises(bertkit.BertkitError, match="added_tokens.json: expected an object of tokens and their ids"):
         bertkit.load_tokenizer(tmp_path)
@@ -962,7 +962,7 @@ def test_a_named_special_token_the_vocabulary_lacks_is_appended(minilm_dir, tmp_
     reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
     ours = bertkit.load_tokenizer(tmp_path)
     assert ours.encode("a <mask> b") == reference.encode("a <mask> b")
-    assert ours.mask_token_id == reference.mask_token_id == 30522 and ours.vocab_size == len(reference)
+    assert ours.mask_token_id == reference.mask_token_id == 30522 and len(ours) == len(reference)
 
 
 def test_legacy_special_tokens_map_lists_additional_special_tokens(minilm_dir, tmp_path):
@@ -1017,7 +1017,7 @@ def test_a_bert_vocabulary_without_mask_gets_berttokenizers_default_appended(min
     reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
     ours = bertkit.load_tokenizer(tmp_path)
     assert ours.encode("a [MASK] b") == reference.encode("a [MASK] b")
-    assert ours.mask_token_id == reference.mask_token_id == 30522 and ours.vocab_size == len(reference)
+    assert ours.mask_token_id == reference.mask_token_id == 30522 and len(ours) == len(reference)
 
 
 def test_one_text_and_its_pair_as_strings_and_lengths_that_leave_no_text_are_refused(tokenizer):
@@ -1262,3 +1262,52 @@ def test_transformers_tokenizer_names_give_what_transformers_gives(minilm_dir, r
         trained.convert_tokens_to_ids([5])
     batch = bertkit.load_tokenizer(minilm_dir)(["a text"]).to("cpu")
     assert set(batch) == {"input_ids", "attention_mask", "token_type_ids"} and batch["input_ids"].device.type == "cpu"
+
+
+def test_transformers_attributes_and_keywords_act_as_they_do_there(minilm_dir, reference, tmp_path):
+    ours = bertkit.load_tokenizer(minilm_dir)
+    theirs = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    texts = ["a", "a b c d e f g"]
+    # attributes set on the tokenizer act on the next calls (they were ignored without a word)
+    for tok in (ours, theirs):
+        tok.padding_side, tok.truncation_side, tok.model_max_length = "left", "left", 6
+    kept = ours(texts, truncation=True)
+    expected = theirs(texts, padding=True, truncation=True, return_tensors="pt")
+    for key in ("input_ids", "attention_mask"):
+        assert kept[key].tolist() == expected[key].tolist(), key
+    ours.pad_token, theirs.pad_token = "[UNK]", "[UNK]"
+    assert ours.pad_token_id == theirs.pad_token_id == 100 and ours.pad_token == "[UNK]"
+    ours.save_pretrained(tmp_path)
+    again = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    assert (again.padding_side, again.truncation_side, again.model_max_length, again.pad_token) == (
+        "left", "left", 6, "[UNK]")
+    for bad, said in ((("padding_side", "middle"), "padding_side must be 'left' or 'right'"),
+                      (("pad_token", "[NOPE]"), "pad_token: '\\[NOPE\\]' is not a token of this vocabulary"),
+                      (("model_max_length", 0), "model_max_length must be a positive whole number, got 0")):
+        with pytest.raises(bertkit.BertkitError, match=said):
+            setattr(ours, *bad)
+    fresh = bertkit.load_tokenizer(minilm_dir)
+    text, pair = "Hello there, world!", "and a pair"
+    # transformers' keywords and one-text results
+    assert fresh.encode(text, add_special_tokens=False) == reference.encode(text, add_special_tokens=False)
+    assert fresh(text=text, text_pair=pair)["input_ids"].tolist() == reference(
+        text, text_pair=pair, return_tensors="pt")["input_ids"].tolist()
+    for options in (dict(padding=False), dict(padding=True), dict(add_special_tokens=False)):
+        assert fresh(text, return_tensors=None, **options) == dict(reference(text, **options)), options
+    assert fresh([text], return_tensors=None)["input_ids"] == [reference.encode(text)]  # a list stays a batch
+    # the vocabulary without added tokens, as transformers counts it; len() with them
+    fresh.backend.add_tokens(["newword"])
+    reference_added = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    reference_added.add_tokens(["newword"])
+    assert (fresh.vocab_size, len(fresh)) == (reference_added.vocab_size, len(reference_added))
+    assert fresh.get_vocab() == reference_added.get_vocab()
+    assert fresh.all_special_ids == sorted(reference.all_special_ids)
+    assert sorted(fresh.all_special_tokens) == sorted(reference.all_special_tokens)
+    ids = reference(["one text", "and another one"], padding=True, return_tensors="pt")["input_ids"]
+    assert fresh.decode(ids[0, 1].item()) == reference.decode(ids[0, 1].item())
+    assert fresh.decode(ids) == reference.decode(ids) == reference.batch_decode(ids)
+    # a batch moves in place, as BatchEncoding does
+    batch = fresh(["a text"])
+    assert batch.to("cpu", non_blocking=True) is batch
+    with pytest.raises(bertkit.BertkitError, match="give texts or text, not both"):
+        fresh("a", text="b")

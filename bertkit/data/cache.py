@@ -231,7 +231,7 @@ def in_context(parts: list[str]) -> list[str]:
 
 
 def _build(corpus: Corpus, tokenizer: Tokenizer, settings: CacheSettings, out: Path, progress) -> None:
-    dtype = np.dtype(np.uint16 if tokenizer.vocab_size < 2**16 else np.uint32)
+    dtype = np.dtype(np.uint16 if len(tokenizer) < 2**16 else np.uint32)
     stats = ReadStats()
     started = time.perf_counter()
     n_tokens, n_sentences, n_documents = 0, 0, 0
@@ -275,6 +275,6 @@ def _build(corpus: Corpus, tokenizer: Tokenizer, settings: CacheSettings, out: P
         raise BertkitError(f"{corpus.name}: the corpus is empty (no document has any text to tokenize)")
     meta = {"format": FORMAT_VERSION, "dtype": dtype.name, "tokens": n_tokens, "sentences": n_sentences,
             "documents": n_documents, "corpus": corpus.fingerprint(), "read": asdict(stats),
-            "settings": asdict(settings), "vocab_size": tokenizer.vocab_size,
+            "settings": asdict(settings), "vocab_size": len(tokenizer),
             "seconds": round(time.perf_counter() - started, 3)}
     (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")

@@ -239,7 +239,7 @@ class MaskingCollator:
     @classmethod
     def for_tokenizer(cls, tokenizer, settings: MaskingSettings = MaskingSettings(), seed: int = 0,
                       generator_outputs: bool = False) -> "MaskingCollator":
-        return cls(tokenizer.mask_token_id, tokenizer.vocab_size, tokenizer.special_ids, settings,
+        return cls(tokenizer.mask_token_id, len(tokenizer), tokenizer.special_ids, settings,
                    tokenizer.continues_word(), seed, generator_outputs)
 
     def candidates(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -112,8 +112,11 @@ class Frame:
 class Encoded(dict):
     """A tokenized batch of tensors by name, with transformers' BatchEncoding.to(device)."""
 
-    def to(self, device) -> Encoded:
-        return Encoded({k: v.to(device) for k, v in self.items()})
+    def to(self, device, non_blocking: bool = False) -> Encoded:
+        """Moves the tensors in place and returns the batch itself, as transformers' does."""
+        for k, v in self.items():
+            self[k] = v.to(device, non_blocking=non_blocking)
+        return self
 
 
 class Tokenizer:
@@ -167,22 +170,41 @@ class Tokenizer:
             pad = next((i for i in map(self.backend.token_to_id, PAD_SPELLINGS) if i is not None), 0)
         return pad
 
-    @property
-    def mask_token(self) -> str | None:
-        return self.special_tokens.get("mask_token")
+    def _named_token(key: str) -> property:  # noqa: N805  (builds the properties below)
+        """transformers' `<key>` attribute: the named token's string (None where the tokenizer
+        names none); setting it names another token of the vocabulary."""
+        def set_token(self, token: str) -> None:
+            if not isinstance(token, str) or self.backend.token_to_id(token) is None:
+                raise BertkitError(f"{key}: {token!r} is not a token of this vocabulary")
+            self.special_tokens[key] = token
 
-    @property
-    def mask_token_id(self) -> int | None:
-        return self._special_id("mask_token")
+        return property(lambda self: self.special_tokens.get(key), set_token)
 
-    # transformers' names for the other named tokens (None where the tokenizer names none)
+    mask_token = _named_token("mask_token")
+    pad_token = _named_token("pad_token")
+    cls_token = _named_token("cls_token")
+    sep_token = _named_token("sep_token")
+    unk_token = _named_token("unk_token")
+    del _named_token
+
+    # transformers' names for the other named tokens' ids (None where the tokenizer names none)
+    mask_token_id = property(lambda self: self._special_id("mask_token"))
     cls_token_id = property(lambda self: self._special_id("cls_token"))
     sep_token_id = property(lambda self: self._special_id("sep_token"))
     unk_token_id = property(lambda self: self._special_id("unk_token"))
 
     @property
     def vocab_size(self) -> int:
-        return self.backend.get_vocab_size(with_added_tokens=True)
+        """The vocabulary without the tokens added to it (transformers' vocab_size); len() counts
+        every id, added tokens too: size a model's embeddings by len()."""
+        return self.backend.get_vocab_size(with_added_tokens=False)
+
+    def get_vocab(self) -> dict[str, int]:
+        """{token: id} for every token, added ones too."""
+        return self.backend.get_vocab(with_added_tokens=True)
+
+    all_special_ids = property(lambda self: self.special_ids)  # transformers' name
+    all_special_tokens = property(lambda self: [self.id_to_token(i) for i in self.special_ids])
 
     @property
     def special_ids(self) -> list[int]:
@@ -193,14 +215,14 @@ class Tokenizer:
         return sorted(i for i in ids if i is not None)
 
     # ---- encoding -------------------------------------------------------------------------
-    def encode(self, text: str, text_pair: str | None = None) -> list[int]:
-        """Ids with the family's special tokens, like `transformers`' `encode` (which, like this,
-        treats an empty `text_pair` as no pair)."""
+    def encode(self, text: str, text_pair: str | None = None, add_special_tokens: bool = True) -> list[int]:
+        """Ids with the family's special tokens (without them if not `add_special_tokens`), like
+        `transformers`' `encode` (which, like this, treats an empty `text_pair` as no pair)."""
         for name, value in (("text", text), ("text_pair", text_pair)):
             if not isinstance(value, str) and not (name == "text_pair" and value is None):
                 raise BertkitError(f"{name} must be a string, not {type(value).__name__}")
         with self._lock:
-            return self.backend.encode(text, text_pair or None).ids
+            return self.backend.encode(text, text_pair or None, add_special_tokens=add_special_tokens).ids
 
     def encode_plain(self, texts: list[str]) -> list[list[int]]:
         """Ids without special tokens, one list per text; `tokenizers` spreads the batch over
@@ -208,9 +230,10 @@ class Tokenizer:
         with self._lock:
             return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=False)]
 
-    def __call__(self, texts: list[str] | str, text_pairs: list[str] | None = None, max_length: int | None = None,
-                 *, padding: bool | str = True, truncation: bool | str | None = None,
-                 return_tensors: str | None = "pt", padding_side: str | None = None) -> dict:
+    def __call__(self, texts: list[str] | str | None = None, text_pairs: list[str] | str | None = None,
+                 max_length: int | None = None, *, padding: bool | str = True, truncation: bool | str | None = None,
+                 return_tensors: str | None = "pt", padding_side: str | None = None, add_special_tokens: bool = True,
+                 text: list[str] | str | None = None, text_pair: list[str] | str | None = None) -> dict:
         """A right-padded batch: input_ids, attention_mask, token_type_ids, each (B, T) int64.
         Longer inputs are truncated to max_length (the longest part first, for pairs), which
         must leave room for a token of text beside the special tokens. One text (and its pair)
@@ -221,7 +244,18 @@ class Tokenizer:
         False (max_length then only pads); `return_tensors` "pt", "np" or None (lists). A
         tokenizer_config.json with padding_side / truncation_side "left" pads before the tokens and
         cuts from the start, as transformers does; `padding_side` "left" / "right" overrides it
-        for one call, as transformers' keyword does."""
+        for one call, as transformers' keyword does. `text` / `text_pair` are transformers' names
+        for `texts` / `text_pairs`; `add_special_tokens=False` leaves the special tokens out. One
+        text given as a string with return_tensors=None comes back as one row's lists, as
+        transformers gives it."""
+        for ours, theirs, name in ((texts, text, "texts"), (text_pairs, text_pair, "text_pairs")):
+            if ours is not None and theirs is not None:
+                raise BertkitError(f"give {name} or {name[:-1]}, not both")
+        texts = texts if texts is not None else text
+        text_pairs = text_pairs if text_pairs is not None else text_pair
+        if texts is None:
+            raise BertkitError("no text given")
+        one = isinstance(texts, str)
         if isinstance(texts, str):
             texts = [texts]
         if isinstance(text_pairs, str):  # one pair, as tokenizer("a text", "its pair")
@@ -256,7 +290,8 @@ class Tokenizer:
             if max_length is None or max_length > 2**31:
                 raise BertkitError("padding='max_length' needs max_length (this tokenizer names no model_max_length)")
         if strategy is not None:
-            least = self.frame.specials(pair=text_pairs is not None) + (1 if text_pairs is None else 2)
+            specials = self.frame.specials(pair=text_pairs is not None) if add_special_tokens else 0
+            least = specials + (1 if text_pairs is None else 2)
             if not isinstance(max_length, int) or max_length < least:
                 raise BertkitError(f"max_length must be a whole number of at least {least} (the special tokens and "
                                    f"a token of each text), got {max_length!r}")
@@ -266,7 +301,7 @@ class Tokenizer:
                 self.backend.enable_truncation(max_length, strategy=strategy,
                                                direction=self._side("truncation_side"))
             try:
-                encodings = self.backend.encode_batch(inputs)
+                encodings = self.backend.encode_batch(inputs, add_special_tokens=add_special_tokens)
             except Exception as e:  # only_first / only_second with no room left in that part
                 raise BertkitError(f"could not truncate to max_length {max_length}: {e}") from None
             finally:
@@ -279,7 +314,7 @@ class Tokenizer:
             if return_tensors is not None:
                 raise BertkitError(f"the texts have {len(lengths)} different lengths: tensors need padding "
                                    "(padding=True), or return_tensors=None for lists")
-            return rows
+            return {k: v[0] for k, v in rows.items()} if one else rows
         T = max(lengths, default=0) if padding != "max_length" else max([max_length, *lengths])
         batch = {k: torch.zeros(len(encodings), T, dtype=torch.long) for k in keys}
         batch["input_ids"].fill_(self.pad_token_id)
@@ -291,7 +326,7 @@ class Tokenizer:
             batch["attention_mask"][i, where] = 1
             batch["token_type_ids"][i, where] = torch.tensor(e.type_ids)
         if return_tensors is None:
-            return {k: v.tolist() for k, v in batch.items()}
+            return {k: v.tolist()[0] if one else v.tolist() for k, v in batch.items()}
         return {k: v.numpy() for k, v in batch.items()} if return_tensors == "np" else Encoded(batch)
 
     def _side(self, key: str) -> str:
@@ -308,10 +343,15 @@ class Tokenizer:
             return [(e.ids, e.offsets) for e in self.backend.encode_batch(texts, add_special_tokens=False)]
 
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
-        """The text of `ids` (a list, a NumPy array or a 1-D tensor); special tokens (and padding)
-        are kept unless `skip_special_tokens`, as transformers' decode keeps them."""
+        """The text of `ids` (one id, a list, a NumPy array or a 1-D tensor; rows of them give a
+        list of texts, as transformers 5 gives them); special tokens (and padding) are kept unless
+        `skip_special_tokens`, as transformers' decode keeps them."""
         if hasattr(ids, "tolist"):
             ids = ids.tolist()
+        if isinstance(ids, int):
+            ids = [ids]
+        if ids and isinstance(ids[0], list):
+            return self.batch_decode(ids, skip_special_tokens)
         return self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def id_to_token(self, i: int) -> str | None:
@@ -354,6 +394,26 @@ class Tokenizer:
         "no limit", int(1e30), where they name none."""
         return self.config.get("model_max_length", NO_LIMIT)
 
+    @model_max_length.setter
+    def model_max_length(self, length: int) -> None:
+        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+            raise BertkitError(f"model_max_length must be a positive whole number, got {length!r}")
+        self.config["model_max_length"] = length
+
+    def _side_setting(key: str) -> property:  # noqa: N805  (builds the two properties below)
+        """transformers' padding_side / truncation_side attribute, kept in the tokenizer_config
+        settings that calls read (and a save writes)."""
+        def set_side(self, side: str) -> None:
+            if side not in ("left", "right"):
+                raise BertkitError(f"{key} must be 'left' or 'right', got {side!r}")
+            self.config[key] = side
+
+        return property(lambda self: self._side(key), set_side)
+
+    padding_side = _side_setting("padding_side")
+    truncation_side = _side_setting("truncation_side")
+    del _side_setting
+
     def save_pretrained(self, directory: str | Path) -> list[Path]:
         """`save` under transformers' name, for the tokenizer alone: its own transformers class
         (the one its files named; a generic one for a trained tokenizer) and model_max_length.
@@ -361,7 +421,7 @@ class Tokenizer:
         return self.save(directory, self.tokenizer_class or GENERIC_TOKENIZER_CLASS, self.model_max_length)
 
     def __len__(self) -> int:
-        return self.vocab_size
+        return self.backend.get_vocab_size(with_added_tokens=True)
 
     def _pairs_have_segments(self) -> bool:
         """Whether a pair's framing gives some token a segment id other than 0."""
@@ -1115,9 +1175,9 @@ def check_vocab_fits(tokenizer: Tokenizer, model_vocab_size: int, type_vocab_siz
     deep inside the first forward pass otherwise, or silent garbage on some devices): a token id,
     or, given the model's `type_vocab_size` (0: it reads no token types), a pair's segment id (a
     BERT tokenizer's 1 beside RoBERTa's single token type: every pair input of the saved model fails)."""
-    if tokenizer.vocab_size > model_vocab_size:
-        raise BertkitError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary has "
-                           f"{model_vocab_size}; build the model with vocab_size >= {tokenizer.vocab_size} "
+    if len(tokenizer) > model_vocab_size:
+        raise BertkitError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocabulary has "
+                           f"{model_vocab_size}; build the model with vocab_size >= {len(tokenizer)} "
                            "or use the tokenizer it was trained with")
     types = 1 + max(t for _, t in tokenizer.frame.pair)
     if type_vocab_size and types > type_vocab_size:

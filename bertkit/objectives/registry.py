@@ -1,6 +1,6 @@
 """Objectives by their command-line names, built with the models they train.
 
-    objective = build_objective("mlm+nsp", "bert-base", vocab_size=tokenizer.vocab_size)
+    objective = build_objective("mlm+nsp", "bert-base", vocab_size=len(tokenizer))
 
 Which model each name builds: mlm -> the preset with an MLM head; mlm+nsp / mlm+sop -> the
 preset with its pre-training head (a sentence-pair classifier: BERT's NSP, ALBERT's SOP);

