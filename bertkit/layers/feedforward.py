@@ -33,24 +33,39 @@ class FeedForward(nn.Module):
         # Training through _Recycling (see there); False = plain autograd, for comparison.
         self.recycle = True
 
+    # The activation applies to the whole up-projection, so oneDNN may fuse it into the matmul
+    # (a gated variant's does not: False there).
+    fusable = True
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """down(activate(up(x))); the branches below are faster ways to the same numbers."""
         if self._recycles(x):
             return _Recycling.apply(x, self.up.weight, self.up.bias, self.down.weight, self.down.bias,
                                     self.act, self.act_backward_into)
-        if (fuses(x, self.up) and fuses(x, self.down)) or autocast_packed(x, self.up):
+        if self.fusable and ((fuses(x, self.up) and fuses(x, self.down)) or autocast_packed(x, self.up)):
             h = dense_act(x, self.up, self.act_name)
             if h is not None:
                 return dense(h, self.down)
-        buffer = self._buffer(x)
+        reuse = self.reuses_memory()
+        buffer = self._buffer(x) if reuse else None
         if buffer is not None:
-            h = self.act_in_place(self._up_into(x, buffer)).view(*x.shape[:-1], buffer.shape[-1])  # (B, T, I)
+            h = self._up_into(x, buffer)  # (tokens, up width)
         else:
-            h = self.up(x)  # (B, T, I)
-            if self.act_in_place is not None and may_overwrite(h):
-                h = self.act_in_place(h)  # nothing records h for a backward pass: reuse its memory
-            else:
-                h = self.act(h)
-        return dense(h, self.down)
+            h = dense(x, self.up) if autocast_packed(x, self.up) else self.up(x)  # (B, T, up width)
+        # in place where nothing records h for a backward pass: its memory is reused
+        in_place = buffer is not None or (reuse and self.act_in_place is not None and may_overwrite(h))
+        h = self.activate(h, in_place)  # (..., I)
+        return dense(h.view(*x.shape[:-1], h.shape[-1]), self.down)  # (B, T, H)
+
+    def activate(self, h: torch.Tensor, in_place: bool) -> torch.Tensor:
+        """The activation of the up-projection h (..., I), overwriting h if `in_place`: the hook a
+        gated variant overrides."""
+        return self.act_in_place(h) if in_place else self.act(h)
+
+    def reuses_memory(self) -> bool:
+        """Whether this call may write the up-projection into scratch memory and activate it in
+        place (a variant that drops activations in training may not)."""
+        return True
 
     def _up_into(self, x: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
         """The up-projection of x (..., H), written into `buffer` (tokens, up.out_features)."""

@@ -27,9 +27,7 @@ from ..config import EncoderConfig, FieldTypeError, register_preset
 from ..errors import BertkitError
 from ..layers import (Encoder, EncoderModel, FeedForward, Head, MLMHead, SelfAttention, TransformerBlock,
                       activation, classifier_dropout)
-from ..layers.dense import autocast_packed, dense
 from ..layers.dropout import Dropout
-from ..layers.scratch import may_overwrite
 from ..layers.output import EncoderOutput
 from . import Family, register_family
 
@@ -119,7 +117,8 @@ class RotaryAttention(SelfAttention):
 
     def rotate(self, x, positions, rotary=None, **context):
         """x (..., H): each head's vector, as D/2 pairs (d, d + D/2), turned by position * its
-        frequency: x cos + rotate_half(x) sin, computed in fp32."""
+        frequency: x cos + rotate_half(x) sin, computed in fp32 from cos / sin rounded to x's dtype
+        first, as transformers' ModernBERT does (its rotary embedding returns them in x's dtype)."""
         cos, sin = (t[positions].to(x.dtype).float()[..., None, :] for t in rotary[self.theta])  # (..., 1, D)
         heads = x.unflatten(-1, (self.num_heads, self.head_dim)).float()  # (..., N, D)
         first, second = heads.chunk(2, dim=-1)
@@ -141,19 +140,16 @@ class GatedFeedForward(FeedForward):
         self.dropout = Dropout(config.mlp_dropout)
         self.recycle = False  # FeedForward's hand-written backward is for one activation, not a gate
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dropping = self.training and self.dropout.p > 0
-        buffer = None if dropping else self._buffer(x)
-        if buffer is not None:
-            h = self._up_into(x, buffer)  # (..., 2I)
-        else:
-            h = dense(x, self.up) if autocast_packed(x, self.up) else self.up(x)
-        a, gate = h.chunk(2, dim=-1)  # 2 x (..., I)
-        if self.act_in_place is not None and may_overwrite(h) and not dropping:
-            h = self.act_in_place(a).mul_(gate)  # nothing records h for a backward pass: reuse it
-        else:
-            h = self.dropout(self.act(a) * gate)
-        return dense(h.view(*x.shape[:-1], h.shape[-1]), self.down)  # (..., H)
+    fusable = False  # oneDNN's fused activation would act on the gate too
+
+    def activate(self, h: torch.Tensor, in_place: bool) -> torch.Tensor:
+        a, gate = h.chunk(2, dim=-1)  # 2 x (..., I), from h (..., 2I)
+        if in_place:
+            return self.act_in_place(a).mul_(gate)
+        return self.dropout(self.act(a) * gate)
+
+    def reuses_memory(self) -> bool:
+        return not (self.training and self.dropout.p > 0)
 
 
 def truncated(weight: torch.Tensor, std: float) -> None:
