@@ -1,7 +1,7 @@
 """AdamW, gradient-norm clipping and the learning-rate schedule, on dicts of NumPy arrays.
 
 Each follows the torch side's definition step for step (torch.optim.AdamW, clip_grad_norm_,
-bertkit.train.optim.lr_factor), so a NumPy run and a torch run from the same weights and batches
+bertkit.schedules.lr_factor), so a NumPy run and a torch run from the same weights and batches
 trace the same loss curve (tests/test_numpy_ref_train.py).
 """
 

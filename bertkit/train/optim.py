@@ -1,4 +1,5 @@
-"""AdamW parameter groups and learning-rate schedules.
+"""AdamW parameter groups (the learning-rate schedules live in bertkit/schedules.py, torch-free
+for the NumPy Mini-BERT, and are re-exported here).
 
 Weight decay (Loshchilov & Hutter, 2019) applies to weight matrices only: biases, LayerNorm
 gains and (as in BERT's and RoBERTa's recipes) nothing else of rank < 2 is decayed.
