@@ -380,6 +380,12 @@ def test_a_new_head_for_fine_tuning_is_not_warned_about(minilm_dir, tmp_path):
         warnings.simplefilter("error")
         model, _ = model_for(make_task("classification"), minilm_dir, ("neg", "pos"))
     model.save_pretrained(tmp_path)
+    # MiniLM's sentence-transformers modules (mean pooling ...) do not describe a classifier: a folder
+    # keeping them was loaded by sentence-transformers as an embedder, its classifier dropped
+    assert not [p.name for p in tmp_path.iterdir() if p.name in (
+        "modules.json", "1_Pooling", "sentence_bert_config.json", "config_sentence_transformers.json")]
+    embedder, _ = model_for(make_task("embedding"), minilm_dir, ())
+    assert "modules.json" in embedder.companion_files  # fine-tuned for embeddings, they still apply
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model, labels = model_for(make_task("classification"), tmp_path, ("a", "b", "c"))

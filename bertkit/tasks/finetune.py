@@ -246,6 +246,10 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
         model.config = model.config.replace(label_names=tuple(labels))
     if task.head == "classification":  # what the training makes of the outputs, for whoever loads the model
         model.config = model.config.replace(problem_type=_problem_type(task, model))
+    if task.head is not None and "modules.json" in model.companion_files:
+        # a sentence-transformers embedding folder made a task model: its modules (pooling ...) no
+        # longer describe it, and sentence-transformers would load the result as an embedder
+        model.companion_files = {}
     return _with_tokenizer(model, tokenizer), labels
 
 
