@@ -194,6 +194,15 @@ class Model(nn.Module):
 
         save_pretrained(self, output_dir(path, keep=(), flag=""))  # a file there: one line, not mkdir's error
 
+    @torch.no_grad()
+    def load_weights(self, directory: str | Path) -> None:
+        """Copy the weights of a folder save_pretrained wrote (a checkpoint of this model) into
+        this model, in place: how a training run resumes (train/ knows no checkpoint names)."""
+        from .interop.hf import load_state, read_weights
+
+        state, path = read_weights(Path(directory))
+        load_state(self, state, path, head_from_file=True)
+
 
 @contextlib.contextmanager
 def evaluating(model: nn.Module):

@@ -101,15 +101,11 @@ def latest(root: Path) -> Path | None:
 def load(checkpoint: Path, models: dict) -> dict:
     """Load every model's weights from `checkpoint` into the live models (exact copies) and
     return the trainer state; RNG states are restored by the caller once it has built its data."""
-    from ..interop.hf import load_state, read_weights
-
     for name, model in models.items():
         directory = checkpoint / name if name else checkpoint
         if not (directory / "config.json").exists():
             raise BertkitError(f"{directory}: checkpoint has no {name or 'root'} model (config.json missing)")
-        state, path = read_weights(directory)
-        with torch.no_grad():
-            load_state(model, state, path, head_from_file=True)
+        model.load_weights(directory)
     path = checkpoint / STATE
     earlier = [c for c in checkpoint_folders(checkpoint.parent.parent) if c.name < checkpoint.name]
     advice = (f"; {earlier[-1]} is the checkpoint before it: move {checkpoint.name} out of checkpoints/ to "
