@@ -1,1 +1,2 @@
-"""Foreign formats. interop/hf.py is the only module that knows Hugging Face names."""
+"""Foreign formats: the only package that knows Hugging Face names (hf.py, hf_names.py; BERT's,
+torch-free for the NumPy Mini-BERT, in bert_names.py)."""

@@ -15,6 +15,7 @@ from typing import Callable
 import torch
 
 from ..errors import BertkitError
+from .bert_names import BERT_BLOCK, BERT_EMBEDDINGS, BERT_KEYS, BERT_MLM, Rules, mlm_rules
 from ..models.modern import ModernConfig
 
 HEAD_SUFFIX = {
@@ -27,7 +28,6 @@ HEAD_SUFFIX = {
     "ForMultipleChoice": "multiple-choice",
 }
 
-Rules = list[tuple[str, str]]
 
 
 @dataclass(frozen=True)
@@ -60,51 +60,10 @@ class HFFamily:
     config_out: Callable[[dict], dict] | None = None
 
 
-BERT_KEYS = {
-    "vocab_size": "vocab_size",
-    "hidden_size": "hidden_size",
-    "num_hidden_layers": "num_layers",
-    "num_attention_heads": "num_heads",
-    "intermediate_size": "intermediate_size",
-    "hidden_act": "hidden_act",
-    "max_position_embeddings": "max_positions",
-    "type_vocab_size": "type_vocab_size",
-    "layer_norm_eps": "layer_norm_eps",
-    "pad_token_id": "pad_token_id",
-    "hidden_dropout_prob": "hidden_dropout",
-    "attention_probs_dropout_prob": "attention_dropout",
-    "classifier_dropout": "classifier_dropout",
-    "initializer_range": "initializer_range",
-    "tie_word_embeddings": "tie_word_embeddings",
-}
-
-# BERT's block, shared by RoBERTa and ELECTRA; `{i}` is the depth.
-BERT_BLOCK = [
-    ("attention.self.query.{p}", "attn.query.{p}"),
-    ("attention.self.key.{p}", "attn.key.{p}"),
-    ("attention.self.value.{p}", "attn.value.{p}"),
-    ("attention.output.dense.{p}", "attn.out_proj.{p}"),
-    ("attention.output.LayerNorm.{p}", "attn_norm.{p}"),
-    ("intermediate.dense.{p}", "ffn.up.{p}"),
-    ("output.dense.{p}", "ffn.down.{p}"),
-    ("output.LayerNorm.{p}", "ffn_norm.{p}"),
-]
-BERT_EMBEDDINGS = [
-    ("embeddings.word_embeddings.weight", "embeddings.word.weight"),
-    ("embeddings.position_embeddings.weight", "embeddings.position.weight"),
-    ("embeddings.token_type_embeddings.weight", "embeddings.token_type.weight"),
-    ("embeddings.LayerNorm.{p}", "embeddings.norm.{p}"),
-]
 BERT_LAYERS = [(f"encoder.layer.{{i}}.{hf}", f"encoder.layers.{{i}}.{ours}") for hf, ours in BERT_BLOCK]
 POSITION_IDS = (r"embeddings\.position_ids", r"embeddings\.token_type_ids")  # buffers old files kept
 
 
-def _mlm(prefix: str, dense: str, norm: str, decoder: str, bias: str) -> Rules:
-    return [(f"{prefix}{dense}.{{p}}", "transform.{p}"), (f"{prefix}{norm}.{{p}}", "norm.{p}"),
-            (f"{prefix}{bias}", "bias"), (f"{prefix}{decoder}.weight", "decoder.weight")]
-
-
-BERT_MLM = _mlm("cls.predictions.", "transform.dense", "transform.LayerNorm", "decoder", "bias")
 CLASSIFIER = [("classifier.{p}", "classifier.{p}")]
 QA = [("qa_outputs.{p}", "qa.{p}")]
 FIRST_TOKEN = [("classifier.dense.{p}", "dense.{p}"), ("classifier.out_proj.{p}", "out_proj.{p}")]
@@ -126,7 +85,7 @@ BERT = HFFamily(
     tied_bias=("cls.predictions.bias", "cls.predictions.decoder.bias"),
 )
 
-ROBERTA_MLM = _mlm("lm_head.", "dense", "layer_norm", "decoder", "bias")
+ROBERTA_MLM = mlm_rules("lm_head.", "dense", "layer_norm", "decoder", "bias")
 ROBERTA = HFFamily(
     model_type="roberta", class_prefix="Roberta", encoder_prefix="roberta.", config_keys=BERT_KEYS,
     defaults={"vocab_size": 50265, "pad_token_id": 1},
@@ -155,7 +114,7 @@ ALBERT_BLOCK = [
     ("ffn_output.{p}", "ffn.down.{p}"),
     ("full_layer_layer_norm.{p}", "ffn_norm.{p}"),
 ]
-ALBERT_MLM = _mlm("predictions.", "dense", "LayerNorm", "decoder", "bias")
+ALBERT_MLM = mlm_rules("predictions.", "dense", "LayerNorm", "decoder", "bias")
 ALBERT = HFFamily(
     model_type="albert", class_prefix="Albert", encoder_prefix="albert.",
     config_keys={**{k: v for k, v in BERT_KEYS.items() if k != "classifier_dropout"},

@@ -1,8 +1,7 @@
 """Hugging Face BERT checkpoints in and out of the NumPy model, without torch.
 
-bertkit's torch side keeps Hugging Face names in `bertkit.interop`, which imports torch; the
-NumPy reference must not, so it carries the small part of that table BERT's masked-LM needs
-(tests/test_numpy_ref_io.py checks that both tables agree). Loading is as strict as the torch
+Hugging Face names come from `bertkit.interop.bert_names`, the torch-free part of interop's
+tables (BERT's) that the torch side builds on too. Loading is as strict as the torch
 side's: every tensor in the file is used or explicitly ignored, every shape is checked.
 """
 
@@ -20,40 +19,18 @@ import numpy as np
 from ..config import EncoderConfig
 from ..errors import BertkitError
 from ..files import output_dir, read_json
+from ..interop.bert_names import BERT_BLOCK, BERT_EMBEDDINGS, BERT_KEYS, BERT_MLM
 from .model import BertForMaskedLM, compute_dtype, parameter_shapes
 from .safetensors import SafetensorsFile, save_file
 
-# Hugging Face config.json key -> EncoderConfig field (BERT's keys).
-CONFIG_KEYS = {
-    "vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_hidden_layers": "num_layers",
-    "num_attention_heads": "num_heads", "intermediate_size": "intermediate_size", "hidden_act": "hidden_act",
-    "max_position_embeddings": "max_positions", "type_vocab_size": "type_vocab_size",
-    "layer_norm_eps": "layer_norm_eps", "pad_token_id": "pad_token_id", "hidden_dropout_prob": "hidden_dropout",
-    "attention_probs_dropout_prob": "attention_dropout", "initializer_range": "initializer_range",
-    "tie_word_embeddings": "tie_word_embeddings",
-}
-
-# Hugging Face parameter names and ours, as templates: {i} is a layer number, {p} weight|bias.
-# Encoder names are relative to ENCODER, the prefix transformers nests the encoder under.
+# Hugging Face names and ours, as templates ({i} a layer number, {p} weight|bias), from interop's
+# torch-free table of BERT's names; ours are a model's full names, the encoder's HF names relative to
+# ENCODER, the prefix transformers nests the encoder under.
+CONFIG_KEYS = BERT_KEYS
 ENCODER = "bert."
-NAMES = [
-    ("embeddings.word_embeddings.weight", "backbone.embeddings.word.weight"),
-    ("embeddings.position_embeddings.weight", "backbone.embeddings.position.weight"),
-    ("embeddings.token_type_embeddings.weight", "backbone.embeddings.token_type.weight"),
-    ("embeddings.LayerNorm.{p}", "backbone.embeddings.norm.{p}"),
-    ("encoder.layer.{i}.attention.self.query.{p}", "backbone.encoder.layers.{i}.attn.query.{p}"),
-    ("encoder.layer.{i}.attention.self.key.{p}", "backbone.encoder.layers.{i}.attn.key.{p}"),
-    ("encoder.layer.{i}.attention.self.value.{p}", "backbone.encoder.layers.{i}.attn.value.{p}"),
-    ("encoder.layer.{i}.attention.output.dense.{p}", "backbone.encoder.layers.{i}.attn.out_proj.{p}"),
-    ("encoder.layer.{i}.attention.output.LayerNorm.{p}", "backbone.encoder.layers.{i}.attn_norm.{p}"),
-    ("encoder.layer.{i}.intermediate.dense.{p}", "backbone.encoder.layers.{i}.ffn.up.{p}"),
-    ("encoder.layer.{i}.output.dense.{p}", "backbone.encoder.layers.{i}.ffn.down.{p}"),
-    ("encoder.layer.{i}.output.LayerNorm.{p}", "backbone.encoder.layers.{i}.ffn_norm.{p}"),
-    ("cls.predictions.transform.dense.{p}", "head.transform.{p}"),
-    ("cls.predictions.transform.LayerNorm.{p}", "head.norm.{p}"),
-    ("cls.predictions.bias", "head.bias"),
-    ("cls.predictions.decoder.weight", "head.decoder.weight"),
-]
+NAMES = ([(hf, f"backbone.{ours}") for hf, ours in BERT_EMBEDDINGS]
+         + [(f"encoder.layer.{{i}}.{hf}", f"backbone.encoder.layers.{{i}}.{ours}") for hf, ours in BERT_BLOCK]
+         + [(hf, f"head.{ours}") for hf, ours in BERT_MLM])
 # transformers keeps a second handle on the MLM output bias (tied to cls.predictions.bias).
 DECODER_BIAS = "cls.predictions.decoder.bias"
 # In the file but not parameters of a masked LM: buffers, BertForPreTraining's pooler and NSP.
@@ -107,7 +84,8 @@ def config_from_hf(hf: dict, source: Path) -> EncoderConfig:
 
 
 def config_to_hf(config: EncoderConfig) -> dict:
-    values = {theirs: getattr(config, ours) for theirs, ours in CONFIG_KEYS.items()}
+    values = {theirs: getattr(config, ours) for theirs, ours in CONFIG_KEYS.items()
+              if getattr(config, ours) is not None}  # None: transformers' own default
     return {"architectures": ["BertForMaskedLM"], "model_type": "bert", **values}
 
 
