@@ -1311,3 +1311,36 @@ def test_transformers_attributes_and_keywords_act_as_they_do_there(minilm_dir, r
     assert batch.to("cpu", non_blocking=True) is batch
     with pytest.raises(bertkit.BertkitError, match="give texts or text, not both"):
         fresh("a", text="b")
+
+
+def test_pad_and_special_tokens_mask_serve_transformers_data_collators(minilm_dir, reference):
+    from transformers import DataCollatorForLanguageModeling, DataCollatorForTokenClassification, DataCollatorWithPadding
+
+    ours = bertkit.load_tokenizer(minilm_dir)
+    texts = ["a short one", "a somewhat longer text, with more words in it", "mid length text"]
+    features = [{**reference(t), "label": i % 2} for i, t in enumerate(texts)]  # lists, as datasets.map gives them
+    for options in (dict(), dict(pad_to_multiple_of=8), dict(padding="max_length", max_length=20)):
+        got, expected = (DataCollatorWithPadding(tok, **options)(features) for tok in (ours, reference))
+        assert set(got) == set(expected), options
+        for key in expected:
+            assert got[key].tolist() == expected[key].tolist(), (options, key)
+    tagged = [{**reference(t), "labels": list(range(len(reference(t)["input_ids"])))} for t in texts]
+    got, expected = (DataCollatorForTokenClassification(tok)(tagged) for tok in (ours, reference))
+    assert {k: v.tolist() for k, v in got.items()} == {k: v.tolist() for k, v in expected.items()}
+    plain = [{"input_ids": reference(t)["input_ids"]} for t in texts]
+    for seed in (0, 1):
+        got, expected = (DataCollatorForLanguageModeling(tok, seed=seed)(plain) for tok in (ours, reference))
+        for key in expected:
+            assert got[key].tolist() == expected[key].tolist(), (seed, key)
+    ids = reference("x y")["input_ids"]
+    assert ours.get_special_tokens_mask(ids, already_has_special_tokens=True) == reference.get_special_tokens_mask(
+        ids, already_has_special_tokens=True)
+    a, b = (reference(t, add_special_tokens=False)["input_ids"] for t in ("x y", "z"))
+    assert ours.get_special_tokens_mask(a, b) == reference("x y", "z", return_special_tokens_mask=True)[
+        "special_tokens_mask"]
+    assert ours.pad({"input_ids": [5, 6]}, padding="max_length", max_length=4) == reference.pad(
+        {"input_ids": [5, 6]}, padding="max_length", max_length=4)
+    assert ours.pad(plain, padding_side="left", return_tensors="np")["input_ids"].tolist() == reference.pad(
+        plain, padding_side="left", return_tensors="np")["input_ids"].tolist()
+    with pytest.raises(bertkit.BertkitError, match="rows of different lengths: tensors need padding"):
+        ours.pad(plain, padding=False, return_tensors="pt")

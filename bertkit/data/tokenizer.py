@@ -329,6 +329,78 @@ class Tokenizer:
             return {k: v.tolist()[0] if one else v.tolist() for k, v in batch.items()}
         return {k: v.numpy() for k, v in batch.items()} if return_tensors == "np" else Encoded(batch)
 
+    # what pad() pads, and with what: the rest of a feature's keys (a label ...) pass through as they are
+    PADDED = {"input_ids": None, "attention_mask": 0, "token_type_ids": 0, "special_tokens_mask": 1}
+
+    def pad(self, encoded_inputs, padding: bool | str = True, max_length: int | None = None,
+            pad_to_multiple_of: int | None = None, padding_side: str | None = None,
+            return_attention_mask: bool | None = None, return_tensors: str | None = None) -> dict:
+        """Pad already-encoded examples into a batch, as transformers' `pad` does (and so as its
+        data collators call it): a list of feature dicts or a dict of lists, each with input_ids;
+        padding True / "longest", "max_length" (to max_length) or False; lengths rounded up to
+        `pad_to_multiple_of`; input_ids padded with the pad id, attention_mask (made when missing,
+        unless return_attention_mask=False) and token_type_ids with 0, special_tokens_mask with 1.
+        Other keys (labels) pass through unpadded; tensors ("pt", "np") need them of one length."""
+        if isinstance(encoded_inputs, (list, tuple)):
+            if not encoded_inputs or not all(isinstance(f, dict) for f in encoded_inputs):
+                raise BertkitError("pad takes a non-empty list of feature dicts or a dict of lists")
+            encoded_inputs = {k: [f[k] for f in encoded_inputs] for k in encoded_inputs[0]}
+        if not isinstance(encoded_inputs, dict) or "input_ids" not in encoded_inputs:
+            raise BertkitError("pad needs features with input_ids")
+        ids = encoded_inputs["input_ids"]
+        one = getattr(ids, "ndim", None) == 1 or (len(ids) > 0 and isinstance(ids[0], (int, np.integer)))
+        if one:  # a single example's ids
+            encoded_inputs = {k: [v] for k, v in encoded_inputs.items()}
+        rows = {k: [list(v.tolist() if hasattr(v, "tolist") else v) for v in values] if k in self.PADDED else
+                list(values) for k, values in encoded_inputs.items()}
+        if return_attention_mask is not False and "attention_mask" not in rows:
+            rows["attention_mask"] = [[1] * len(ids) for ids in rows["input_ids"]]
+        elif return_attention_mask is False:
+            rows.pop("attention_mask", None)
+        padding = {True: "longest", False: "do_not_pad"}.get(padding, padding)
+        if padding not in ("longest", "max_length", "do_not_pad"):
+            raise BertkitError(f"padding must be True, False, 'longest', 'max_length' or 'do_not_pad', got {padding!r}")
+        if padding == "max_length" and max_length is None:
+            raise BertkitError("padding='max_length' needs max_length")
+        if padding != "do_not_pad":
+            target = max_length if padding == "max_length" else max(map(len, rows["input_ids"]))
+            if pad_to_multiple_of:
+                target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
+            left = (padding_side or self._side("padding_side")) == "left"
+            for key, fill in self.PADDED.items():
+                fill = self.pad_token_id if fill is None else fill
+                if key in rows:
+                    rows[key] = [([fill] * (target - len(r)) + r if left else r + [fill] * (target - len(r)))
+                                 if len(r) < target else r for r in rows[key]]
+        if one:
+            rows = {k: v[0] for k, v in rows.items()}
+        if return_tensors is None:
+            return rows
+        if return_tensors not in ("pt", "np"):
+            raise BertkitError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}")
+        try:
+            arrays = {k: np.asarray(v) for k, v in rows.items()}
+            if any(a.dtype == object for a in arrays.values()):
+                raise ValueError
+        except ValueError:
+            raise BertkitError("these features have rows of different lengths: tensors need padding") from None
+        return arrays if return_tensors == "np" else Encoded(
+            {k: torch.from_numpy(a) for k, a in arrays.items()})
+
+    def get_special_tokens_mask(self, token_ids_0, token_ids_1=None, already_has_special_tokens: bool = False
+                                ) -> list[int]:
+        """1 at each special token, 0 at each text token: of ids that already hold them
+        (`already_has_special_tokens`), else of the sequence(s) once framed by the family's special
+        tokens, as transformers' gives it (its MLM collator masks by it)."""
+        if already_has_special_tokens:
+            if token_ids_1 is not None:
+                raise BertkitError("ids that already hold special tokens are one sequence: give no token_ids_1")
+            special = set(self.special_ids)
+            return [int(i in special) for i in (token_ids_0.tolist() if hasattr(token_ids_0, "tolist") else token_ids_0)]
+        parts = self.frame.single if token_ids_1 is None else self.frame.pair
+        return [m for piece, _ in parts for m in ([0] * len(token_ids_0) if piece == "A" else
+                                                  [0] * len(token_ids_1) if piece == "B" else [1])]
+
     def _side(self, key: str) -> str:
         side = self.config.get(key, "right")
         if side not in ("left", "right"):
