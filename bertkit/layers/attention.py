@@ -97,7 +97,8 @@ class SelfAttention(nn.Module):
         bool or None; `query`, shaped like x, when the queries come from another stream than the
         keys and values (DeBERTa's enhanced mask decoder); `rows` (K,), ascending indices into
         x's flattened tokens, when only their outputs are wanted. Returns x's shape, or (K, H)
-        with rows, and, with need_weights, the attention probabilities (B, N, T, T)."""
+        with rows, and, with need_weights, the attention probabilities (B, N, T, T). The textbook
+        computation is `_explicit`; every other branch is a faster way to its numbers."""
         if rows is not None and packing is None and not need_weights and self.plain_scores:
             return self._at_rows(x, mask, query, rows, context), None
         q, k, v = self.project(x, query)
@@ -271,7 +272,7 @@ class SelfAttention(nn.Module):
         pk = F.pad(positions, around, value=far).unfold(1, S, C).reshape(B * n, S)  # (B * n, S)
         keys = None if real is None else F.pad(real, around, value=False).unfold(1, S, C).reshape(B * n, 1, 1, S)
         allowed, stranded = window_mask(keys, pq, pk, w)                       # (B * n, 1, C, S or 1)
-        qc = F.pad(q, (0, 0, *fill)).view(B, N, n, C, D).transpose(1, 2).reshape(B * n, N, C, D)
+        qc = F.pad(q, (0, 0, *fill)).view(B, N, n, C, D).transpose(1, 2).reshape(B * n, N, C, D)  # (B * n, N, C, D)
         kb, vb = (F.pad(t, (0, 0, *around)).unfold(2, S, C)                  # (B, N, n, D, S)
                   .permute(0, 2, 1, 4, 3).reshape(B * n, N, S, D) for t in (k, v))  # (B * n, N, S, D)
         out = self._fused(qc, kb, vb, allowed, None, dropout_p)               # (B * n, N, C, D)

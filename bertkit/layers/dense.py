@@ -240,6 +240,6 @@ class _Linear(torch.autograd.Function):
             g_x = grad @ weight if need[0] else None
         else:
             g_x = linear(g, weight.t()).view(x.shape) if need[0] else None
-        g_w = g.t().mm(x.reshape(-1, x.shape[-1])) if need[1] else None
-        g_b = g.sum(0) if ctx.has_bias and need[2] else None
+        g_w = g.t().mm(x.reshape(-1, x.shape[-1])) if need[1] else None  # (out, in)
+        g_b = g.sum(0) if ctx.has_bias and need[2] else None  # (out,)
         return g_x, g_w, g_b

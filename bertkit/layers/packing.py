@@ -94,8 +94,8 @@ class Packing:
         """keys: (B, T) bool, True = real token (anywhere: left or right padding both work);
         every row holds at least one (masks.key_padding_mask makes an all-padding row all real)."""
         B, T = keys.shape
-        index = keys.reshape(-1).nonzero().squeeze(1)
-        return cls(index, B, T, tuple(keys.sum(1).tolist()), index % T)
+        index = keys.reshape(-1).nonzero().squeeze(1)  # (total,) into the flattened (B * T)
+        return cls(index, B, T, tuple(keys.sum(1).tolist()), index % T)  # positions: (total,)
 
     @functools.cached_property
     def buckets(self) -> tuple[Bucket, ...]:
