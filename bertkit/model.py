@@ -271,7 +271,7 @@ def student_from_teacher(teacher: Model, layers=None, head: str | None = "mlm", 
     widths, len(layers) blocks copied from the teacher's `layers` (default: half of its blocks,
     spread evenly from the first to the last, 0, 2, 4, 7, 9, 11 of 12); `dropout`
     (STUDENT_SETTINGS) replaces the teacher's dropout rates."""
-    from .models.distilbert import DistilBertConfig, copy_from_teacher, default_teacher_layers
+    from .models.distilbert import copy_from_teacher, default_teacher_layers, student_config
 
     if not isinstance(teacher, Model):
         raise BertkitError(f"the teacher must be a Model (bertkit.from_pretrained(path, head='mlm')), "
@@ -283,13 +283,7 @@ def student_from_teacher(teacher: Model, layers=None, head: str | None = "mlm", 
     if not layers or any(not 0 <= i < depth for i in layers) or list(layers) != sorted(set(layers)):
         raise BertkitError(f"teacher layers {','.join(map(str, layers)) or '(none)'}: give increasing block "
                            f"indices in 0..{depth - 1} (the teacher has {depth} blocks)")
-    t = teacher.config
-    config = DistilBertConfig(
-        vocab_size=t.vocab_size, hidden_size=t.hidden_size, num_layers=len(layers), num_heads=t.num_heads,
-        intermediate_size=t.intermediate_size, hidden_act=t.hidden_act, max_positions=t.max_positions,
-        layer_norm_eps=t.layer_norm_eps, pad_token_id=t.pad_token_id, hidden_dropout=t.hidden_dropout,
-        attention_dropout=t.attention_dropout, initializer_range=t.initializer_range,
-        tie_word_embeddings=t.tie_word_embeddings)  # tied, the teacher's decoder would overwrite its embeddings
+    config = student_config(teacher.config, len(layers))
     unknown = sorted(set(dropout) - set(STUDENT_SETTINGS))
     if unknown:
         raise BertkitError(f"a student takes its shape from its teacher; only {', '.join(STUDENT_SETTINGS)} "

@@ -46,6 +46,18 @@ class DistilBertConfig(EncoderConfig):
     classifier_dropout: float | None = 0.2  # DistilBERT's seq_classif_dropout
 
 
+def student_config(teacher: EncoderConfig, depth: int) -> DistilBertConfig:
+    """A student of `depth` blocks in its BERT teacher's shape (Sanh et al., 2019, sec. 3: the
+    widths are kept, only the depth halves), with the teacher's dropout and initialization."""
+    t = teacher
+    return DistilBertConfig(
+        vocab_size=t.vocab_size, hidden_size=t.hidden_size, num_layers=depth, num_heads=t.num_heads,
+        intermediate_size=t.intermediate_size, hidden_act=t.hidden_act, max_positions=t.max_positions,
+        layer_norm_eps=t.layer_norm_eps, pad_token_id=t.pad_token_id, hidden_dropout=t.hidden_dropout,
+        attention_dropout=t.attention_dropout, initializer_range=t.initializer_range,
+        tie_word_embeddings=t.tie_word_embeddings)  # tied, the teacher's decoder would overwrite its embeddings
+
+
 def sinusoidal_table(positions: int, dim: int) -> torch.Tensor:
     """(P, H): sin on even, cos on odd dimensions, wavelength 10000^(2i/H) (Vaswani et al., 3.5)."""
     pos = torch.arange(positions, dtype=torch.float64)[:, None]                  # (P, 1)

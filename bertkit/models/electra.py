@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..config import EncoderConfig, register_preset
+from ..config import EncoderConfig, get_preset, register_preset
 from ..errors import BertkitError
 from ..layers import (Embeddings, EncoderModel, EncoderOutput, FirstTokenHead, Head, MLMHead, build_encoder,
                       classifier_dropout, standard_head)
@@ -136,3 +136,20 @@ register_preset("electra-base-generator", _SMALL.replace(embedding_size=768), GE
 register_preset("electra-large-generator", _SMALL.replace(embedding_size=1024, num_layers=24), GEN.format("large"))
 GENERATOR_FOR = {"electra-small": "electra-small-generator", "electra-base": "electra-base-generator",
                  "electra-large": "electra-large-generator"}
+
+
+def generator_config(preset: str, disc: ElectraConfig, overrides: dict) -> ElectraConfig:
+    """ELECTRA's generator for discriminator config `disc` (the preset's, with `overrides`): the
+    preset generator's width as a fraction of its discriminator's (1/3 for base, 1/4 for large,
+    1 for small, as Google released them; Clark et al., 2020, sec. 3.2 find 1/4 to 1/2 best),
+    applied to `disc`'s: heads = that fraction of disc's heads (at least one), hidden = that
+    fraction of disc's hidden size rounded to a multiple of the heads, the FFN scaled alike.
+    Overriding the discriminator's width so keeps the generator smaller; the other overrides
+    (depth, vocabulary, embedding size, dropout ...) apply to both. Without overrides it is the
+    preset generator."""
+    full, small = get_preset(preset).config, get_preset(GENERATOR_FOR[preset]).config
+    fraction = small.hidden_size / full.hidden_size
+    heads = max(1, round(disc.num_heads * fraction))
+    hidden = heads * max(1, round(disc.hidden_size * fraction / heads))
+    return small.replace(**overrides).replace(num_heads=heads, hidden_size=hidden,
+                                              intermediate_size=round(disc.intermediate_size * hidden / disc.hidden_size))

@@ -81,7 +81,7 @@ def build_objective(name: str, preset: str, teacher: str | None = None,
     if name == "rtd":
         from ..config import get_preset
         from ..models.deberta import V3_PRESETS
-        from ..models.electra import GENERATOR_FOR
+        from ..models.electra import GENERATOR_FOR, generator_config
 
         if preset in V3_PRESETS:
             from .gdes import build_pair
@@ -126,23 +126,3 @@ def _trained_masked_lm(source: str):
             raise BertkitError(f"teacher {source}: the checkpoint has no trained masked-LM head (its MLM weights "
                                "are missing), so its soft targets would be random; give a masked-LM checkpoint "
                                "(e.g. BertForMaskedLM or BertForPreTraining)") from None
-
-
-def generator_config(preset: str, disc, overrides: dict):
-    """ELECTRA's generator for discriminator config `disc` (the preset's, with `overrides`): the
-    preset generator's width as a fraction of its discriminator's (1/3 for base, 1/4 for large,
-    1 for small, as Google released them; Clark et al., 2020, sec. 3.2 find 1/4 to 1/2 best),
-    applied to `disc`'s: heads = that fraction of disc's heads (at least one), hidden = that
-    fraction of disc's hidden size rounded to a multiple of the heads, the FFN scaled alike.
-    Overriding the discriminator's width so keeps the generator smaller; the other overrides
-    (depth, vocabulary, embedding size, dropout ...) apply to both. Without overrides it is the
-    preset generator."""
-    from ..config import get_preset
-    from ..models.electra import GENERATOR_FOR
-
-    full, small = get_preset(preset).config, get_preset(GENERATOR_FOR[preset]).config
-    fraction = small.hidden_size / full.hidden_size
-    heads = max(1, round(disc.num_heads * fraction))
-    hidden = heads * max(1, round(disc.hidden_size * fraction / heads))
-    return small.replace(**overrides).replace(num_heads=heads, hidden_size=hidden,
-                                              intermediate_size=round(disc.intermediate_size * hidden / disc.hidden_size))
