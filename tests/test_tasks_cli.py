@@ -239,6 +239,13 @@ def test_predict_classify_from_arguments_and_files_agree(capsys, classifier, tmp
         assert r["label"] in ("negative", "positive")
         assert set(r["scores"]) == {"negative", "positive"}
         assert r["score"] == pytest.approx(max(r["scores"].values()), abs=1e-6)
+    # --top-k keeps the k most probable classes, most probable first
+    code, out, _ = run(capsys, "predict", "classify", "--model", classifier, "--top-k", "1", *texts)
+    for full, top in zip(from_args, json_lines(out)):
+        best = max(full["scores"], key=full["scores"].get)
+        assert code == 0 and top["scores"] == {best: full["scores"][best]} and top["label"] == best
+    code, _, err = run(capsys, "predict", "classify", "--model", classifier, "--top-k", "0", texts[0])
+    assert code == 2 and "--top-k must be at least 1, got 0" in err
     lines = tmp_path / "in.txt"
     lines.write_text(f"{texts[0]}\n\n{json.dumps({'text': texts[1]})}\n{texts[2]}\n", encoding="utf-8")
     code, out, err = run(capsys, "predict", "classify", "--model", classifier, "--input", lines)

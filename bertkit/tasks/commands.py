@@ -286,7 +286,10 @@ def cmd_classify(args) -> None:
         records[0]["text_pair"] = args.text_pair
     # each input on its own terms, as finetune and evaluate read a table: a missing or empty text_pair is none
     pairs = [r.get("text_pair") for r in records] if any(r.get("text_pair") for r in records) else None
-    _write_lines(classify(args.model, [r["text"] for r in records], pairs, **_common(args, len(records))))
+    if args.top_k is not None and args.top_k < 1:
+        raise BertkitError(f"--top-k must be at least 1, got {args.top_k}")
+    _write_lines(classify(args.model, [r["text"] for r in records], pairs, top_k=args.top_k,
+                          **_common(args, len(records))))
 
 
 def cmd_tag(args) -> None:
@@ -502,6 +505,9 @@ def add_parsers(sub, predict_modes) -> None:
                                  description=f"{PREDICT_INPUT}: text, text_pair.")
     _predict_flags(m, "classification or regression", columns=("text", "pair"))
     m.add_argument("--text-pair", dest="text_pair", help="the second text, with one positional text")
+    m.add_argument("--top-k", dest="top_k", type=int, metavar="K",
+                   help="keep only the K most probable classes in each line's scores, most probable first (all, in "
+                   "the model's order, by default)")
     m.set_defaults(func=cmd_classify)
 
     m = predict_modes.add_parser("tag", help="a tag per word (JSON lines)",

@@ -575,14 +575,18 @@ def evaluate(model, task: str | None, data, split: str = "test", tokenizer=None,
 
 def classify(model, texts: list[str], text_pairs: list[str | None] | None = None, batch_size: int = 64,
              max_length: int | None = None, bf16: bool = False, tokenizer=None,
-             progress: bool = False) -> list[dict]:
+             progress: bool = False, top_k: int | None = None) -> list[dict]:
     """{"text", ("text_pair"), "label", "score", "scores"} per text (a regression model: "value").
+    "scores" holds every class's probability in the model's order, or with `top_k` the k most
+    probable, most probable first (a model of a thousand classes otherwise writes them all).
     Each text is read on its own terms: with its pair, or alone where its pair is "" or None
     (transformers' tokenizer and pipeline read an empty pair as none), and the result has
     "text_pair" only where there is one. `progress` shows a bar over the batches (so do tag and
     answer)."""
     check_texts(texts)
     check_count(batch_size)
+    if top_k is not None:
+        check_count(top_k, "top_k")
     if text_pairs is not None:  # None or "" in it: that text has no pair, as transformers' tokenizer reads ""
         given = isinstance(text_pairs, (list, tuple))
         check_texts([p if p is not None else "" for p in text_pairs] if given else text_pairs, "text_pairs")
@@ -594,6 +598,10 @@ def classify(model, texts: list[str], text_pairs: list[str | None] | None = None
         raise BertkitError(f"this is a model for {name}, not a text classifier")
     examples = [TextExample(t, (text_pairs[i] or None) if text_pairs else None) for i, t in enumerate(texts)]
     results = job.predict(model, examples, batch_size, length, settings.bf16, progress=progress)
+    if top_k is not None:
+        for r in results:
+            if "scores" in r:
+                r["scores"] = dict(sorted(r["scores"].items(), key=lambda kv: -kv[1])[:top_k])
     return [{"text": e.text, **({"text_pair": e.text_pair} if e.text_pair else {}), **r}
             for e, r in zip(examples, results)]
 
