@@ -386,6 +386,14 @@ class _Parser(argparse.ArgumentParser):
         near = difflib.get_close_matches(option.split("=", 1)[0], self._options(), n=1)
         return f"unrecognized arguments: {shown}" + (f" (did you mean {near[0]}?)" if near else "")
 
+    def _print_message(self, message: str, file=None) -> None:
+        """argparse drops a failed write of --help or --version (a full disk) without a word; here
+        it reaches main, which says it. Usage errors still go to stderr as argparse sends them."""
+        if message:
+            (file or sys.stderr).write(message)
+            if file is sys.stdout:
+                file.flush()
+
     def error(self, message: str):
         """argparse takes a value such as -1,5 or -hi for an option of its own: the way to give it."""
         import re

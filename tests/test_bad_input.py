@@ -1,5 +1,6 @@
 """Bad checkpoints give one clear line naming the problem, and a non-zero exit with no traceback."""
 
+import io
 import json
 import os
 import pickle
@@ -409,6 +410,22 @@ def test_a_name_too_long_for_the_file_system_is_one_line(capsys):
     assert main(["info", "L" * 300]) == 2
     err = capsys.readouterr().err
     assert err.startswith("bertkit: error: File name too long: LLL") and len(err.strip().splitlines()) == 1, err
+
+
+def test_help_and_version_that_cannot_be_written_are_one_error_line(monkeypatch, capsys):
+    # argparse dropped the failed write and the command exited 0 with nothing written
+    import errno
+
+    from bertkit.cli import main
+
+    class Full(io.StringIO):
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    for argv in (["--help"], ["--version"], ["finetune", "--help"]):
+        monkeypatch.setattr(sys, "stdout", Full())
+        assert main(argv) == 2, argv
+        assert capsys.readouterr().err.strip() == "bertkit: error: No space left on device (while writing)"
 
 
 @pytest.mark.slow  # (three processes of their own: ~10 s)
