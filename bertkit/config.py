@@ -50,8 +50,8 @@ class FieldTypeError(BertkitError):
     inside torch when the model is built. `field` and `problem` let the reader of a file name the
     file's own key (interop/hf.py: hidden_dropout_prob for hidden_dropout)."""
 
-    def __init__(self, field: str, problem: str):
-        super().__init__(f"config: {field} {problem}")
+    def __init__(self, field: str, problem: str, what: str = "config"):
+        super().__init__(f"{what}: {field} {problem}")
         self.field, self.problem = field, problem
 
 
@@ -74,7 +74,7 @@ def check_field_types(settings: Any, what: str | None = None) -> None:
     for f in dataclasses.fields(settings):
         problem = _type_problem(type(settings), f.name, getattr(settings, f.name))
         if problem:
-            raise BertkitError(f"{what or type(settings).__name__}: {f.name} {problem}")
+            raise FieldTypeError(f.name, problem, what or type(settings).__name__)
 
 
 @dataclass(frozen=True)
@@ -109,9 +109,7 @@ class EncoderConfig:
             if isinstance(getattr(self, f.name), list) and "tuple" in _field_types(type(self))[f.name]:
                 # (JSON's and a caller's lists: a tuple keeps the frozen config hashable and equal)
                 object.__setattr__(self, f.name, tuple(getattr(self, f.name)))
-            problem = _type_problem(type(self), f.name, getattr(self, f.name))
-            if problem:
-                raise FieldTypeError(f.name, problem)
+        check_field_types(self, "config")
         positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                     "max_positions", "num_labels")
         for name in positive:
