@@ -174,18 +174,13 @@ def cmd_fill_mask(args) -> None:
     if args.top_k < 1:
         raise BertkitError(f"--top-k must be at least 1, got {args.top_k}")
     from .tasks.commands import read_inputs, shows_progress
-    from .tasks.fillmask import check_masked_lm, fill_mask, masked_lm
+    from .tasks.fillmask import fill_mask
 
     texts = [r["text"] for r in read_inputs(args, ("text",), ("text",))]
     targets = args.targets.split(",") if args.targets is not None else None  # spaces kept: " good" is BPE's Ġgood
     if targets is not None and not all(targets):
         raise BertkitError(f"--targets: an empty word in {args.targets!r} (comma-separated words)")
-    model = masked_lm(args.model)
-    check_masked_lm(model, args.model)
-    if model.tokenizer is None and args.tokenizer is None:
-        raise BertkitError(f"{args.model}: holds no tokenizer files; give one with --tokenizer (a checkpoint "
-                           "directory, tokenizer.json, vocab.txt, vocab.json or spm.model)")
-    results = fill_mask(model, texts, args.top_k, targets, args.batch_size, progress=shows_progress(len(texts)),
+    results = fill_mask(args.model, texts, args.top_k, targets, args.batch_size, progress=shows_progress(len(texts)),
                         tokenizer=args.tokenizer)
     if args.json:
         for r in results:

@@ -9,6 +9,7 @@ its `targets` too. The vocabulary projection runs only at the masks (`masked_pos
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 
@@ -110,8 +111,9 @@ def fill_mask(model, texts: list[str], top_k: int = 5, targets: list[str] | None
     tok = model.tokenizer
     check_masked_lm(model, source)
     if tok is None:
-        raise BertkitError("the model has no tokenizer (its folder holds no tokenizer files): pass one (tokenizer: "
-                           "a checkpoint directory, tokenizer.json, vocab.txt, vocab.json or spm.model)")
+        where = source if isinstance(source, (str, os.PathLike)) else "the model"
+        raise BertkitError(f"{where}: holds no tokenizer files; give one with --tokenizer (tokenizer= in Python): "
+                           "a checkpoint directory, tokenizer.json, vocab.txt, vocab.json or spm.model")
     if tok.mask_token is None:
         raise BertkitError("the model's tokenizer has no mask token")
     if tok.mask_token_id >= model.config.vocab_size:  # added to the tokenizer, unknown to the model
