@@ -216,6 +216,10 @@ def test_a_folder_is_read_file_by_file_by_kind_leaving_out_hidden_and_binary_fil
     with pytest.warns(DataWarning, match=r"corpus: skipped 1 file\(s\) that are not UTF-8 text .*img.png"):
         documents = _documents(open_corpus(folder))
     assert documents == ["A note.", "Another note.", "a json row", 'A "quoted" tsv row.']
+    # what the folder reads decides what lies inside it for pretrain's --out check: not a hidden folder
+    from bertkit.data.corpora import reads_into
+
+    assert reads_into(folder, folder / "sub" / "run") and not reads_into(folder, folder / ".git" / "run")
     utf16 = tmp_path / "notepad.txt"
     utf16.write_bytes("A first line.\n\nA second.\n".encode("utf-16"))
     with pytest.raises(bertkit.BertkitError, match="notepad.txt: UTF-16 text .*save it as UTF-8"):

@@ -426,9 +426,10 @@ class HubDataset(Corpus):
 
 
 def _walk(root: Path) -> tuple[list[Path], set[str]]:
-    """Every file under `root`, following linked folders as linked files are followed (rglob
-    skipped a linked folder's documents without a word), and the real folders they are in; a
-    folder reached twice (a link back up, or two links to one folder) is read once."""
+    """Every file a corpus folder reads under `root`, following linked folders as linked files
+    are followed (rglob skipped a linked folder's documents without a word), and the real folders
+    they are in; a folder reached twice (a link back up, or two links to one folder) is read once.
+    Hidden files and folders (.git) and __pycache__ below `root` are left out."""
     seen: set[str] = set()
     files: list[Path] = []
     for folder, subfolders, names in os.walk(root, followlinks=True):
@@ -437,14 +438,24 @@ def _walk(root: Path) -> tuple[list[Path], set[str]]:
             subfolders[:] = []
             continue
         seen.add(real)
-        files += [Path(folder) / n for n in names if (Path(folder) / n).is_file()]
+        subfolders[:] = [s for s in subfolders if not _hidden(s)]
+        files += [Path(folder) / n for n in names if not _hidden(n) and (Path(folder) / n).is_file()]
     return files, seen
 
 
+def _hidden(name: str) -> bool:
+    return name.startswith(".") or name == "__pycache__"
+
+
 def reads_into(root: Path, path: Path) -> bool:
-    """Whether a corpus folder `root` would read files under `path` (itself, or through a link)."""
+    """Whether a corpus folder `root` would read files under `path` (itself, or through a link):
+    `path` is a folder it reads, or lies in one, not under a hidden name there."""
     real = os.path.realpath(path)
-    return any(real == folder or real.startswith(folder.rstrip(os.sep) + os.sep) for folder in _walk(root)[1])
+    for folder in _walk(root)[1]:
+        below = real.removeprefix(folder.rstrip(os.sep) + os.sep)
+        if real == folder or (below != real and not _hidden(below.split(os.sep)[0])):
+            return True
+    return False
 
 
 def open_corpus(spec: str | Path, field: str = "text", split: str = "train") -> Corpus:
@@ -456,8 +467,7 @@ def open_corpus(spec: str | Path, field: str = "text", split: str = "train") -> 
         return BuiltinCorpus(text, split)
     path = Path(text).expanduser()
     if path.is_dir():
-        files = tuple(sorted(p for p in _walk(path)[0] if not any(
-            part.startswith(".") or part == "__pycache__" for part in p.relative_to(path).parts)))
+        files = tuple(sorted(_walk(path)[0]))
         if not files:
             raise BertkitError(f"{path}: the folder has no files")
         return Folder(files, field, name=path.name)
