@@ -161,18 +161,25 @@ def say(*parts) -> None:
 
 
 def pick_device(name: str):
+    """The device `name` names (auto: cuda when available, else cpu), checked. Under torchrun, a
+    cuda without an index is this process's own GPU, cuda:LOCAL_RANK, as torchrun means it: every
+    process on GPU 0 could not start NCCL."""
+    import os
+
     import torch
 
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         device = torch.device(name)
     except RuntimeError:
         raise BertkitError(f"unknown device {name!r} (use auto, cpu, cuda, cuda:1, ...)") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise BertkitError(f"device {name} asked for, but torch sees no CUDA device")
+    if device.type == "cuda" and device.index is None and os.environ.get("LOCAL_RANK") is not None:
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise BertkitError(f"device {name} asked for, but torch sees {torch.cuda.device_count()} CUDA device(s)")
+        raise BertkitError(f"device {device} asked for, but torch sees {torch.cuda.device_count()} CUDA device(s)")
     return device
 
 
@@ -181,8 +188,8 @@ def native_bf16(device) -> bool:
     emulation): CUDA with bf16 support, or a CPU with AVX512-BF16 or AMX."""
     import torch
 
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
+    if device.type == "cuda":  # compute capability 8 (Ampere) on; is_bf16_supported() counts emulation too
+        return torch.cuda.get_device_capability(device)[0] >= 8
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:

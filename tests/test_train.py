@@ -614,3 +614,23 @@ def test_a_batch_without_what_the_objective_reads_is_one_error(reviews, tokenize
     with pytest.raises(bertkit.BertkitError, match="a batch is a dict of tensors by name, not Tensor"):
         MaskedLM(model)(batch_at(0)["input_ids"])
     assert torch.isfinite(MaskedLM(model)(batch_at(0)).loss)
+
+
+def test_under_torchrun_cuda_is_each_process_s_own_gpu_and_bf16_needs_the_hardware(monkeypatch):
+    """Without a GPU here, torch.cuda is stood in for: every torchrun process took cuda (GPU 0),
+    and NCCL cannot run two processes on one GPU; a T4 (compute capability 7.5) emulates bf16,
+    so precision auto picked a slower path than fp32."""
+    from bertkit.pretraining import native_bf16, pick_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert pick_device("auto") == pick_device("cuda") == torch.device("cuda")  # no torchrun: as asked
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert pick_device("auto") == pick_device("cuda") == torch.device("cuda", 1)
+    assert pick_device("cuda:0") == torch.device("cuda", 0) and pick_device("cpu") == torch.device("cpu")
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    with pytest.raises(bertkit.BertkitError, match="device cuda:2 asked for, but torch sees 2 CUDA device"):
+        pick_device("cuda")
+    for capability, native in (((7, 5), False), ((8, 0), True), ((9, 0), True)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
+        assert native_bf16(torch.device("cuda", 1)) is native, capability

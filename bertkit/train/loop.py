@@ -494,6 +494,8 @@ def _distributed(device: torch.device) -> tuple[int, int]:
     if not dist.is_available():
         return 0, 1
     if not dist.is_initialized() and launch_processes() > 1:
+        if device.type == "cuda":  # NCCL's communicator on this process's own GPU
+            torch.cuda.set_device(device)
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
