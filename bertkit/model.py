@@ -101,10 +101,13 @@ class Model(nn.Module):
 
     def _head(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
         """The head's outputs; a head whose scores are compared runs in fp32 under bf16 autocast
-        (Head.fp32_scores), on the encoder's states as they are."""
+        (Head.fp32_scores), on the encoder's states as they are, where its weights are fp32 (a
+        model cast to fp16 / bf16 runs its head as autocast runs it: fp32 states would meet half
+        weights)."""
         device = out.last_hidden_state.device.type
+        weight = next(self.head.parameters(), None)
         if not (self.head.fp32_scores and torch.amp.is_autocast_available(device)  # (not on meta)
-                and torch.is_autocast_enabled(device)):
+                and torch.is_autocast_enabled(device) and weight is not None and weight.dtype == torch.float32):
             return self.head(out)
         exact = {k: getattr(out, k).float() for k in ("last_hidden_state", "pooler_output")
                  if getattr(out, k) is not None}

@@ -914,3 +914,10 @@ def test_heads_whose_scores_are_compared_run_in_fp32_under_bf16_autocast(name):
             continue
         assert scores and all(s.dtype == torch.float32 for s in scores), head
         assert any(not torch.equal(s, s.bfloat16().float()) for s in scores), head  # not bf16 values in fp32
+        # a model cast to half precision runs its head as autocast does: fp32 states met half weights (an error)
+        for dtype in (torch.bfloat16, torch.float16):
+            half = bertkit.build(config, head=head).eval().to(dtype)
+            with torch.no_grad(), torch.autocast("cpu", dtype):
+                out = half(*inputs)
+            assert all(torch.isfinite(s).all() for s in (out.logits, out.start_logits, out.end_logits)
+                       if s is not None), (head, dtype)
