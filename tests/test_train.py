@@ -634,3 +634,21 @@ def test_under_torchrun_cuda_is_each_process_s_own_gpu_and_bf16_needs_the_hardwa
     for capability, native in (((7, 5), False), ((8, 0), True), ((9, 0), True)):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
         assert native_bf16(torch.device("cuda", 1)) is native, capability
+
+
+def test_a_checkpoint_written_on_a_gpu_resumes_on_a_cpu(tmp_path, monkeypatch):
+    """Its optimizer state was saved on CUDA: loading it without a GPU failed as 'unreadable'.
+    (torch.save is told its storages are CUDA's, as it records them on a GPU machine.)"""
+    import torch.serialization as serialization
+
+    from bertkit.train import checkpoint
+
+    model = bertkit.build("bert-base", head="mlm", vocab_size=50, **TINY)
+    state = {"optimizer": {"state": {0: {"exp_avg": torch.ones(3)}}, "param_groups": []}, "step": 5,
+             "elapsed": 1.0, "tokens": 10}
+    with monkeypatch.context() as patch:
+        patch.setattr(serialization, "location_tag", lambda storage: "cuda:0")
+        path = checkpoint.save(tmp_path, 5, {"": model}, state, keep=2)
+    loaded = checkpoint.load(path, {"": model})
+    assert loaded["step"] == 5 and torch.equal(loaded["optimizer"]["state"][0]["exp_avg"], torch.ones(3))
+    assert "cuda" not in loaded["rng"]  # a CPU run keeps no GPU's stream (and starts no CUDA for it)

@@ -51,17 +51,19 @@ def save_final(models: dict, root: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def rng_state() -> dict:
-    """Every generator's state, in plain values and tensors (what weights_only loads)."""
+def rng_state(device: torch.device | None = None) -> dict:
+    """Every generator's state, in plain values and tensors (what weights_only loads): the CPU's,
+    and the training GPU's when it trains on one (not every visible GPU's: a CPU run would start
+    CUDA on each, and a machine with fewer GPUs could not take them back)."""
     key, keys, position, has_gauss, gauss = np.random.get_state()
     numpy = {"key": key, "keys": keys.tolist(), "position": position, "has_gauss": has_gauss, "gauss": gauss}
     state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": numpy}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device is not None and device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def set_rng_state(state: dict) -> None:
+def set_rng_state(state: dict, device: torch.device | None = None) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     numpy = state["numpy"]
@@ -69,11 +71,18 @@ def set_rng_state(state: dict) -> None:
         numpy = (numpy["key"], np.array(numpy["keys"], dtype=np.uint32), numpy["position"], numpy["has_gauss"],
                  numpy["gauss"])
     np.random.set_state(numpy)  # (a tuple in checkpoints of earlier bertkit)
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    cuda = state.get("cuda")
+    if cuda is not None and device is not None and device.type == "cuda":
+        if isinstance(cuda, (list, tuple)):  # earlier checkpoints: every visible GPU's, by index
+            index = torch.cuda.current_device() if device.index is None else device.index
+            if index >= len(cuda):
+                return  # saved where this GPU index did not exist: its stream stays as seeded
+            cuda = cuda[index]
+        torch.cuda.set_rng_state(cuda, device)
 
 
-def save(root: Path, step: int, models: dict, trainer_state: dict, keep: int) -> Path:
+def save(root: Path, step: int, models: dict, trainer_state: dict, keep: int,
+         device: torch.device | None = None) -> Path:
     """Write checkpoints/step-N atomically and drop all but the newest `keep`."""
     folder = root / "checkpoints"
     folder.mkdir(parents=True, exist_ok=True)
@@ -81,7 +90,7 @@ def save(root: Path, step: int, models: dict, trainer_state: dict, keep: int) ->
     tmp = staging_dir(folder, ".writing-")
     try:
         save_models(models, tmp)
-        torch.save({**trainer_state, "rng": rng_state()}, tmp / STATE)
+        torch.save({**trainer_state, "rng": rng_state(device)}, tmp / STATE)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -114,7 +123,7 @@ def load(checkpoint: Path, models: dict) -> dict:
         raise BertkitError(f"{path}: missing; the checkpoint was not written completely{advice}")
     try:
         with torch.serialization.safe_globals(list(EARLIER_GLOBALS)):
-            state = torch.load(path, weights_only=True)
+            state = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as e:  # truncated, not a torch file, unpickling errors: one line, not a traceback
         if refused_global(e):  # an object of a class weights_only does not allow, e.g. os.system
             raise BertkitError(f"{path}: refused to unpickle: it holds Python objects a trainer state never holds "

@@ -166,10 +166,11 @@ class Trainer:
         state = self._state()
         if self.world > 1:  # every process's random state (its dropout and sampling streams), for resume
             state["rng_by_rank"] = [None] * self.world
-            dist.all_gather_object(state["rng_by_rank"], checkpoint.rng_state())
+            dist.all_gather_object(state["rng_by_rank"], checkpoint.rng_state(self.device))
         if self.is_main:
             with self._saving(f"a checkpoint at step {self.step}"):
-                path = checkpoint.save(self.out, self.step, self.objective.models(), state, self.settings.keep)
+                path = checkpoint.save(self.out, self.step, self.objective.models(), state, self.settings.keep,
+                                       self.device)
         if self.world > 1:
             dist.barrier()  # nobody runs ahead of a checkpoint still being written
         return path
@@ -200,7 +201,7 @@ class Trainer:
         # each process's own stream back (one process's run has only "rng"); a process the run
         # did not have gets a stream of its own, as a fresh run's processes do
         streams = state.get("rng_by_rank") or [state["rng"]]
-        checkpoint.set_rng_state(streams[min(self.rank, len(streams) - 1)])
+        checkpoint.set_rng_state(streams[min(self.rank, len(streams) - 1)], self.device)
         if self.rank >= len(streams):
             torch.manual_seed(process_seed(self.settings.seed, self.rank, self.step))
         if self.is_main and self.log_path.exists():  # drop log lines written after this checkpoint
