@@ -115,3 +115,20 @@ def test_embeddings_of_a_model_on_cuda_equal_the_cpus(minilm_dir, reviews):
     on_cpu = embed(model, reviews[:8])
     on_gpu = embed(model.to(CUDA), reviews[:8])
     assert on_gpu.device.type == "cpu" and (on_cpu - on_gpu).abs().max().item() <= 1e-4
+
+
+def test_fill_mask_with_a_model_on_cuda_equals_the_cpus(tokenizer):
+    # its batches stayed on the CPU (an error against a model on CUDA), and so did its target ids
+    from bertkit.tasks import fill_mask
+
+    torch.manual_seed(0)
+    model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, num_layers=2, hidden_size=64,
+                          num_heads=4, intermediate_size=128)
+    model.tokenizer = tokenizer
+    texts = ["a [MASK] film.", "the [MASK] was [MASK]."]
+    for targets in (None, ["good", "bad"]):
+        on_cpu = fill_mask(model, texts, top_k=2, targets=targets)
+        on_gpu = fill_mask(model.to(CUDA), texts, top_k=2, targets=targets)
+        model.to("cpu")
+        assert [[p["id"] for p in r["predictions"]] for r in on_gpu] == [[p["id"] for p in r["predictions"]]
+                                                                        for r in on_cpu]

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from ..data.corpora import DataWarning
 from ..errors import BertkitError
-from .base import check_count, check_texts, leave_bar, length_batches, report_truncated, serving
+from .base import check_count, check_texts, device_of, leave_bar, length_batches, report_truncated, serving
 
 
 def masked_lm(source):
@@ -150,13 +150,16 @@ def fill_mask(model, texts: list[str], top_k: int = 5, targets: list[str] | None
         lengths = [len(ids) + tok.frame.specials(pair=False) for ids in tok.encode_plain(texts)]
         report_truncated(sum(n > limit for n in lengths), len(texts), limit)
     found: list[list[dict]] = [[] for _ in texts]
+    device = device_of(model)
+    if chosen is not None:
+        chosen = chosen.to(device)
     with evaluating(model), torch.no_grad(), serving(model, len(batches)):
         for chunk, batch in tqdm(list(zip(chunks, batches)), disable=not progress, desc="filling masks",
                                  unit="batch", leave=leave_bar()):
             masked = batch["input_ids"] == tok.mask_token_id  # (B, T)
-            logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
-                           masked_positions=masked).logits  # (K, V), the masks in row-major order
-            probs = logits.float().softmax(-1)  # (K, V)
+            logits = model(batch["input_ids"].to(device), batch["attention_mask"].to(device),
+                           batch["token_type_ids"].to(device), masked_positions=masked.to(device)).logits
+            probs = logits.float().softmax(-1)  # (K, V), the masks in row-major order
             if chosen is None:
                 top = probs[:, :listed].topk(min(top_k, listed))
                 scores, ids = top.values.tolist(), top.indices.tolist()

@@ -73,8 +73,10 @@ def mlm_logits(model, text: str, top_k: int = 8) -> tuple[list[float], list[str]
     positions = (encoded.ids[0] == tok.mask_token_id).nonzero().flatten().tolist()
     if not positions:
         raise BertkitError(f"no {tok.mask_token} in {text!r}: the logits are read at the first mask")
+    device = next(model.parameters()).device
     with torch.no_grad():
-        logits = model(encoded.ids, torch.ones_like(encoded.ids), encoded.types).logits[0, positions[0]].float()
+        ids = encoded.ids.to(device)
+        logits = model(ids, torch.ones_like(ids), encoded.types.to(device)).logits[0, positions[0]].float().cpu()
     top = logits.topk(min(top_k, logits.shape[-1]))
     ids = top.indices.tolist()
     rest = np.delete(logits.double().numpy(), ids)
