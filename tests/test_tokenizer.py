@@ -1249,6 +1249,8 @@ def test_transformers_tokenizer_names_give_what_transformers_gives(minilm_dir, r
             assert ours.convert_tokens_to_ids(tokens) == theirs.convert_tokens_to_ids(tokens), (name, text)
         assert ours.convert_tokens_to_ids("no-such-token-here") == theirs.convert_tokens_to_ids("no-such-token-here")
         assert ours.model_max_length == theirs.model_max_length, name
+        for key in ("bos_token", "eos_token", "bos_token_id", "eos_token_id"):
+            assert getattr(ours, key) == getattr(theirs, key), (name, key)
         # saved alone, it loads in transformers as the same tokenizer
         ours.save_pretrained(tmp_path / f"saved-{name}")
         again = transformers.AutoTokenizer.from_pretrained(tmp_path / f"saved-{name}")
@@ -1277,10 +1279,11 @@ def test_transformers_attributes_and_keywords_act_as_they_do_there(minilm_dir, r
         assert kept[key].tolist() == expected[key].tolist(), key
     ours.pad_token, theirs.pad_token = "[UNK]", "[UNK]"
     assert ours.pad_token_id == theirs.pad_token_id == 100 and ours.pad_token == "[UNK]"
+    ours.eos_token = "[SEP]"  # one BERT's files do not name: kept and saved too
     ours.save_pretrained(tmp_path)
     again = transformers.AutoTokenizer.from_pretrained(tmp_path)
-    assert (again.padding_side, again.truncation_side, again.model_max_length, again.pad_token) == (
-        "left", "left", 6, "[UNK]")
+    assert (again.padding_side, again.truncation_side, again.model_max_length, again.pad_token, again.eos_token) == (
+        "left", "left", 6, "[UNK]", "[SEP]")
     for bad, said in ((("padding_side", "middle"), "padding_side must be 'left' or 'right'"),
                       (("pad_token", "[NOPE]"), "pad_token: '\\[NOPE\\]' is not a token of this vocabulary"),
                       (("model_max_length", 0), "model_max_length must be a positive whole number, got 0")):

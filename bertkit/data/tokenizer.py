@@ -185,6 +185,8 @@ class Tokenizer:
     cls_token = _named_token("cls_token")
     sep_token = _named_token("sep_token")
     unk_token = _named_token("unk_token")
+    bos_token = _named_token("bos_token")
+    eos_token = _named_token("eos_token")
     del _named_token
 
     # transformers' names for the other named tokens' ids (None where the tokenizer names none)
@@ -192,6 +194,8 @@ class Tokenizer:
     cls_token_id = property(lambda self: self._special_id("cls_token"))
     sep_token_id = property(lambda self: self._special_id("sep_token"))
     unk_token_id = property(lambda self: self._special_id("unk_token"))
+    bos_token_id = property(lambda self: self._special_id("bos_token"))
+    eos_token_id = property(lambda self: self._special_id("eos_token"))
 
     @property
     def vocab_size(self) -> int:
@@ -218,9 +222,7 @@ class Tokenizer:
     def encode(self, text: str, text_pair: str | None = None, add_special_tokens: bool = True) -> list[int]:
         """Ids with the family's special tokens (without them if not `add_special_tokens`), like
         `transformers`' `encode` (which, like this, treats an empty `text_pair` as no pair)."""
-        for name, value in (("text", text), ("text_pair", text_pair)):
-            if not isinstance(value, str) and not (name == "text_pair" and value is None):
-                raise BertkitError(f"{name} must be a string, not {type(value).__name__}")
+        _check_text_and_pair(text, text_pair)
         with self._lock:
             return self.backend.encode(text, text_pair or None, add_special_tokens=add_special_tokens).ids
 
@@ -396,7 +398,8 @@ class Tokenizer:
             if token_ids_1 is not None:
                 raise BertkitError("ids that already hold special tokens are one sequence: give no token_ids_1")
             special = set(self.special_ids)
-            return [int(i in special) for i in (token_ids_0.tolist() if hasattr(token_ids_0, "tolist") else token_ids_0)]
+            ids = token_ids_0.tolist() if hasattr(token_ids_0, "tolist") else token_ids_0
+            return [int(i in special) for i in ids]
         parts = self.frame.single if token_ids_1 is None else self.frame.pair
         return [m for piece, _ in parts for m in ([0] * len(token_ids_0) if piece == "A" else
                                                   [0] * len(token_ids_1) if piece == "B" else [1])]
@@ -454,9 +457,7 @@ class Tokenizer:
     def tokenize(self, text: str, text_pair: str | None = None, add_special_tokens: bool = False) -> list[str]:
         """The tokens of a text (and its pair), without the special tokens unless asked: what
         transformers' tokenize gives."""
-        for name, value in (("text", text), ("text_pair", text_pair)):
-            if not isinstance(value, str) and not (name == "text_pair" and value is None):
-                raise BertkitError(f"{name} must be a string, not {type(value).__name__}")
+        _check_text_and_pair(text, text_pair)
         with self._lock:
             return self.backend.encode(text, text_pair or None, add_special_tokens=add_special_tokens).tokens
 
@@ -1155,6 +1156,13 @@ def _check_slow_class(path: Path, cls: str | None) -> None:
     if isinstance(model_type, str) and model_type not in MODEL_TYPE_TOKENIZERS:
         raise BertkitError(f"{model_file}: model_type {model_type!r}: bertkit does not know how its tokenizer reads "
                            f"{path.name}; a tokenizer.json of it would be read as is")
+
+
+def _check_text_and_pair(text, text_pair) -> None:
+    """One text (a string) and perhaps its pair: a wrong type is one error naming the argument."""
+    for name, value in (("text", text), ("text_pair", text_pair)):
+        if not isinstance(value, str) and not (name == "text_pair" and value is None):
+            raise BertkitError(f"{name} must be a string, not {type(value).__name__}")
 
 
 def _check_strings(texts, name: str) -> None:
