@@ -367,6 +367,26 @@ def test_a_saved_copy_keeps_only_the_modules_own_files(minilm_dir, tmp_path):
     (folder / "2_Normalize").symlink_to(elsewhere, target_is_directory=True)
     with pytest.raises(BertkitError, match="2_Normalize: a link to .*elsewhere, outside the model folder"):
         bertkit.from_pretrained(folder)
+    # ... and so does a file of one, or of the folder itself (the key itself was copied into the save)
+    (folder / "2_Normalize").unlink()
+    shutil.move(elsewhere, folder / "2_Normalize")
+    bertkit.from_pretrained(folder)
+    config = (folder / "sentence_bert_config.json").read_text()
+    (folder / "sentence_bert_config.json").unlink()
+    (tmp_path / "id_rsa").write_text("a private key")
+    (folder / "sentence_bert_config.json").symlink_to(tmp_path / "id_rsa")
+    with pytest.raises(BertkitError, match="sentence_bert_config.json: a link to .*id_rsa, outside the model folder"):
+        bertkit.from_pretrained(folder)
+    # the Hub's cache links each file of a snapshot into the repo's blobs/: read as before
+    repo = tmp_path / "hub" / "models--someone--st"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / "abc123").write_text(config)
+    (folder / "sentence_bert_config.json").unlink()
+    snapshot = repo / "snapshots" / ("0" * 40)
+    snapshot.parent.mkdir()
+    shutil.move(folder, snapshot)
+    (snapshot / "sentence_bert_config.json").symlink_to(repo / "blobs" / "abc123")
+    assert bertkit.from_pretrained(snapshot).companion_files["sentence_bert_config.json"] == config.encode()
 
 
 @pytest.mark.parametrize("gzipped", [False, True])

@@ -738,7 +738,7 @@ def companion_files(directory: Path, inner: str = "") -> FolderFiles:
     the Transformer at the top (path ""), with the subfolder's sentence_bert_config.json (the
     only one sentence-transformers reads for it: the top's, if any, is left out), as
     save_pretrained writes the model. `inner`: that subfolder (`transformer_folder`), "" for none."""
-    files = {name: (directory / name).read_bytes() for name in ST_FILES if (directory / name).is_file()}
+    files = {name: _companion_bytes(directory, directory / name) for name in ST_FILES if (directory / name).is_file()}
     listed = _modules(directory)
     if inner:
         listed = [{**entry, "path": ""} if _is_transformer(entry) else entry for entry in listed]
@@ -755,8 +755,20 @@ def companion_files(directory: Path, inner: str = "") -> FolderFiles:
         if folder and (directory / folder).is_dir():
             for name in MODULE_FILES:
                 if (directory / folder / name).is_file():
-                    files[f"{folder}/{name}"] = (directory / folder / name).read_bytes()
+                    files[f"{folder}/{name}"] = _companion_bytes(directory, directory / folder / name)
     return FolderFiles(files, directory)
+
+
+def _companion_bytes(directory: Path, path: Path) -> bytes:
+    """A sentence-transformers file's bytes, which a save writes back as they are: a link out of
+    the model folder is refused (a folder from elsewhere linking to ~/.ssh/id_rsa would have it
+    copied into every folder saved from it), but for the Hub cache's links into the repo's blobs/."""
+    real, root = path.resolve(), directory.resolve()
+    cache = root.parent.parent / "blobs" if root.parent.name == "snapshots" else None
+    if not (real.is_relative_to(root) or (cache is not None and real.is_relative_to(cache))):
+        raise BertkitError(f"{path}: a link to {real}, outside the model folder; sentence-transformers' files are "
+                           "read from the model folder only")
+    return path.read_bytes()
 
 
 # ---------------------------------------------------------------------------------------------
