@@ -254,6 +254,31 @@ def output_dir(path: str | Path, keep: tuple[str, ...] = RESULT_FILES, flag: str
     return path
 
 
+def within_folder(name: str) -> bool:
+    """Whether a file name a folder's own index names (a shard, a module folder) stays in that
+    folder: not absolute, no '..' climbing out."""
+    return not Path(name).is_absolute() and ".." not in Path(name).parts
+
+
+def shard_files(index: Path) -> list[Path]:
+    """The shards a weights index (model.safetensors.index.json) names in its weight_map. A shard
+    is a file of the model's folder: a name that leaves it (absolute, or climbing with '..') is
+    refused, so that a folder from elsewhere cannot make bertkit read files beside it. Symlinks
+    are followed, as the Hub's cache keeps every file of a download as a link into its blobs/."""
+    weight_map = read_json(index).get("weight_map", {})
+    if not (isinstance(weight_map, dict) and all(isinstance(shard, str) for shard in weight_map.values())):
+        raise BertkitError(f"{index}: weight_map must map tensor names to shard file names")
+    shards = sorted(set(weight_map.values()))
+    if not shards:
+        raise BertkitError(f"{index}: weight_map is empty")
+    for shard in shards:
+        if not within_folder(shard):
+            raise BertkitError(f"{index}: shard {shard!r} lies outside the model folder")
+        if not (index.parent / shard).exists():
+            raise BertkitError(f"{index}: shard {shard} is missing")
+    return [index.parent / shard for shard in shards]
+
+
 def shell_path(path) -> str:
     """A path as a hint's command writes it, so that the shell reads it back: quoted, and with ./
     before a leading '-', which would read as an option."""

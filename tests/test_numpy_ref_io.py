@@ -186,6 +186,15 @@ def test_checkpoint_errors_are_one_line(tmp_path):
             k: v for k, v in s.items() if not k.startswith("cls.predictions.transform.dense")}))
     with pytest.raises(BertkitError, match="no such directory"):
         numpy_ref.from_pretrained(tmp_path / "nowhere")
+    # a shard index naming files outside the folder, or no file names: refused as the torch side refuses them
+    for name, weight_map, said in (("climbing", {"w": "../ok/model.safetensors"}, "lies outside the model folder"),
+                                   ("absolute", {"w": str(tmp_path / "ok" / "model.safetensors")}, "lies outside"),
+                                   ("listed", {"w": ["a"]}, "weight_map must map tensor names to shard file names")):
+        d = variant(name)
+        (d / "model.safetensors").unlink()
+        (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+        with pytest.raises(BertkitError, match=said):
+            numpy_ref.from_pretrained(d)
 
 
 def test_a_model_is_saved_in_its_own_dtype_and_reads_transformers_gelu_python(tmp_path):

@@ -25,7 +25,7 @@ from torch import nn
 
 from ..config import EncoderConfig, FieldTypeError
 from ..errors import BertkitError, first_line, refused_global
-from ..files import decode_text, parse_json, read_json
+from ..files import decode_text, parse_json, read_json, shard_files, within_folder
 from ..hub import resolve
 from ..model import Model
 from ..models import get_family
@@ -308,30 +308,11 @@ def read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
     raise BertkitError(f"{directory}: no weights found (expected one of {', '.join(WEIGHT_FILES)})")
 
 
-def within_folder(name: str) -> bool:
-    """Whether a file name a folder's own index names (a shard, a module folder) stays in that
-    folder: not absolute, no '..' climbing out."""
-    return not Path(name).is_absolute() and ".." not in Path(name).parts
-
-
 def _read_shards(index: Path) -> dict[str, torch.Tensor]:
-    """The tensors of the shards an index's weight_map names. A shard is a file of the model's
-    folder: a name that leaves it (absolute, or climbing with '..') is refused, so that a folder
-    from elsewhere cannot make bertkit read files beside it. Symlinks are followed, as the Hub's
-    cache keeps every file of a download as a link into its blobs/ folder."""
-    weight_map = read_json(index).get("weight_map", {})
-    if not (isinstance(weight_map, dict) and all(isinstance(shard, str) for shard in weight_map.values())):
-        raise BertkitError(f"{index}: weight_map must map tensor names to shard file names")
-    shards = sorted(set(weight_map.values()))
-    if not shards:
-        raise BertkitError(f"{index}: weight_map is empty")
+    """The tensors of the shards an index's weight_map names (files.shard_files)."""
     state = {}
-    for shard in shards:
-        if not within_folder(shard):
-            raise BertkitError(f"{index}: shard {shard!r} lies outside the model folder")
-        if not (index.parent / shard).exists():
-            raise BertkitError(f"{index}: shard {shard} is missing")
-        state.update(_load_file(index.parent / shard))
+    for shard in shard_files(index):
+        state.update(_load_file(shard))
     return state
 
 

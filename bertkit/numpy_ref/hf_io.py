@@ -18,7 +18,7 @@ import numpy as np
 
 from ..config import EncoderConfig
 from ..errors import BertkitError
-from ..files import output_dir, read_json
+from ..files import output_dir, read_json, shard_files
 from ..interop.bert_names import BERT_BLOCK, BERT_EMBEDDINGS, BERT_KEYS, BERT_MLM
 from .model import BertForMaskedLM, compute_dtype, parameter_shapes
 from .safetensors import SafetensorsFile, save_file
@@ -94,13 +94,7 @@ def _weight_files(directory: Path) -> list[Path]:
     if single.exists():
         return [single]
     if index.exists():
-        shards = sorted(set(read_json(index).get("weight_map", {}).values()))
-        if not shards:
-            raise BertkitError(f"{index}: weight_map is empty")
-        for shard in shards:
-            if not (directory / shard).exists():
-                raise BertkitError(f"{index}: shard {shard} is missing")
-        return [directory / s for s in shards]
+        return shard_files(index)
     for pickled in ("pytorch_model.bin", "pytorch_model.bin.index.json"):
         if (directory / pickled).exists():
             raise BertkitError(f"{directory / pickled}: a PyTorch pickle checkpoint needs torch to read; the "
