@@ -127,9 +127,17 @@ def decode_text(data: bytes, source: str) -> str:
         raise BertkitError(f"{source}, line {line}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
 
 
+def read_plain(path: str | Path, what: str = "file") -> str:
+    """A model's or tokenizer's own UTF-8 file (config.json, vocab.txt, tokenizer.json ...) read
+    as it is: not decompressed, as transformers does not (a 290 KB gzip of a config took 650 MB
+    to read); a missing file or other bytes are one BertkitError line."""
+    return decode_text(checked_file(path, what).read_bytes(), str(path))
+
+
 def read_json(path: Path, expect: type = dict):
-    """A JSON file whose top level is an object (or a list, with expect=list)."""
-    return parse_json(read_text(path), str(path), expect)
+    """A JSON file (a model's, a run's: read as it is, read_plain) whose top level is an object
+    (or a list, with expect=list)."""
+    return parse_json(read_plain(path), str(path), expect)
 
 
 def parse_json(text: str, source: str, expect: type = dict):
@@ -139,6 +147,8 @@ def parse_json(text: str, source: str, expect: type = dict):
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise BertkitError(f"{source}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except RecursionError:
+        raise BertkitError(f"{source}: JSON nested too deeply to read") from None
     if not isinstance(data, expect):
         raise BertkitError(f"{source}: expected a JSON {'object' if expect is dict else 'list'} at the top level")
     return data

@@ -1,5 +1,6 @@
 """Bad checkpoints give one clear line naming the problem, and a non-zero exit with no traceback."""
 
+import gzip
 import io
 import json
 import os
@@ -188,6 +189,13 @@ CASES = {
     "ALBERT config, BERT weights": (lambda p: edit_config(p, model_type="albert", architectures=["AlbertForMaskedLM"]),
                                     ["unexpected tensor 'bert.", "named as another family's weights: the config's "
                                      "is albert"]),
+    "hidden size past torch's sizes": (lambda p: edit_config(p, hidden_size=2_000_000_000, num_attention_heads=1),
+                                       ["config.json: the model it describes is too large to build"]),
+    # read as transformers reads it: a gzip bomb of a config is not JSON, not gigabytes decompressed
+    "config gzipped": (lambda p: (p / "config.json").write_bytes(gzip.compress((p / "config.json").read_bytes())),
+                       ["config.json, line", "not text"]),
+    "config nested too deeply": (lambda p: (p / "config.json").write_text('{"a":' * 100_000),
+                                 ["config.json: JSON nested too deeply to read"]),
     "layers the file lacks": (lambda p: edit_config(p, num_hidden_layers=100_000),  # in a second, not minutes
                               ["missing every tensor of 99998 of the config's 100000 layers: layer(s) 2, 3"]),
     "gamma beside weight": (break_gamma_and_weight, ["'bert.embeddings.LayerNorm.gamma'",

@@ -74,6 +74,10 @@ def test_corrupt_safetensors_is_a_one_line_error(tmp_path):
     (tmp_path / "off.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 8)
     with pytest.raises(BertkitError, match="do not match"):
         SafetensorsFile(tmp_path / "off.safetensors").get("x")
+    header = json.dumps({"w": {"dtype": "F32", "shape": [0, -5], "data_offsets": [0, 0]}}).encode()
+    (tmp_path / "negative.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
+    with pytest.raises(BertkitError, match="has shape \\[0, -5\\]: sizes are whole numbers >= 0"):
+        SafetensorsFile(tmp_path / "negative.safetensors").get("w")
 
 
 # ---- checkpoints ----------------------------------------------------------------------------------

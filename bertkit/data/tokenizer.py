@@ -31,7 +31,7 @@ from tokenizers import Tokenizer as _Backend
 from tokenizers import models, normalizers, pre_tokenizers, processors, decoders
 
 from ..errors import BertkitError, first_line
-from ..files import read_json, read_text, shown, text_lines
+from ..files import read_json, read_plain, shown, text_lines
 
 BERT_SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
                  "mask_token": "[MASK]"}
@@ -714,7 +714,7 @@ WHITE_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u20
 def _wordpiece_from_vocab(vocab_file: Path, config: dict) -> _Backend:
     # As `tokenizers` reads vocab.txt for transformers 5 (WordPiece.read_file): a token's id is its
     # line's index, trailing whitespace is not part of it, and a repeated token takes its last line.
-    vocab = {line.rstrip(WHITE_SPACE): index for index, line in enumerate(text_lines(read_text(vocab_file)))}
+    vocab = {line.rstrip(WHITE_SPACE): index for index, line in enumerate(text_lines(read_plain(vocab_file)))}
     try:
         return wordpiece_pipeline(vocab, config)
     except BertkitError as e:
@@ -774,7 +774,7 @@ def _bpe_from_files(vocab_file: Path, merges_file: Path, cls: str | None, config
         raise BertkitError(f"{vocab_file}: a byte-level BPE vocab.json needs merges.txt next to it ({merges_file} is missing)")
     vocab = read_json(vocab_file)
     merges = []
-    for n, line in enumerate(text_lines(read_text(merges_file)), 1):
+    for n, line in enumerate(text_lines(read_plain(merges_file)), 1):
         if not line or (n == 1 and line.startswith("#version")):
             continue
         parts = line.split(" ")
@@ -1073,7 +1073,7 @@ def _read_tokenizer_json(path: Path) -> _Backend:
         return _Backend.from_file(str(path))
     except Exception as e:  # tokenizers raises a bare Exception with serde's message
         try:  # valid JSON of another shape reads better as that than as serde's position
-            spec = json.loads(read_text(path))
+            spec = json.loads(read_plain(path))
         except (ValueError, BertkitError):
             spec = None
         if isinstance(spec, dict) and "model" not in spec:

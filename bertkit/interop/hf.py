@@ -578,6 +578,9 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
                 model = Model(config, head)
             except BertkitError as e:  # an option only a head reads (ELECTRA's summary_type)
                 raise BertkitError(f"{config_path}: {e}") from None
+            except RuntimeError as e:  # sizes past what torch can describe (a hidden_size of 2e9)
+                raise BertkitError(f"{config_path}: the model it describes is too large to build "
+                                   f"({first_line(e)})") from None
         return model, *match_state(model, state, weights_path, head_from_file)
 
     try:

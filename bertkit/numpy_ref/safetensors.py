@@ -87,6 +87,8 @@ class SafetensorsFile:
             kind, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
         except (KeyError, TypeError, ValueError):
             raise BertkitError(f"{self.path}: malformed header entry for {name!r}") from None
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape):
+            raise BertkitError(f"{self.path}: tensor {name!r} has shape {list(shape)}: sizes are whole numbers >= 0")
         if kind not in DTYPES:
             raise BertkitError(f"{self.path}: tensor {name!r} has dtype {kind}, which bertkit's NumPy "
                                f"reader does not decode (it reads {', '.join(DTYPES)})")
