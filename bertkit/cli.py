@@ -163,10 +163,13 @@ def cmd_info(args) -> None:
 
 
 def print_fill_mask(results: list[dict]) -> None:
+    from .files import shown
+
     for r in results:
-        print(f"{r['text']}  (mask at token {r['position'] + 1})")  # counted from 1, as errors count
-        rows = [["rank", "token", "score"]] + [[str(k + 1), p["token_str"].strip() or p["token"], f"{p['score']:.4f}"]
-                                               for k, p in enumerate(r["predictions"])]
+        print(f"{shown(r['text'], 10**9)}  (mask at token {r['position'] + 1})")  # counted from 1, as errors count
+        # a vocabulary's tokens are the file's: an escape sequence in one must not reach the terminal
+        rows = [["rank", "token", "score"]] + [[str(k + 1), shown(p["token_str"].strip() or p["token"]),
+                                                f"{p['score']:.4f}"] for k, p in enumerate(r["predictions"])]
         print(_table(rows, right={0, 2}) + "\n")
 
 

@@ -827,3 +827,18 @@ def test_a_text_value_starting_with_a_dash_is_told_how_to_give_it(capsys):
     with pytest.raises(SystemExit):
         main(["predict", "fill-mask", "--model", "m", "--targets", "--json", "a [MASK]"])
     assert capsys.readouterr().err.splitlines()[-1].endswith("argument --targets: expected one argument")
+
+
+def test_escape_sequences_from_a_vocabulary_or_labels_do_not_reach_the_terminal(capsys):
+    # a token or label holding "erase the line, hide what follows" rewrote what the user saw
+    from bertkit.cli import print_fill_mask
+    from bertkit.tasks.base import label_index
+
+    sneaky = "\x1b[2K\rPWN\x1b[8m"
+    print_fill_mask([{"text": "a [MASK]", "position": 2, "predictions": [
+        {"token": sneaky, "token_str": sneaky, "id": 5, "score": 0.5}]}])
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\\x1b[2K\\rPWN\\x1b[8m" in out and "0.5000" in out
+    with pytest.raises(bertkit.BertkitError) as refused:
+        label_index(("a", "b" + sneaky), ["zzz"], "dev.csv")
+    assert "\x1b" not in str(refused.value) and "never seen in training: 'zzz'" in str(refused.value)

@@ -23,6 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..errors import BertkitError
+from ..files import shown as shown_text
 from .readers import report
 
 IGNORE = -100  # label of positions without a loss (cross_entropy's ignore_index)
@@ -76,7 +77,8 @@ def label_index(labels: tuple[str, ...], values, source: str) -> dict[str, int]:
         hint = ("; the data gives labels by number where the model names them: write the names instead (a "
                 "data set's numbers follow its own label list, which need not be the model's order)") if numbers else ""
         raise BertkitError(f"{source}: {len(unseen)} label(s) never seen in training: {shown} "
-                           f"(the model knows {', '.join(labels[:20])}{' ...' if len(labels) > 20 else ''}){hint}")
+                           f"(the model knows {shown_text(', '.join(labels[:20]), 10**9)}"
+                           f"{' ...' if len(labels) > 20 else ''}){hint}")
     return index
 
 

@@ -130,6 +130,7 @@ def cmd_attention(args) -> None:
 def cmd_attribution(args) -> None:
     import numpy as np
 
+    from ..files import shown
     from .attribution import integrated_gradients, write_attribution
     from .inputs import encode, load_model
 
@@ -142,7 +143,8 @@ def cmd_attribution(args) -> None:
     _wrote(written)
     order = np.argsort(-np.abs(result.scores))[:8]
     chance = "" if np.isnan(result.probability) else f" (p = {result.probability:.3f})"
-    print(f"{result.target!r}{chance}: " + ", ".join(f"{result.tokens[i]} {result.scores[i]:+.3f}" for i in order))
+    print(f"{result.target!r}{chance}: " + ", ".join(f"{shown(result.tokens[i])} {result.scores[i]:+.3f}"
+                                                     for i in order))
     print(f"attributions sum to {result.scores.sum():+.4f}; F(x) - F(baseline) = "
           f"{result.output - result.baseline_output:+.4f} (gap {result.gap:.1e}: raise --steps if it is large; "
           f"baseline: {result.baseline})")
