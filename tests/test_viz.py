@@ -331,6 +331,23 @@ def test_cli_attention_from_a_checkpoint_and_a_preset(bert, tmp_path, capsys):
     assert not (tmp_path / "preset" / "attention_layer_0.png").exists()
 
 
+def test_dollar_signs_in_names_and_tokens_are_drawn_as_they_are(bert, tmp_path, capsys):
+    # matplotlib read them as math: a folder named m$x^{$ was a traceback, "price $5 and $6" lost its dollars
+    from bertkit.viz.figure import plain, short
+
+    assert plain("price $5 and $6") == r"price \$5 and \$6" and short("$") == r"\$"
+    bert.save_pretrained(tmp_path / "m$x^{$")
+    assert main(["visualize", "attention", "--model", str(tmp_path / "m$x^{$"), "--text", "it costs $5",
+                 "--out", str(tmp_path / "viz")]) == 0
+    assert_picture(tmp_path / "viz" / "attention_grid.png")
+    run = tmp_path / "run$a^{$"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "split": "train", "loss": 5.0 - s}) + "\n"
+                                               for s in (1, 2, 3)))
+    assert main(["visualize", "curves", str(run), "--out", str(tmp_path / "curves")]) == 0
+    assert_picture(next((tmp_path / "curves").glob("*.png")))
+
+
 @pytest.mark.parametrize("lengths", [(80, 60), (60, 80), (70, 70), (45, 40)])
 def test_a_long_pair_is_cut_as_transformers_cuts_it(bert, minilm_dir, lengths):
     """Longest first, with the tokenizers arithmetic that truncation="longest_first" uses: once

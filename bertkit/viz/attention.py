@@ -115,7 +115,7 @@ def plot_grid(maps: AttentionMaps, path: Path, cell: float | None = None) -> Pat
             if head == 0:
                 fig.text((left - label_room - 0.1) / width, (y0 + cell / 2) / height, f"layer {layer}",
                          rotation=90, ha="right", va="center", fontsize=9)
-    fig.suptitle(f"Attention, {maps.model}: {L} layers x {N} heads (rows: queries, columns: keys)",
+    fig.suptitle(f"Attention, {F.plain(maps.model)}: {L} layers x {N} heads (rows: queries, columns: keys)",
                  x=left / width, ha="left", y=1 - 0.25 / height, fontsize=11)
     _colorbar(fig, image, ((width - right + 0.25) / width, bottom / height, 0.14 / width,
                            (height - top - bottom) / height))
@@ -145,7 +145,7 @@ def plot_layer(maps: AttentionMaps, layer: int, path: Path, columns: int = 4) ->
         F.token_axes(ax, maps.tokens, cell)
         F.segment_lines(ax, maps.boundary)
         ax.set_title(f"head {head}", fontsize=10, pad=4)
-    fig.suptitle(f"Attention, {maps.model}: layer {layer} of {maps.num_layers} "
+    fig.suptitle(f"Attention, {F.plain(maps.model)}: layer {layer} of {maps.num_layers} "
                  f"(rows: queries, columns: keys)", x=left / width, ha="left", y=1 - 0.3 / height, fontsize=12)
     _colorbar(fig, image, ((width - right + 0.3) / width, bottom / height, 0.16 / width,
                            min(4.0, height - top - bottom) / height))

@@ -28,7 +28,7 @@ import torch
 
 from ..errors import BertkitError
 from ..model import evaluating
-from .figure import figure, label_layout, save, short
+from .figure import figure, label_layout, plain, save, short
 from .inputs import Encoded
 
 
@@ -139,7 +139,7 @@ def plot_attribution(a: Attribution, path: Path) -> Path:
     ax.set_xticks(ticks, [short(a.tokens[i]) for i in ticks], rotation=90, fontsize=font)
     ax.set_ylabel("attribution")
     chance = "" if np.isnan(a.probability) else f" (p = {a.probability:.2f})"
-    ax.set_title(f"{a.description}: why {a.target!r}{chance}\nintegrated gradients, {a.steps} steps; "
+    ax.set_title(f"{plain(a.description)}: why {plain(repr(a.target))}{chance}\nintegrated gradients, {a.steps} steps; "
                  f"sum {a.scores.sum():+.3f} = F(x) - F(baseline) {a.output - a.baseline_output:+.3f}\n"
                  f"(gap {a.gap:.1e}; baseline: {a.baseline})", fontsize=9)
     return save(fig, path)

@@ -87,7 +87,7 @@ def plot_bench(records: list[dict], path: Path, subtitle: str = "") -> Path:
             ax.plot([r["ceiling"]] * 2, [i - 0.38, i + 0.38], color="black", lw=1.4)
     ax.axvline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xlim(0, top * 1.15)
-    labels = [f"{r['name']} [{r['dtype']}]" + (f" ({r['device']})" if (r.get("device") or "cpu") != "cpu" else "")
+    labels = [F.plain(f"{r['name']} [{r['dtype']}]") + (f" ({r['device']})" if (r.get("device") or "cpu") != "cpu" else "")
               for r in records]
     ax.set_yticks(y, labels, fontsize=7.5)
     ax.set_xlabel("speed-up: bertkit / transformers; memory: transformers / bertkit (> 1: bertkit better; "

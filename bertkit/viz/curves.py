@@ -109,7 +109,7 @@ def plot_curves(runs: list[Path], path: Path) -> Path:
     columns = 2 if len(shown) > 1 else 1
     rows = -(-len(shown) // columns)
     fig = F.figure(6.2 * columns + 0.4, 3.6 * rows + 0.7)
-    names = _run_names(runs)
+    names = {run: F.plain(name) for run, name in _run_names(runs).items()}
     axes = fig.subplots(rows, columns, squeeze=False)
     styles = ("-", "-.", ":", (0, (5, 1)))
     markers = ("o", "s", "^", "D")

@@ -106,7 +106,7 @@ def plot_components(c: Components, path: Path) -> Path:
                                                        0.12 / width, cell / height)))
             cb.set_label("weight (square-root scale)" if name == "attention" else "score (before softmax)",
                          fontsize=8)
-    fig.suptitle(f"DeBERTa disentangled attention, {c.model}: layer {c.layer}, head {c.head} "
+    fig.suptitle(f"DeBERTa disentangled attention, {F.plain(c.model)}: layer {c.layer}, head {c.head} "
                  "(rows: queries, columns: keys; each term scaled by 1/sqrt(d (1 + position terms)), eq. 4)",
                  x=left / width, ha="left", y=1 - 0.28 / height, fontsize=11)
     return F.save(fig, path)

@@ -142,6 +142,6 @@ def plot_temperatures(path: Path, logits=EXAMPLE_LOGITS, labels=EXAMPLE_LABELS, 
                  "answers, \u03c4 \u2192 0 keeps only the arg max", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, ncol=min(C, 8), loc="upper right", frameon=False)
-    fig.suptitle(f"Distillation temperature: softmax(z / \u03c4) of {context}", fontsize=11,
+    fig.suptitle(f"Distillation temperature: softmax(z / \u03c4) of {F.plain(context)}", fontsize=11,
                  x=0.8 / width, ha="left")
     return F.save(fig, path)

@@ -29,8 +29,15 @@ def save(fig, path: Path) -> Path:
     return path
 
 
+def plain(text: str) -> str:
+    """Text from data (a token, a path, a label) drawn as it is: matplotlib reads $...$ as math
+    (a lone '$' in a folder's name was a traceback, two made the text between them italic)."""
+    return text.replace("$", r"\$")
+
+
 def short(label: str) -> str:
-    return label if len(label) <= MAX_LABEL else label[: MAX_LABEL - 1] + "\u2026"
+    """A token label, cut to MAX_LABEL characters, drawn as it is (`plain`)."""
+    return plain(label if len(label) <= MAX_LABEL else label[: MAX_LABEL - 1] + "\u2026")
 
 
 def label_layout(count: int, inches: float) -> tuple[float, int]:
