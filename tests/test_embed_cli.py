@@ -194,6 +194,10 @@ def test_dense_modules_after_pooling_run_as_in_sentence_transformers(minilm_dir,
      "activation_function 'os.system' is not a torch.nn module bertkit can make"),
     (lambda f: (f / "2_Dense" / "config.json").write_text(json.dumps({"in_features": 384, "out_features": 9})),
      "linear.bias has shape (8,), expected (9,)"),
+    # sizes no memory holds: the file's shapes are checked first (48 GB were asked for, then the error blamed
+    # --batch-size)
+    (lambda f: (f / "2_Dense" / "config.json").write_text(json.dumps({"in_features": 384, "out_features": 10**11})),
+     "linear.bias has shape (8,), expected (100000000000,)"),
     (lambda f: (f / "modules.json").write_text(json.dumps(
         json.loads((f / "modules.json").read_text()) + [{"path": "x", "type": "sentence_transformers.models.LSTM"}])),
      "module type 'sentence_transformers.models.LSTM' is not one bertkit runs"),

@@ -347,12 +347,13 @@ def _dense(files: STFiles, folder: str) -> Dense:
     n_in, n_out = (positive_int(config, key, name) for key in ("in_features", "out_features"))
     if n_in is None or n_out is None:
         raise BertkitError(f"{name}: in_features and out_features are both needed")
-    linear = nn.Linear(n_in, n_out, bias=config.get("bias", True) is not False)
-    residual = None
-    if config.get("use_residual") is True:
-        residual = nn.Identity() if n_in == n_out else nn.Linear(n_in, n_out, bias=False)
-    dense = Dense(linear, _activation(config.get("activation_function", "torch.nn.modules.activation.Tanh"), name),
-                  residual, folder)
+    with torch.device("meta"):  # shapes only: the file's weights are checked against them before any memory
+        linear = nn.Linear(n_in, n_out, bias=config.get("bias", True) is not False)  # (a config's 10^9 features)
+        residual = None
+        if config.get("use_residual") is True:
+            residual = nn.Identity() if n_in == n_out else nn.Linear(n_in, n_out, bias=False)
+        dense = Dense(linear, _activation(config.get("activation_function", "torch.nn.modules.activation.Tanh"),
+                                          name), residual, folder)
     state, weights = _dense_weights(files, folder)
     expected = dense.state_dict()
     if set(state) != set(expected):
@@ -361,7 +362,7 @@ def _dense(files: STFiles, folder: str) -> Dense:
     for key, tensor in sorted(state.items()):
         if tensor.shape != expected[key].shape:
             raise BertkitError(f"{weights}: {key} has shape {tuple(tensor.shape)}, expected {tuple(expected[key].shape)}")
-    dense.load_state_dict({k: v.float() for k, v in state.items()})
+    dense.load_state_dict({k: v.float() for k, v in state.items()}, assign=True)
     return dense.eval()
 
 
