@@ -262,9 +262,17 @@ class HeldOut(Corpus):
     def documents(self, stats) -> Iterator[str]:
         from .data.corpora import split_of
 
+        seen = kept = 0
         for doc in self.base.documents(stats):
+            seen += 1
             if (split_of(doc) == "dev") == (self.part == "dev"):
+                kept += 1
                 yield doc
+        if seen and not kept:  # "the corpus is empty" would follow, of a corpus that has text
+            share = ("none of its" if self.part == "dev" else "all") + f" {seen:,} document(s)"
+            raise BertkitError(f"{self.base.name}: {share} fell in the held-out share (documents are split by a hash "
+                               "of their text, about 1 in 10 held out; in a text file, blank lines separate "
+                               "documents): give the held-out text with --eval-corpus, or more documents")
 
     def fingerprint(self) -> str:
         return f"{self.base.fingerprint()}:held-out-by-hash:{self.part}"

@@ -724,3 +724,18 @@ def test_a_resumed_torchrun_run_continues_each_processs_random_stream(corpus, tm
     run(tmp_path / "split", "--resume", "--steps", "4")
     a, b = (load_file(tmp_path / r / "model.safetensors") for r in ("whole", "split"))
     assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-6
+
+
+def test_a_corpus_whose_documents_all_fall_on_one_side_of_the_held_out_split_says_so(tmp_path, capsys):
+    # a text file without blank lines is one document: held out, the training side was "the corpus is empty"
+    from bertkit.data.corpora import split_of
+
+    words = " ".join(f"word{i}" for i in range(400))
+    held = next(f"{words} {n}." for n in range(1000) if split_of(f"{words} {n}.") == "dev")
+    one = tmp_path / "one.txt"
+    one.write_text(held + "\n")
+    assert pretrain("--corpus", str(one), "--out", str(tmp_path / "run"), "--steps", "1", *TINY, *FAST) == 2
+    assert error_line(capsys).endswith("one.txt: all 1 document(s) fell in the held-out share (documents are split "
+                                       "by a hash of their text, about 1 in 10 held out; in a text file, blank lines "
+                                       "separate documents): give the held-out text with --eval-corpus, or more "
+                                       "documents")
