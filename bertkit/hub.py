@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -80,3 +81,27 @@ def _hub_advice(error: Exception, repo: str) -> str:
     if kind == "RevisionNotFoundError":
         return "; the repo has no such revision"
     return ""
+
+
+@contextlib.contextmanager
+def datasets_quietly(datasets, name: str):
+    """Around datasets.load_dataset of the hub set `name`: when the Hub cannot be reached, its
+    offline mode, so a cached copy loads and a missing one fails at once (the loader retried for
+    ~28 s, a logged line each time, before its one-line error); the retries' logging is silenced."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.utils import logging as hub_logging
+
+    try:
+        HfApi().dataset_info(name)
+        unreachable = False
+    except Exception as e:  # the network's errors (httpx's, requests'); a refusal (unknown name) is datasets' to say
+        unreachable = any(kind.__name__ in ("TransportError", "ConnectionError", "OfflineModeIsEnabled")
+                          for kind in type(e).__mro__)
+    offline, verbosity = datasets.config.HF_HUB_OFFLINE, hub_logging.get_verbosity()
+    datasets.config.HF_HUB_OFFLINE = offline or unreachable
+    hub_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE = offline
+        hub_logging.set_verbosity(verbosity)

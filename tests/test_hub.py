@@ -136,6 +136,29 @@ def test_an_unreachable_hub_is_told_at_once(monkeypatch, tmp_path):
     assert sleeps == []
 
 
+def test_an_unreachable_hub_is_told_at_once_for_data_sets_too(monkeypatch, tmp_path):
+    """A hub data set retried five times (28 s, a logged line each) before its one-line error:
+    offline, the datasets loader runs in its offline mode (a cached copy would still load)."""
+    datasets = pytest.importorskip("datasets")
+    import huggingface_hub.constants as hub
+    from huggingface_hub.utils import _http
+
+    from bertkit.data import open_corpus
+    from bertkit.tasks import load_examples
+
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)  # the suite runs offline (conftest): here the network is tried
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    sleeps = []
+    monkeypatch.setattr(_http.time, "sleep", sleeps.append)  # each retry waits first
+    monkeypatch.chdir(tmp_path)  # (the name is no folder here; with a network, the Hub has no such set)
+    with pytest.raises(bertkit.BertkitError, match="someone/sst2: no such file or directory, and it could not be "
+                       "loaded as a Hugging Face data set"):
+        load_examples("classification", "someone/sst2", "train")
+    with pytest.raises(bertkit.BertkitError, match="could not be loaded as a Hugging Face data set"):
+        open_corpus("someone/texts").check()
+    assert sleeps == []
+
+
 def test_a_tokenizer_loads_by_hub_id_too(hub_cache, minilm_dir):
     by_id = bertkit.load_tokenizer("org/minilm")
     assert by_id.encode("A tokenizer read by its id.") == bertkit.load_tokenizer(minilm_dir).encode(

@@ -384,8 +384,11 @@ class HubDataset(Corpus):
         except ImportError:  # most often a mistyped path, so say both
             raise BertkitError(f"{self.spec}: no such file or directory (if it names a Hugging Face data set: "
                                "pip install 'bertkit[hub]')") from None
+        from ..hub import datasets_quietly
+
         try:
-            return datasets.load_dataset(self.name, self.config, split=self.split, streaming=True)
+            with datasets_quietly(datasets, self.name):
+                return datasets.load_dataset(self.name, self.config, split=self.split, streaming=True)
         except Exception as e:  # network, unknown name, ...: one line, not a traceback
             raise BertkitError(f"{self.spec}: no such file or directory, and it could not be loaded as a Hugging "
                                f"Face data set ({first_line(e)})") from None

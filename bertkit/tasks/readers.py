@@ -828,10 +828,13 @@ HUB_DEV = ("validation", "validation_matched")
 
 def _load_hub(datasets, base: str, config: str | None, split: str, name: str):
     """One split of a hub set; `dev` is its validation split (HUB_DEV). Errors are one line."""
+    from ..hub import datasets_quietly
+
     first = None
     for hub_split in HUB_DEV if split == "dev" else (split,):
         try:
-            return datasets.load_dataset(base, config or None, split=hub_split), hub_split
+            with datasets_quietly(datasets, base):
+                return datasets.load_dataset(base, config or None, split=hub_split), hub_split
         except Exception as e:  # network, unknown name or split, ...: one line, not a traceback
             first = first or e
             if "split" not in str(e).lower():
