@@ -672,7 +672,7 @@ def test_explorer_in_a_real_browser(minilm_dir, tmp_path):
 # ---- token attributions (integrated gradients) ------------------------------------------------
 
 @pytest.mark.parametrize("name", ["bert-base", "roberta-base", "albert-base", "distilbert-base", "electra-small",
-                                  "deberta-v3-base", "modernbert-base"])
+                                  "deberta-base", "deberta-v3-base", "modernbert-base"])
 def test_attributions_add_up_to_the_class_logit_minus_the_baselines(name, tokenizer):
     """Completeness (Sundararajan et al., 2017, sec. 3): the tokens' attributions sum to F(x) -
     F(baseline), up to the path sum's error, which shrinks with more steps; the special tokens,
