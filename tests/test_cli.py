@@ -842,3 +842,29 @@ def test_escape_sequences_from_a_vocabulary_or_labels_do_not_reach_the_terminal(
     with pytest.raises(bertkit.BertkitError) as refused:
         label_index(("a", "b" + sneaky), ["zzz"], "dev.csv")
     assert "\x1b" not in str(refused.value) and "never seen in training: 'zzz'" in str(refused.value)
+
+
+def test_fill_mask_proposes_tokens_added_to_the_tokenizer(minilm_dir):
+    # once vocab_size left added tokens out, fill_mask listed only the base vocabulary: the likeliest was dropped
+    from bertkit.tasks import fill_mask
+
+    tok = bertkit.load_tokenizer(minilm_dir)
+    tok.backend.add_tokens(["brandnewword"])
+    added = tok.convert_tokens_to_ids("brandnewword")
+    model = bertkit.build("bert-base", head="mlm", vocab_size=len(tok), num_layers=1, hidden_size=32, num_heads=2,
+                          intermediate_size=64)
+    model.tokenizer = tok
+    with torch.no_grad():
+        model.head.bias[added] = 50.0  # the added word, far ahead of every other
+    top = fill_mask(model, ["the movie was [MASK] ."], top_k=3)[0]["predictions"]
+    assert top[0]["id"] == added and top[0]["token"] == "brandnewword" and top[0]["score"] > 0.99
+
+
+def test_label_names_in_a_carried_head_warning_do_not_reach_the_terminal(minilm_dir):
+    from bertkit.tasks.finetune import make_task, model_for
+
+    model = bertkit.build("bert-base", head="classification", num_labels=2, num_layers=1, hidden_size=32,
+                          num_heads=2, intermediate_size=64, label_names=("a\x1b[2K\rX", "b"))
+    with pytest.warns(Warning, match="carry over in order") as caught:
+        model_for(make_task("classification"), model, ("x", "y"), tokenizer=minilm_dir)
+    assert not any("\x1b" in str(w.message) for w in caught)

@@ -120,7 +120,7 @@ def fill_mask(model, texts: list[str], top_k: int = 5, targets: list[str] | None
         raise BertkitError(f"the mask token {tok.mask_token!r} has id {tok.mask_token_id}, outside the model's "
                            f"vocabulary of {model.config.vocab_size}: the model has no prediction head row for it "
                            "(a tokenizer that is not the model's?)")
-    listed = min(tok.vocab_size, model.config.vocab_size)
+    listed = min(len(tok), model.config.vocab_size)  # every id the tokenizer has, added tokens too
     chosen = None
     if targets is not None:
         chosen = torch.tensor(target_ids(tok, targets))

@@ -239,7 +239,7 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
         if set(model.config.label_names) == set(labels):
             labels = model.config.label_names  # a model fine-tuned on these labels keeps its order
         elif model.config.label_names:  # a head trained on other names: its outputs are taken over in order
-            carried = ", ".join(f"{a} -> {b}" for a, b in zip(model.config.label_names, labels))
+            carried = ", ".join(f"{shown(a)} -> {shown(b)}" for a, b in zip(model.config.label_names, labels))
             warnings.warn(f"the model's head was trained on other labels; its outputs carry over in order "
                           f"({carried}): check that they mean the same, or fine-tune from the encoder alone",
                           DataWarning, stacklevel=2)
