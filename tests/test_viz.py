@@ -739,3 +739,20 @@ def test_attribution_command_draws_and_writes_the_scores(bert, tokenizer, tmp_pa
     bert.save_pretrained(tmp_path / "bare")
     assert main(["visualize", "attribution", "--model", str(tmp_path / "bare"), "--text", SENTENCE]) == 2
     assert "attribution explains a sequence classifier" in capsys.readouterr().err
+
+
+def test_a_dollar_in_a_run_folder_or_a_bench_file_is_drawn_as_it_is(tmp_path):
+    # the loss curve every run draws at its end, and visualize bench's subtitle and labels, read it as math
+    from bertkit.train.loop import plot_curves
+    from bertkit.viz.bench import plot_bench
+
+    run = tmp_path / "p$\\x$"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "split": "train", "loss": 5.0 - s}) + "\n"
+                                               for s in (1, 2, 3)))
+    plot_curves(run / "metrics.jsonl", tmp_path / "loss_curve.png")
+    assert_picture(tmp_path / "loss_curve.png")
+    record = {"name": "mini $\\y$", "dtype": "fp32", "ours": 2.0, "reference": 1.0, "unit": "ms", "ratio": 2.0,
+              "device": "cuda $\\z$"}
+    plot_bench([record], tmp_path / "bench.png", subtitle="box $\\w$")
+    assert_picture(tmp_path / "bench.png", 300, 100)  # (one bar: a short picture)

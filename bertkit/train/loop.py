@@ -519,7 +519,7 @@ def plot_curves(log: Path, png: Path) -> None:
                     label=f"{split} loss", alpha=0.8 if split == "train" else 1.0)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss")
-    ax.set_title(f"training curve: {log.parent.name}")
+    ax.set_title(f"training curve: {log.parent.name}".replace("$", r"\$"))  # a '$' in the name is no math
     ax.grid(alpha=0.3)
     if ax.has_data():
         ax.legend()

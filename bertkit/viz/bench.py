@@ -87,8 +87,8 @@ def plot_bench(records: list[dict], path: Path, subtitle: str = "") -> Path:
             ax.plot([r["ceiling"]] * 2, [i - 0.38, i + 0.38], color="black", lw=1.4)
     ax.axvline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xlim(0, top * 1.15)
-    labels = [F.plain(f"{r['name']} [{r['dtype']}]") + (f" ({r['device']})" if (r.get("device") or "cpu") != "cpu" else "")
-              for r in records]
+    labels = [F.plain(f"{r['name']} [{r['dtype']}]" + (f" ({r['device']})" if (r.get("device") or "cpu") != "cpu"
+                                                         else "")) for r in records]
     ax.set_yticks(y, labels, fontsize=7.5)
     ax.set_xlabel("speed-up: bertkit / transformers; memory: transformers / bertkit (> 1: bertkit better; "
                   "dashed: even; black mark: ceiling)",
@@ -98,6 +98,6 @@ def plot_bench(records: list[dict], path: Path, subtitle: str = "") -> Path:
         ax.legend(handles=handles, fontsize=7.5, loc="lower right", frameon=False)
     ax.grid(axis="x", alpha=0.3)
     ax.tick_params(axis="x", labelsize=8)
-    fig.suptitle("bertkit against transformers" + (f"\n{subtitle}" if subtitle else ""), fontsize=10)
+    fig.suptitle("bertkit against transformers" + (f"\n{F.plain(subtitle)}" if subtitle else ""), fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.98))
     return F.save(fig, path)

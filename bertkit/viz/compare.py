@@ -221,6 +221,6 @@ def plot_comparison(rows: list[Row], path: Path, subtitle: str = "") -> Path:
     for ax in axes:
         ax.grid(axis="x", alpha=0.3)
         ax.tick_params(axis="x", labelsize=8)
-    fig.suptitle("The BERT family compared" + (f"\n{subtitle}" if subtitle else ""), fontsize=11)
+    fig.suptitle("The BERT family compared" + (f"\n{F.plain(subtitle)}" if subtitle else ""), fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     return F.save(fig, path)
