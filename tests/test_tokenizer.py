@@ -1284,6 +1284,8 @@ def test_transformers_attributes_and_keywords_act_as_they_do_there(minilm_dir, r
     again = transformers.AutoTokenizer.from_pretrained(tmp_path)
     assert (again.padding_side, again.truncation_side, again.model_max_length, again.pad_token, again.eos_token) == (
         "left", "left", 6, "[UNK]", "[SEP]")
+    ours.bos_token = None  # unset, as transformers takes None
+    assert ours.bos_token is None and ours.bos_token_id is None
     for bad, said in ((("padding_side", "middle"), "padding_side must be 'left' or 'right'"),
                       (("pad_token", "[NOPE]"), "pad_token: '\\[NOPE\\]' is not a token of this vocabulary"),
                       (("model_max_length", 0), "model_max_length must be a positive whole number, got 0")):

@@ -172,8 +172,11 @@ class Tokenizer:
 
     def _named_token(key: str) -> property:  # noqa: N805  (builds the properties below)
         """transformers' `<key>` attribute: the named token's string (None where the tokenizer
-        names none); setting it names another token of the vocabulary."""
-        def set_token(self, token: str) -> None:
+        names none); setting it names another token of the vocabulary, None names none."""
+        def set_token(self, token: str | None) -> None:
+            if token is None:
+                self.special_tokens.pop(key, None)
+                return
             if not isinstance(token, str) or self.backend.token_to_id(token) is None:
                 raise BertkitError(f"{key}: {token!r} is not a token of this vocabulary")
             self.special_tokens[key] = token
