@@ -637,6 +637,15 @@ def file_system_error(error: BaseException) -> str | None:
     return f"{error.strerror}: {name if len(name) <= 120 else name[:60] + ' ... ' + name[-40:]}"
 
 
+def _leave_process_group() -> None:
+    """Under torchrun, close the process group before the interpreter ends: left to exit, gloo's
+    threads were sometimes torn down mid-use ('terminate called without an active exception',
+    SIGABRT) after a run had finished and saved."""
+    torch_distributed = sys.modules.get("torch.distributed")
+    if torch_distributed is not None and torch_distributed.is_available() and torch_distributed.is_initialized():
+        torch_distributed.destroy_process_group()
+
+
 def main(argv: list[str] | None = None) -> int:
     import os
     import signal
@@ -690,6 +699,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bertkit: error{f' (process {rank})' if rank else ''}: {line}", file=stderr)
         return 2
     finally:
+        _leave_process_group()
         if rank != 0:
             sys.stdout.close()
             sys.stdout, sys.stderr = stdout, stderr
