@@ -23,7 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..errors import BertkitError
-from ..files import shown as shown_text
+from ..files import shown
 from .readers import report
 
 IGNORE = -100  # label of positions without a loss (cross_entropy's ignore_index)
@@ -72,12 +72,12 @@ def label_index(labels: tuple[str, ...], values, source: str) -> dict[str, int]:
         index.update({str(i): i for i in range(len(labels))})  # so data labelled 0, 1, ... is class 0, 1, ...
     unseen = sorted(set(values) - set(index))
     if unseen:
-        shown = ", ".join(map(repr, unseen[:10])) + (" ..." if len(unseen) > 10 else "")
+        listed = ", ".join(map(repr, unseen[:10])) + (" ..." if len(unseen) > 10 else "")
         numbers = all(str(u).isdigit() for u in unseen) and not any(str(n).isdigit() for n in labels)
         hint = ("; the data gives labels by number where the model names them: write the names instead (a "
                 "data set's numbers follow its own label list, which need not be the model's order)") if numbers else ""
-        raise BertkitError(f"{source}: {len(unseen)} label(s) never seen in training: {shown} "
-                           f"(the model knows {shown_text(', '.join(labels[:20]), 10**9)}"
+        raise BertkitError(f"{source}: {len(unseen)} label(s) never seen in training: {listed} "
+                           f"(the model knows {shown(', '.join(labels[:20]), 10**9)}"
                            f"{' ...' if len(labels) > 20 else ''}){hint}")
     return index
 
