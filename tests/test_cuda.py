@@ -132,3 +132,16 @@ def test_fill_mask_with_a_model_on_cuda_equals_the_cpus(tokenizer):
         model.to("cpu")
         assert [[p["id"] for p in r["predictions"]] for r in on_gpu] == [[p["id"] for p in r["predictions"]]
                                                                         for r in on_cpu]
+
+
+def test_attention_maps_of_a_model_on_cuda_equal_the_cpus(tokenizer):
+    # the explicit path's inputs stayed on the CPU beside a model on CUDA
+    from bertkit.viz import attention_maps
+
+    torch.manual_seed(0)
+    model = bertkit.build("bert-base", vocab_size=tokenizer.vocab_size, num_layers=2, hidden_size=64, num_heads=4,
+                          intermediate_size=128)
+    model.tokenizer = tokenizer
+    on_cpu = attention_maps(model, "a film about the sea").attentions
+    on_gpu = attention_maps(model.to(CUDA), "a film about the sea").attentions
+    assert abs(on_cpu - on_gpu).max() <= 1e-4

@@ -57,11 +57,12 @@ class AttentionMaps:
 
 def run_attention(model, encoded: Encoded) -> np.ndarray:
     """(L, N, T, T) attention probabilities of one framed input, explicit path."""
-    mask = torch.ones_like(encoded.ids)
+    device = next(model.parameters()).device  # (a Model on CUDA, from Python)
+    ids, types = encoded.ids.to(device), encoded.types.to(device)
     with evaluating(model), torch.no_grad():
         # the encoder alone: the maps are its own, and a head may want other inputs (multiple choice)
-        out = model.backbone(encoded.ids, mask, encoded.types, output_attentions=True)
-    return torch.stack([a[0] for a in out.attentions]).float().numpy()  # (L, N, T, T)
+        out = model.backbone(ids, torch.ones_like(ids), types, output_attentions=True)
+    return torch.stack([a[0] for a in out.attentions]).float().cpu().numpy()  # (L, N, T, T)
 
 
 def attention_maps(model, text: str, text_pair: str | None = None, max_length: int | None = None,

@@ -60,15 +60,16 @@ def score_components(model, encoded: Encoded, layer: int, head: int, description
     handle = attn.register_forward_pre_hook(capture, with_kwargs=True)
     try:
         with evaluating(model), torch.no_grad():
-            out = model.backbone(encoded.ids, torch.ones_like(encoded.ids), encoded.types, output_attentions=True)
+            ids = encoded.ids.to(next(model.parameters()).device)  # (a Model on CUDA, from Python)
+            out = model.backbone(ids, torch.ones_like(ids), encoded.types.to(ids.device), output_attentions=True)
     finally:
         handle.remove()
     x, context = calls[0]  # the layer's one call in the encoder
     terms = attn.score_terms(x, **context)
-    scores = {name: t[0, head].float().numpy() for name, t in terms.items()}  # (T, T) each
+    scores = {name: t[0, head].float().cpu().numpy() for name, t in terms.items()}  # (T, T) each
     scores["combined"] = sum(scores.values())
     return Components(description or model.config.family, layer, head, encoded.tokens, encoded.segments,
-                      scores, out.attentions[layer][0, head].float().numpy())
+                      scores, out.attentions[layer][0, head].float().cpu().numpy())
 
 
 def plot_components(c: Components, path: Path) -> Path:
