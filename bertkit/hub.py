@@ -26,11 +26,8 @@ def resolve(path_or_id: str | os.PathLike, revision: str | None = None, token: s
         raise BertkitError(f"{path}: no such directory")
     try:
         from huggingface_hub import HfApi, snapshot_download
-        from huggingface_hub.utils import logging as hub_logging
         where = {k: v for k, v in (("revision", revision), ("token", token)) if v is not None}
-        verbosity = hub_logging.get_verbosity()
-        hub_logging.set_verbosity_error()  # its retries offline are a line each: the error says it once
-        try:
+        with _hub_logging_quiet():
             try:  # download what loading reads, not every format the repo holds; model_info, not
                 # list_repo_files, which retried for 23 s offline before the cache could answer
                 siblings = HfApi().model_info(text, **where).siblings
@@ -38,8 +35,6 @@ def resolve(path_or_id: str | os.PathLike, revision: str | None = None, token: s
             except Exception:  # offline (then the cache answers), or an error snapshot_download reports
                 wanted = FALLBACK_PATTERNS
             local = snapshot_download(text, allow_patterns=wanted, **where)
-        finally:
-            hub_logging.set_verbosity(verbosity)
     except Exception as e:
         # "runs/besst" beside a local runs/ may be a mistyped folder rather than a Hub id
         local_parent = (f"; if a local folder was meant, {path.parent}/ holds no {path.name!r}"
@@ -89,7 +84,6 @@ def datasets_quietly(datasets, name: str):
     offline mode, so a cached copy loads and a missing one fails at once (the loader retried for
     ~28 s, a logged line each time, before its one-line error); the retries' logging is silenced."""
     from huggingface_hub import HfApi
-    from huggingface_hub.utils import logging as hub_logging
 
     try:
         HfApi().dataset_info(name)
@@ -97,11 +91,24 @@ def datasets_quietly(datasets, name: str):
     except Exception as e:  # the network's errors (httpx's, requests'); a refusal (unknown name) is datasets' to say
         unreachable = any(kind.__name__ in ("TransportError", "ConnectionError", "OfflineModeIsEnabled")
                           for kind in type(e).__mro__)
-    offline, verbosity = datasets.config.HF_HUB_OFFLINE, hub_logging.get_verbosity()
+    offline = datasets.config.HF_HUB_OFFLINE
     datasets.config.HF_HUB_OFFLINE = offline or unreachable
+    try:
+        with _hub_logging_quiet():
+            yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE = offline
+
+
+@contextlib.contextmanager
+def _hub_logging_quiet():
+    """huggingface_hub's logging at errors only, then as it was: its retries offline are a line
+    each, and bertkit's error says it once."""
+    from huggingface_hub.utils import logging as hub_logging
+
+    verbosity = hub_logging.get_verbosity()
     hub_logging.set_verbosity_error()
     try:
         yield
     finally:
-        datasets.config.HF_HUB_OFFLINE = offline
         hub_logging.set_verbosity(verbosity)
