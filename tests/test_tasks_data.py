@@ -41,6 +41,14 @@ def test_csv_with_string_labels_pairs_and_counted_empty_rows(tmp_path):
     assert examples == [TextExample("Great, really", "it is", "pos"), TextExample("Awful.", None, "neg")]
 
 
+def test_a_counted_warning_names_a_file_whose_name_holds_braces(tmp_path):
+    path = tmp_path / "run{1}{n}.csv"  # the count's placeholder was filled in with str.format: IndexError
+    path.write_text("text,label\na,pos\n\nb,neg\n")
+    with pytest.warns(DataWarning) as caught:
+        readers.read_table(path)
+    assert [str(w.message) for w in caught] == [f"{path}: 1 empty line(s) or row(s) without text skipped"]
+
+
 def test_tsv_is_read_without_quoting_and_jsonl_with_integer_labels(tmp_path):
     tsv = tmp_path / "d.tsv"
     tsv.write_text('sentence\tlabel\nit\'s a "gem\t1\n')

@@ -131,8 +131,9 @@ class Columns:
 
 def report(count: int, message: str) -> None:
     """One counted warning for input that was repaired or skipped, instead of one per row."""
-    if count:
-        warnings.warn(message.format(n=count), DataWarning, stacklevel=3)
+    if count:  # the last {n}: not str.format, as a file's name before it may hold braces
+        head, placeholder, tail = message.rpartition("{n}")
+        warnings.warn(f"{head}{count}{tail}" if placeholder else message, DataWarning, stacklevel=3)
 
 
 # ---- tables: CSV / TSV / JSONL ----------------------------------------------------------------
