@@ -13,6 +13,7 @@ import torch
 
 import bertkit
 from bertkit.cli import main, parser
+from bertkit.data import DataWarning
 from bertkit.errors import BertkitError
 from bertkit.tasks import (ChoiceExample, FinetuneSettings, QAExample, TaggedSentence, TextExample, answer, choose,
                            classify, embed, evaluate, fill_mask, finetune, load_examples, make_task, search, tag)
@@ -213,3 +214,76 @@ def test_sentence_settings_and_embed_refuse_wrong_types(tokenizer):
     model = tiny(None, tokenizer)
     assert error_of(lambda: embed(model, ["a"], normalize="no")) == "normalize must be True, False or None, got 'no'"
     assert error_of(lambda: embed(model, ["a"], max_length="16")) == "max length must be a whole number, got '16'"
+
+
+# ---- 10. predictions stream a window at a time ----------------------------------------------------
+def counting_forwards(model) -> list:
+    """A list that gets one entry per forward of the model (of its encoder, for embed)."""
+    calls = []
+    model.backbone.register_forward_hook(lambda *_: calls.append(1))
+    return calls
+
+
+STREAMED = {  # helper: (its head, its call on `n` inputs)
+    "classify": ("classification", lambda m, n, **kw: classify(m, [f"text {'x ' * (i % 7)}{i}" for i in range(n)],
+                                                               **kw)),
+    "tag": ("token-classification", lambda m, n, **kw: tag(m, [f"{'a ' * (i % 5)}word {i}" for i in range(n)], **kw)),
+    "answer": ("qa", lambda m, n, **kw: answer(m, [f"Who is {i}?" for i in range(n)],
+                                               [f"{'Ann met ' * (i % 4)}Bob number {i}." for i in range(n)], **kw)),
+    "choose": ("multiple-choice", lambda m, n, **kw: choose(m, [f"pick {i}" for i in range(n)],
+                                                            [["yes", f"no {'x ' * (i % 3)}"] for i in range(n)], **kw)),
+    "embed": (None, lambda m, n, **kw: embed(m, [f"{'a ' * (i % 6)}text {i}" for i in range(n)], **kw))}
+
+
+@pytest.mark.parametrize("helper", list(STREAMED))
+def test_stream_yields_the_first_results_before_later_windows_run_and_in_input_order(tokenizer, helper):
+    """stream=True gives each window's results as it is done (the CLI writes them at once); they
+    are what one window over every input gives, in the inputs' order."""
+    head, call = STREAMED[helper]
+    model = tiny(head, tokenizer)
+    whole = call(model, 40, batch_size=64)  # one window: batches sorted by length over all 40
+    calls = counting_forwards(model)
+    results = call(model, 40, batch_size=2, stream=True)
+    first = next(iter(results))
+    ran = len(calls)
+    rest = list(results)
+    assert 0 < ran < len(calls)  # the first result came before the later windows ran
+    got = [first, *rest]
+    assert len(got) == 40
+    if helper == "embed":
+        torch.testing.assert_close(torch.stack(got), whole, atol=1e-5, rtol=1e-4)
+        return
+    for mine, expected in zip(got, whole):  # the same input, and its numbers (batches of other lengths)
+        assert {k: v for k, v in mine.items() if "score" not in k} == \
+            {k: v for k, v in expected.items() if "score" not in k}
+        assert mine.get("score") == pytest.approx(expected.get("score"), abs=1e-5)
+
+
+def test_a_streamed_truncation_warning_counts_every_window_once(tokenizer):
+    model = tiny("classification", tokenizer)
+    texts = [("a long text " * 10 if i % 4 == 0 else "short") for i in range(40)]
+    with pytest.warns(DataWarning) as caught:
+        list(classify(model, texts, batch_size=2, max_length=16, stream=True))
+    assert [str(w.message) for w in caught] == ["10 of 40 texts were longer than 16 tokens and were truncated"]
+
+
+def test_an_interrupted_predict_keeps_the_lines_of_the_windows_done(tokenizer, tmp_path, capsys, monkeypatch):
+    """Ctrl-C in the third window: the first two windows' lines are out, whole, as a full run
+    writes them; a `| head` gets its lines the same way."""
+    tiny("classification", tokenizer).save_pretrained(tmp_path / "clf")
+    (tmp_path / "in.txt").write_text("".join(f"text number {'x ' * (i % 5)}{i}\n" for i in range(60)))
+    argv = ["predict", "classify", "--model", str(tmp_path / "clf"), "--input", str(tmp_path / "in.txt"),
+            "--batch-size", "2"]
+    assert main(argv) == 0
+    full = capsys.readouterr().out.splitlines()
+    forward, calls = bertkit.Model.forward, []
+
+    def interrupted(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2 * 8 + 1:  # windows of 8 batches of 2 inputs
+            raise KeyboardInterrupt
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(bertkit.Model, "forward", interrupted)
+    assert main(argv) == 130
+    assert capsys.readouterr().out.splitlines() == full[:32]

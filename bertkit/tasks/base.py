@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from ..errors import BertkitError
 from ..files import shown
-from .readers import report
+from .readers import report, tallied
 
 IGNORE = -100  # label of positions without a loss (cross_entropy's ignore_index)
 
@@ -203,7 +203,7 @@ def truncate_pair(a: list[int], b: list[int] | None, budget: int,
 
 
 def report_truncated(count: int, total: int, max_length: int, what: str = "texts") -> None:
-    report(count, f"{{n}} of {total} {what} were longer than {max_length} tokens and were truncated")
+    report(count, f"{{n}} of {{total}} {what} were longer than {max_length} tokens and were truncated", total)
 
 
 def device_of(model) -> torch.device:
@@ -313,6 +313,29 @@ def run_batches(model, features: list[dict], batch_size: int, bf16: bool, fields
                     out = model(batch["input_ids"].to(device), batch["attention_mask"].to(device),
                                 batch["token_type_ids"].to(device))
                 yield chunk, {name: getattr(out, name).float().cpu().numpy() for name in fields}
+
+
+STREAM_BATCHES = 8  # batches per window of streamed predictions
+
+
+def streamed(model, items: list, batch_size: int, bf16: bool, predict: Callable[[list], list],
+             progress: bool = False, desc: str = "predicting"):
+    """predict(part) over `items` a window of STREAM_BATCHES batches at a time, yielding each
+    window's results, in input order, as soon as it is done: the CLI writes its lines as they
+    come, so `| head` answers at once and a Ctrl-C keeps what was written, and results are held
+    in memory a window at a time. Length-sorted batching happens within a window. For
+    the whole run the model is in eval mode and prepacked once (`serving`), one bar counts the
+    inputs, and counted warnings (texts truncated) come once, summed (`tallied`), at the end."""
+    from ..model import evaluating
+
+    window = batch_size * STREAM_BATCHES
+    with evaluating(model), serving(model, -(-len(items) // batch_size), bf16), tallied(), \
+            tqdm(total=len(items), disable=not progress, desc=desc, unit="input", leave=leave_bar()) as bar:
+        for start in range(0, len(items), window):
+            part = items[start:start + window]
+            results = predict(part)
+            bar.update(len(part))
+            yield from results
 
 
 def serving(model, batches: int, bf16: bool = False):

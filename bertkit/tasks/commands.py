@@ -149,8 +149,9 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of
 
 
 def _write_lines(results) -> None:
+    """One JSON line per result, each out as soon as it is made: the predict commands stream."""
     for r in results:
-        print(json.dumps(r, ensure_ascii=False))
+        print(json.dumps(r, ensure_ascii=False), flush=True)
 
 
 def _six(score: float | None) -> float | None:
@@ -288,7 +289,7 @@ def cmd_classify(args) -> None:
     pairs = [r.get("text_pair") for r in records] if any(r.get("text_pair") for r in records) else None
     if args.top_k is not None and args.top_k < 1:
         raise BertkitError(f"--top-k must be at least 1, got {args.top_k}")
-    _write_lines(classify(args.model, [r["text"] for r in records], pairs, top_k=args.top_k,
+    _write_lines(classify(args.model, [r["text"] for r in records], pairs, top_k=args.top_k, stream=True,
                           **_common(args, len(records))))
 
 
@@ -297,7 +298,7 @@ def cmd_tag(args) -> None:
 
     # (read_inputs has checked that tokens are lists of strings, and texts strings)
     inputs = [r.get("tokens", r.get("text")) for r in read_inputs(args, ("text", "tokens"), (), ("text", "tokens"))]
-    _write_lines(map(_printed_tags, tag(args.model, inputs, **_common(args, len(inputs)))))
+    _write_lines(map(_printed_tags, tag(args.model, inputs, stream=True, **_common(args, len(inputs)))))
 
 
 def cmd_answer(args) -> None:
@@ -318,7 +319,8 @@ def cmd_answer(args) -> None:
     _write_lines(map(_printed_answer, answer(
         args.model, [r["question"] for r in records], [r["context"] for r in records], top_k=args.top_k,
         null_answers=True if args.null_answers else None, max_answer_length=args.max_answer_length,
-        doc_stride=args.doc_stride, max_query_length=args.max_query_length, **_common(args, len(records)))))
+        doc_stride=args.doc_stride, max_query_length=args.max_query_length, stream=True,
+        **_common(args, len(records)))))
 
 
 def cmd_choose(args) -> None:
@@ -330,7 +332,7 @@ def cmd_choose(args) -> None:
             if not args.choice:
                 raise BertkitError(f"input {n} has no choices (--choice, repeated, or a \"choices\" list)")
             r["choices"] = args.choice
-    _write_lines(choose(args.model, [r["text"] for r in records], [r["choices"] for r in records],
+    _write_lines(choose(args.model, [r["text"] for r in records], [r["choices"] for r in records], stream=True,
                         **_common(args, len(records))))
 
 
@@ -358,7 +360,7 @@ def cmd_embed(args) -> None:
         _write_lines({"query": q, "results": h} for q, h in zip(args.query, hits))
         return
     vectors = embed(args.model, texts, normalize=False if args.no_normalize else None, prompt_name=args.prompt_name,
-                    **options)
+                    stream=True, **options)
     _write_lines({"text": t, "embedding": float32_list(v)} for t, v in zip(texts, vectors))
 
 

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from ..config import check_field_types
 from ..errors import BertkitError, first_line
 from ..files import decode_text, parse_json, positive_int, shown
-from .base import check_count, check_texts, length_batches, report_truncated, serving
+from .base import check_count, check_texts, length_batches, report_truncated, serving, streamed
 
 POOLING = ("mean", "cls")
 ST_CONFIG = "sentence_bert_config.json"  # sentence-transformers' settings of its Transformer module
@@ -498,7 +498,7 @@ def prepared(source, tokenizer=None, max_length: int | None = None, pooling: str
 
 def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None = None,
           normalize: bool | None = None, progress: bool = False, pooling: str | None = None, bf16: bool = False,
-          tokenizer=None, prompt_name: str | None = None) -> torch.Tensor:
+          tokenizer=None, prompt_name: str | None = None, stream: bool = False) -> torch.Tensor:
     """(len(texts), H) float32 sentence embeddings. `model` is a Model that carries its tokenizer
     (or gets `tokenizer`), or a model directory. What is not given follows the model's
     sentence-transformers files (its length, Pooling, prompt, Dense and Normalize modules, and
@@ -509,14 +509,20 @@ def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None 
     skipped). Texts longer than max_length are cut, with one warning that counts them. `bf16`
     runs the model under autocast to bf16 (faster where the hardware has bf16, to about two or
     three significant digits). `pooling` replaces a folder's own with a warning (the vectors are
-    then not sentence-transformers' for it). `prompt_name`: one of the model's prompts (config_sentence_transformers.json) before each text
-    instead of its default one, as sentence-transformers' encode(prompt_name=...)."""
+    then not sentence-transformers' for it). `prompt_name`: one of the model's prompts
+    (config_sentence_transformers.json) before each text instead of its default one, as
+    sentence-transformers' encode(prompt_name=...). `stream=True` gives an iterator of each
+    text's (H,) vector instead, as soon as its window of texts is done (base.streamed)."""
     check_count(batch_size)
     check_texts(texts)
     if normalize is not None and not isinstance(normalize, bool):  # "no" is truthy: it normalized
         raise BertkitError(f"normalize must be True, False or None, got {normalize!r}")
     model, settings = prepared(model, tokenizer, max_length, pooling)
-    return _embed(model, texts, settings.with_prompt(prompt_name), batch_size, normalize, progress, bf16)
+    settings = settings.with_prompt(prompt_name)
+    if not stream:
+        return _embed(model, texts, settings, batch_size, normalize, progress, bf16)
+    return streamed(model, texts, batch_size, bf16, lambda part: _embed(model, part, settings, batch_size, normalize,
+                                                                        False, bf16), progress, "embedding")
 
 
 @torch.no_grad()

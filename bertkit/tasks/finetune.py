@@ -43,7 +43,7 @@ from ..data.tokenizer import Tokenizer, check_vocab_fits, load_tokenizer
 from ..errors import BertkitError
 from ..files import RESULT_FILES, launch_processes, output_dir, positive_int, read_json, run_lock, shown, writing
 from ..schedules import SCHEDULES, check_seed
-from .base import TrainBatches, check_count, check_texts, check_truncation, serving_length
+from .base import TrainBatches, check_count, check_texts, check_truncation, serving_length, streamed
 from .choice import MultipleChoice
 from .classification import Regression, SequenceClassification
 from .contrastive import SentenceEmbedding
@@ -575,14 +575,16 @@ def evaluate(model, task: str | None, data, split: str = "test", tokenizer=None,
 
 def classify(model, texts: list[str], text_pairs: list[str | None] | None = None, batch_size: int = 64,
              max_length: int | None = None, bf16: bool = False, tokenizer=None,
-             progress: bool = False, top_k: int | None = None) -> list[dict]:
+             progress: bool = False, top_k: int | None = None, stream: bool = False) -> list[dict]:
     """{"text", ("text_pair"), "label", "score", "scores"} per text (a regression model: "value").
     "scores" holds every class's probability in the model's order, or with `top_k` the k most
     probable, most probable first (a model of a thousand classes otherwise writes them all).
     Each text is read on its own terms: with its pair, or alone where its pair is "" or None
     (transformers' tokenizer and pipeline read an empty pair as none), and the result has
-    "text_pair" only where there is one. `progress` shows a bar over the batches (so do tag and
-    answer)."""
+    "text_pair" only where there is one. `progress` shows a bar over the inputs (so do tag, answer
+    and choose). `stream=True` gives an iterator instead of a list: each result as soon as its
+    window of inputs is done (base.streamed; so do the others); bad arguments still fail at the
+    call."""
     check_texts(texts)
     check_count(batch_size)
     if top_k is not None:
@@ -597,17 +599,27 @@ def classify(model, texts: list[str], text_pairs: list[str | None] | None = None
     if name not in ("classification", "regression"):
         raise BertkitError(f"this is a model for {name}, not a text classifier")
     examples = [TextExample(t, (text_pairs[i] or None) if text_pairs else None) for i, t in enumerate(texts)]
-    results = job.predict(model, examples, batch_size, length, settings.bf16, progress=progress)
+    results = _predicted(job, model, examples, batch_size, length, settings.bf16, progress)
     if top_k is not None:
-        for r in results:
-            if "scores" in r:
-                r["scores"] = dict(sorted(r["scores"].items(), key=lambda kv: -kv[1])[:top_k])
-    return [{"text": e.text, **({"text_pair": e.text_pair} if e.text_pair else {}), **r}
-            for e, r in zip(examples, results)]
+        results = ({**r, "scores": dict(sorted(r["scores"].items(), key=lambda kv: -kv[1])[:top_k])}
+                   if "scores" in r else r for r in results)
+    return _delivered(({"text": e.text, **({"text_pair": e.text_pair} if e.text_pair else {}), **r}
+                       for e, r in zip(examples, results)), stream)
+
+
+def _predicted(job, model, examples: list, batch_size: int, length: int, bf16: bool, progress: bool, **options):
+    """job.predict's results over the examples, a window at a time (base.streamed)."""
+    return streamed(model, examples, batch_size, bf16,
+                    lambda part: job.predict(model, part, batch_size, length, bf16, **options), progress)
+
+
+def _delivered(results, stream: bool):
+    """The results as the caller asked: the iterator itself, or a list."""
+    return results if stream else list(results)
 
 
 def choose(model, texts: list[str], choices: list[list[str]], batch_size: int = 64, max_length: int | None = None,
-           bf16: bool = False, tokenizer=None, progress: bool = False) -> list[dict]:
+           bf16: bool = False, tokenizer=None, progress: bool = False, stream: bool = False) -> list[dict]:
     """{"text", "choices", "choice" (the index of the most probable), "answer" (its text),
     "score", "scores"} per context; each context has its own list of at least two choices."""
     check_texts(texts)
@@ -623,12 +635,12 @@ def choose(model, texts: list[str], choices: list[list[str]], batch_size: int = 
     overrides = {"max_length": max_length, "bf16": bool(bf16)}
     model, _, job, settings, length = _prepared(model, "multiple-choice", tokenizer, overrides)
     examples = [ChoiceExample(t, tuple(c)) for t, c in zip(texts, choices)]
-    results = job.predict(model, examples, batch_size, length, settings.bf16, progress=progress)
-    return [{"text": e.text, "choices": list(e.choices), **r} for e, r in zip(examples, results)]
+    results = _predicted(job, model, examples, batch_size, length, settings.bf16, progress)
+    return _delivered(({"text": e.text, "choices": list(e.choices), **r} for e, r in zip(examples, results)), stream)
 
 
 def tag(model, inputs: list[str] | list[list[str]], batch_size: int = 64, max_length: int | None = None,
-        bf16: bool = False, tokenizer=None, progress: bool = False) -> list[dict]:
+        bf16: bool = False, tokenizer=None, progress: bool = False, stream: bool = False) -> list[dict]:
     """{"tokens", "tags", "scores"} per input: a list of words, or a text split into words and
     punctuation (then also "text", and "offsets": each word's [start, end) characters in it).
     With entity tags (BIO, IOBES, BILOU) also "entities": each entity's type, words [start, end),
@@ -650,18 +662,20 @@ def tag(model, inputs: list[str] | list[list[str]], batch_size: int = 64, max_le
         else:
             sentences.append(TaggedSentence(tuple(item)))
             spans.append(None)
-    results = job.predict(model, sentences, batch_size, length, settings.bf16, progress=progress)
-    entities = is_bio(model.config.labels)
-    out = []
-    for item, r, s in zip(inputs, results, spans):
-        record = {**({"text": item} if s is not None else {}), **r}
-        if s is not None:
-            record["offsets"] = [list(o) for o in s]
-        if entities:
-            record["entities"] = [_entity(r, s, item, kind, start, end)
-                                  for kind, start, end in entity_spans(r["tags"], model.config.labels)]
-        out.append(record)
-    return out
+    results = _predicted(job, model, sentences, batch_size, length, settings.bf16, progress)
+    labels = model.config.labels
+    return _delivered((_tagged(item, r, s, labels) for item, r, s in zip(inputs, results, spans)), stream)
+
+
+def _tagged(item, result: dict, offsets, labels: tuple[str, ...]) -> dict:
+    """tag()'s record of one input: a text's own characters and, with entity tags, the entities."""
+    record = {**({"text": item} if offsets is not None else {}), **result}
+    if offsets is not None:
+        record["offsets"] = [list(o) for o in offsets]
+    if is_bio(labels):
+        record["entities"] = [_entity(result, offsets, item, kind, start, end)
+                              for kind, start, end in entity_spans(result["tags"], labels)]
+    return record
 
 
 def _entity(result: dict, offsets, item, kind: str, start: int, end: int) -> dict:
@@ -678,7 +692,7 @@ def _entity(result: dict, offsets, item, kind: str, start: int, end: int) -> dic
 def answer(model, questions: list[str], contexts: list[str], top_k: int = 1, null_answers: bool | None = None,
            batch_size: int = 64, max_length: int | None = None, bf16: bool = False, tokenizer=None,
            progress: bool = False, max_answer_length: int | None = None, doc_stride: int | None = None,
-           max_query_length: int | None = None) -> list[dict]:
+           max_query_length: int | None = None, stream: bool = False) -> list[dict]:
     """{"question", "answer", "start", "end" (characters of the context, None for no answer),
     "score"} per question; top_k > 1 adds "alternatives". `score` is the answer's probability
     among the n-best candidate spans (softmax of start + end logits, as transformers' run_qa
@@ -700,5 +714,6 @@ def answer(model, questions: list[str], contexts: list[str], top_k: int = 1, nul
                  "max_answer_length": max_answer_length, "doc_stride": doc_stride, "max_query_length": max_query_length}
     model, _, job, settings, length = _prepared(model, "qa", tokenizer, overrides)
     examples = [QAExample(str(i), q, c) for i, (q, c) in enumerate(zip(questions, contexts))]
-    results = job.predict(model, examples, batch_size, length, settings.bf16, top_k=top_k, progress=progress)
-    return [{"question": q, **{k: v for k, v in r.items() if k != "id"}} for q, r in zip(questions, results)]
+    results = _predicted(job, model, examples, batch_size, length, settings.bf16, progress, top_k=top_k)
+    return _delivered(({"question": q, **{k: v for k, v in r.items() if k != "id"}}
+                       for q, r in zip(questions, results)), stream)

@@ -26,6 +26,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
@@ -35,6 +36,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -129,11 +131,41 @@ class Columns:
     negative: str | None = None  # embedding: a hard negative (default `negative`, when present)
 
 
-def report(count: int, message: str) -> None:
-    """One counted warning for input that was repaired or skipped, instead of one per row."""
-    if count:  # the last {n}: not str.format, as a file's name before it may hold braces
-        head, placeholder, tail = message.rpartition("{n}")
-        warnings.warn(f"{head}{count}{tail}" if placeholder else message, DataWarning, stacklevel=3)
+_TALLIES = threading.local()  # .open: this thread's tallied() blocks' counts, innermost last
+
+
+def report(count: int, message: str, total: int = 0) -> None:
+    """One counted warning for input that was repaired or skipped, instead of one per row. The
+    message names the count {n}, and may name {total}, what it is a count of. Inside tallied()
+    the counts of one message add up, to warn once at its end."""
+    tallies = getattr(_TALLIES, "open", None)
+    if tallies:
+        n, of = tallies[-1].get(message, (0, 0))
+        tallies[-1][message] = (n + count, of + total)
+    elif count:
+        warnings.warn(_filled(_filled(message, "{n}", count), "{total}", total), DataWarning, stacklevel=3)
+
+
+def _filled(message: str, placeholder: str, value: int) -> str:
+    """The last `placeholder` in the message replaced: not str.format, as a file's name before it
+    may hold braces."""
+    head, found, tail = message.rpartition(placeholder)
+    return f"{head}{value}{tail}" if found else message
+
+
+@contextlib.contextmanager
+def tallied():
+    """report() counts add up within the block and warn once, summed, at its end: predictions
+    made a window at a time (base.streamed) say "12 of 10000 texts were truncated" once, as one
+    call over all of them does, not once per window."""
+    counts: dict[str, tuple[int, int]] = {}
+    _TALLIES.open = [*getattr(_TALLIES, "open", []), counts]
+    try:
+        yield
+    finally:
+        _TALLIES.open = [c for c in _TALLIES.open if c is not counts]
+        for message, (n, total) in counts.items():
+            report(n, message, total)
 
 
 # ---- tables: CSV / TSV / JSONL ----------------------------------------------------------------
