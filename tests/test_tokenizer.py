@@ -1349,3 +1349,46 @@ def test_pad_and_special_tokens_mask_serve_transformers_data_collators(minilm_di
         plain, padding_side="left", return_tensors="np")["input_ids"].tolist()
     with pytest.raises(bertkit.BertkitError, match="rows of different lengths: tensors need padding"):
         ours.pad(plain, padding=False, return_tensors="pt")
+
+
+def _listed_values(value):
+    return value.tolist() if hasattr(value, "tolist") else value
+
+
+@pytest.mark.parametrize("name", ["minilm", "roberta", "albert"])
+def test_offsets_word_ids_and_words_given_split_are_transformers(name, minilm_dir, roberta_files, albert_spiece,
+                                                                  tmp_path):
+    """return_offsets_mapping, return_special_tokens_mask, is_split_into_words and the batch's
+    word_ids / sequence_ids / tokens per row, as transformers' fast tokenizers give them (what a
+    tagger's label alignment and a QA window's character spans are built from)."""
+    folder = {"minilm": minilm_dir, "roberta": roberta_files,
+              "albert": _albert_dir(tmp_path / "albert", albert_spiece)}[name]
+    reference = transformers.RobertaTokenizerFast if name == "roberta" else transformers.AutoTokenizer
+    ours, theirs = bertkit.load_tokenizer(folder), reference.from_pretrained(folder)
+    texts = ["Tokenization isn't trivial, Mr. Müller!", "a short one", "x"]
+    pairs = ["its pair, here", "another pair of words", "y z"]
+    words = [["John", "Müller", "lives", "in", "New", "York", "."], ["Hi", "there"], ["tokenization"]]
+    extra = dict(return_offsets_mapping=True, return_special_tokens_mask=True)
+    calls = [((texts,), dict(return_tensors="pt", **extra)),
+             ((texts, pairs), dict(return_tensors="pt", padding_side="left", **extra)),
+             ((texts,), dict(return_tensors=None, padding=False, **extra)),
+             ((texts, pairs), dict(return_tensors="np", truncation=True, max_length=12, **extra)),
+             ((words,), dict(return_tensors="pt", is_split_into_words=True, **extra)),
+             ((words[0],), dict(return_tensors=None, is_split_into_words=True, **extra)),
+             ((words, words[::-1]), dict(return_tensors=None, is_split_into_words=True, **extra)),
+             ((texts[0],), dict(return_tensors=None, return_offsets_mapping=True))]
+    for args, kwargs in calls:
+        mine, expected = ours(*args, **kwargs), theirs(*args, padding=kwargs.pop("padding", True), **kwargs)
+        for key in expected:
+            assert _listed_values(mine[key]) == _listed_values(expected[key]), (args, kwargs, key)
+        for row in range(1 if isinstance(args[0][0], str) and kwargs.get("return_tensors") is None else 3):
+            for view in ("word_ids", "sequence_ids", "tokens"):
+                assert getattr(mine, view)(row) == getattr(expected, view)(row), (args, kwargs, view, row)
+    plain = ours(texts, return_token_type_ids=False, return_attention_mask=False)
+    assert set(plain) == {"input_ids"}
+    with pytest.raises(bertkit.BertkitError, match="batch_index 3 is not a row of this batch of 3"):
+        plain.word_ids(3)
+    with pytest.raises(bertkit.BertkitError, match=r"texts: item 1 is str, not a list of words \(is_split"):
+        ours([["a", "b"], "c d"], is_split_into_words=True)
+    with pytest.raises(bertkit.BertkitError, match="texts: item 0: item 1 is int, not a string"):
+        ours([["a", 5]], is_split_into_words=True)

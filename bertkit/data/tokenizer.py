@@ -110,13 +110,41 @@ class Frame:
 
 
 class Encoded(dict):
-    """A tokenized batch of tensors by name, with transformers' BatchEncoding.to(device)."""
+    """A tokenized batch by name (tensors, arrays or lists), with transformers' BatchEncoding's
+    .to(device) and each row's word_ids, sequence_ids and tokens, padding included."""
+
+    def __init__(self, values: dict, encodings: list | None = None, length: int | None = None, left: bool = False,
+                 pad_token: str | None = None):
+        super().__init__(values)
+        self._encodings, self._length, self._left, self._pad_token = encodings or [], length, left, pad_token
 
     def to(self, device, non_blocking: bool = False) -> Encoded:
         """Moves the tensors in place and returns the batch itself, as transformers' does."""
         for k, v in self.items():
-            self[k] = v.to(device, non_blocking=non_blocking)
+            if isinstance(v, torch.Tensor):
+                self[k] = v.to(device, non_blocking=non_blocking)
         return self
+
+    def _padded(self, batch_index: int, key: str, pad) -> list:
+        if not isinstance(batch_index, int) or not 0 <= batch_index < len(self._encodings):
+            raise BertkitError(f"batch_index {batch_index!r} is not a row of this batch of {len(self._encodings)}")
+        row = list(getattr(self._encodings[batch_index], key))
+        padding = [pad] * ((self._length or len(row)) - len(row))
+        return padding + row if self._left else row + padding
+
+    def word_ids(self, batch_index: int = 0) -> list[int | None]:
+        """Each position's word of its text, None at special tokens and padding, as transformers'
+        word_ids gives it: a word's sub-words share its index (to label only a word's first
+        sub-word, say). With is_split_into_words the words are the given ones."""
+        return self._padded(batch_index, "word_ids", None)
+
+    def sequence_ids(self, batch_index: int = 0) -> list[int | None]:
+        """Each position's part: 0 the text, 1 its pair, None special tokens and padding."""
+        return self._padded(batch_index, "sequence_ids", None)
+
+    def tokens(self, batch_index: int = 0) -> list[str]:
+        """Each position's token string, the pad token's at padding."""
+        return self._padded(batch_index, "tokens", self._pad_token)
 
 
 class Tokenizer:
@@ -238,7 +266,10 @@ class Tokenizer:
     def __call__(self, texts: list[str] | str | None = None, text_pairs: list[str] | str | None = None,
                  max_length: int | None = None, *, padding: bool | str = True, truncation: bool | str | None = None,
                  return_tensors: str | None = "pt", padding_side: str | None = None, add_special_tokens: bool = True,
-                 text: list[str] | str | None = None, text_pair: list[str] | str | None = None) -> dict:
+                 text: list[str] | str | None = None, text_pair: list[str] | str | None = None,
+                 is_split_into_words: bool = False, return_offsets_mapping: bool = False,
+                 return_special_tokens_mask: bool = False, return_token_type_ids: bool | None = None,
+                 return_attention_mask: bool | None = None) -> Encoded:
         """A right-padded batch: input_ids, attention_mask, token_type_ids, each (B, T) int64.
         Longer inputs are truncated to max_length (the longest part first, for pairs), which
         must leave room for a token of text beside the special tokens. One text (and its pair)
@@ -252,7 +283,12 @@ class Tokenizer:
         for one call, as transformers' keyword does. `text` / `text_pair` are transformers' names
         for `texts` / `text_pairs`; `add_special_tokens=False` leaves the special tokens out. One
         text given as a string with return_tensors=None comes back as one row's lists, as
-        transformers gives it."""
+        transformers gives it. `is_split_into_words`: each text is a list of words (one text: one
+        list), tokenized word by word. `return_offsets_mapping` adds each token's (start, end)
+        characters in its text ((0, 0) at special tokens and padding; in its word, for words),
+        `return_special_tokens_mask` 1 at special tokens and padding; token_type_ids and
+        attention_mask are left out with False. The batch's word_ids(i), sequence_ids(i) and
+        tokens(i) give row i's, as transformers' BatchEncoding does."""
         for ours, theirs, name in ((texts, text, "texts"), (text_pairs, text_pair, "text_pairs")):
             if ours is not None and theirs is not None:
                 raise BertkitError(f"give {name} or {name[:-1]}, not both")
@@ -260,14 +296,21 @@ class Tokenizer:
         text_pairs = text_pairs if text_pairs is not None else text_pair
         if texts is None:
             raise BertkitError("no text given")
-        one = isinstance(texts, str)
-        if isinstance(texts, str):
-            texts = [texts]
-        if isinstance(text_pairs, str):  # one pair, as tokenizer("a text", "its pair")
-            text_pairs = [text_pairs]
-        _check_strings(texts, "texts")
-        if text_pairs is not None:
-            _check_strings(text_pairs, "text_pairs")
+        if is_split_into_words:  # one text is a list of words, a batch a list of them
+            one = isinstance(texts, (list, tuple)) and bool(texts) and all(isinstance(w, str) for w in texts)
+            texts, text_pairs = ([texts], None if text_pairs is None else [text_pairs]) if one else (texts, text_pairs)
+            _check_word_lists(texts, "texts")
+            if text_pairs is not None:
+                _check_word_lists(text_pairs, "text_pairs")
+        else:
+            one = isinstance(texts, str)
+            if isinstance(texts, str):
+                texts = [texts]
+            if isinstance(text_pairs, str):  # one pair, as tokenizer("a text", "its pair")
+                text_pairs = [text_pairs]
+            _check_strings(texts, "texts")
+            if text_pairs is not None:
+                _check_strings(text_pairs, "text_pairs")
         if text_pairs is not None and len(text_pairs) != len(texts):
             raise BertkitError(f"{len(texts)} texts but {len(text_pairs)} text pairs")
         padding = {True: "longest", False: "do_not_pad"}.get(padding, padding)
@@ -306,36 +349,43 @@ class Tokenizer:
                 self.backend.enable_truncation(max_length, strategy=strategy,
                                                direction=self._side("truncation_side"))
             try:
-                encodings = self.backend.encode_batch(inputs, add_special_tokens=add_special_tokens)
+                encodings = self.backend.encode_batch(inputs, is_pretokenized=is_split_into_words,
+                                                      add_special_tokens=add_special_tokens)
             except Exception as e:  # only_first / only_second with no room left in that part
                 raise BertkitError(f"could not truncate to max_length {max_length}: {e}") from None
             finally:
                 self.backend.no_truncation()
-        keys = ("input_ids", "attention_mask", "token_type_ids")
-        rows = {"input_ids": [e.ids for e in encodings], "attention_mask": [[1] * len(e.ids) for e in encodings],
-                "token_type_ids": [e.type_ids for e in encodings]}
-        lengths = {len(ids) for ids in rows["input_ids"]}
+        asked = {"input_ids": True, "attention_mask": return_attention_mask is not False,
+                 "token_type_ids": return_token_type_ids is not False,
+                 "special_tokens_mask": return_special_tokens_mask, "offset_mapping": return_offsets_mapping}
+        rows = {k: [ROW_VALUES[k](e) for e in encodings] for k, wanted in asked.items() if wanted}
+        lengths = {len(e.ids) for e in encodings}
+        left = (padding_side or self._side("padding_side")) == "left"
         if padding == "do_not_pad" and (return_tensors is None or len(lengths) > 1):
             if return_tensors is not None:
                 raise BertkitError(f"the texts have {len(lengths)} different lengths: tensors need padding "
                                    "(padding=True), or return_tensors=None for lists")
-            return {k: v[0] for k, v in rows.items()} if one else rows
+            rows = {k: [_listed(k, row) for row in v] for k, v in rows.items()}
+            return Encoded({k: v[0] for k, v in rows.items()} if one else rows, encodings, None, left, self.pad_token)
         T = max(lengths, default=0) if padding != "max_length" else max([max_length, *lengths])
-        batch = {k: torch.zeros(len(encodings), T, dtype=torch.long) for k in keys}
-        batch["input_ids"].fill_(self.pad_token_id)
-        left = (padding_side or self._side("padding_side")) == "left"
-        for i, e in enumerate(encodings):
-            n = len(e.ids)
-            where = slice(T - n, T) if left else slice(0, n)
-            batch["input_ids"][i, where] = torch.tensor(e.ids)
-            batch["attention_mask"][i, where] = 1
-            batch["token_type_ids"][i, where] = torch.tensor(e.type_ids)
+        pads = {**self.PADDED, "input_ids": self.pad_token_id}
+        batch = {}
+        for key, values in rows.items():  # (B, T), offsets (B, T, 2)
+            batch[key] = torch.full((len(encodings), T, 2) if key == "offset_mapping" else (len(encodings), T),
+                                    pads[key], dtype=torch.long)
+            for i, row in enumerate(values):
+                if row:
+                    batch[key][i, slice(T - len(row), T) if left else slice(0, len(row))] = torch.tensor(row)
         if return_tensors is None:
-            return {k: v.tolist()[0] if one else v.tolist() for k, v in batch.items()}
-        return {k: v.numpy() for k, v in batch.items()} if return_tensors == "np" else Encoded(batch)
+            batch = {k: [_listed(k, row) for row in v.tolist()] for k, v in batch.items()}
+            batch = {k: v[0] for k, v in batch.items()} if one else batch
+        elif return_tensors == "np":
+            batch = {k: v.numpy() for k, v in batch.items()}
+        return Encoded(batch, encodings, T, left, self.pad_token)
 
-    # what pad() pads, and with what: the rest of a feature's keys (a label ...) pass through as they are
-    PADDED = {"input_ids": None, "attention_mask": 0, "token_type_ids": 0, "special_tokens_mask": 1}
+    # what pad() (and a call) pads, and with what: the rest of a feature's keys (a label ...) pass through
+    PADDED = {"input_ids": None, "attention_mask": 0, "token_type_ids": 0, "special_tokens_mask": 1,
+              "offset_mapping": 0}
 
     def pad(self, encoded_inputs, padding: bool | str = True, max_length: int | None = None,
             pad_to_multiple_of: int | None = None, padding_side: str | None = None,
@@ -1166,6 +1216,29 @@ def _check_text_and_pair(text, text_pair) -> None:
     for name, value in (("text", text), ("text_pair", text_pair)):
         if not isinstance(value, str) and not (name == "text_pair" and value is None):
             raise BertkitError(f"{name} must be a string, not {type(value).__name__}")
+
+
+def _check_word_lists(texts, name: str) -> None:
+    """Texts given as words (is_split_into_words): a list of lists of strings."""
+    if not isinstance(texts, (list, tuple)):
+        raise BertkitError(f"{name} must be a list of words or a list of such lists (is_split_into_words), "
+                           f"not {type(texts).__name__}")
+    for n, words in enumerate(texts):
+        if not isinstance(words, (list, tuple)):
+            raise BertkitError(f"{name}: item {n} is {type(words).__name__}, not a list of words "
+                               "(is_split_into_words)")
+        _check_strings(words, f"{name}: item {n}")
+
+
+# what each key of a call's batch holds, from a `tokenizers` Encoding
+ROW_VALUES = {"input_ids": lambda e: e.ids, "attention_mask": lambda e: [1] * len(e.ids),
+              "token_type_ids": lambda e: e.type_ids, "special_tokens_mask": lambda e: e.special_tokens_mask,
+              "offset_mapping": lambda e: [list(o) for o in e.offsets]}
+
+
+def _listed(key: str, row: list) -> list:
+    """A batch row as lists give it: offsets as (start, end) tuples, as transformers gives them."""
+    return [tuple(o) for o in row] if key == "offset_mapping" else row
 
 
 def _check_strings(texts, name: str) -> None:
