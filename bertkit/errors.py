@@ -1,6 +1,13 @@
-"""The one exception type users see: a message meant to be printed as a single line."""
+"""The one exception type users see: a message meant to be printed as a single line; and where a
+warning says it came from."""
 
+import contextlib
 import re
+import sys
+from pathlib import Path
+
+_PACKAGE = str(Path(__file__).resolve().parent)  # bertkit/
+_PASSED_THROUGH = (_PACKAGE, contextlib.__file__)  # frames a warning is not blamed on
 
 
 class BertkitError(ValueError):
@@ -11,6 +18,16 @@ def first_line(error: BaseException) -> str:
     """The first line of an exception's message for a one-line error, or its type's name where
     the message is empty (torch's EOFError on an empty file has none)."""
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def outside_stacklevel() -> int:
+    """warnings.warn's stacklevel, called from the function that warns, for the first frame
+    outside bertkit (and the context managers it runs in): a warning from the Python API names the
+    caller's line, not one inside bertkit or contextlib.py."""
+    frame, level = sys._getframe(1), 1  # the warning function's frame is level 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PASSED_THROUGH):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def refused_global(error: BaseException) -> str | None:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from .config import HEADS, EncoderConfig, get_preset
-from .errors import BertkitError
+from .errors import BertkitError, outside_stacklevel
 from .files import output_dir
 from .layers import EncoderOutput, init_weights
 from .layers.dense import pack, packed, unpack
@@ -317,5 +317,6 @@ def build_electra_pair(discriminator: str | EncoderConfig = "electra-small",
 
         warnings.warn(f"the generator ({g.config.hidden_size} wide) is wider than the discriminator "
                       f"({d.config.hidden_size}): ELECTRA found generators 1/4 to 1/2 of the discriminator's size "
-                      "best (sec. 3.2), a stronger one making its task too hard", UserWarning, stacklevel=2)
+                      "best (sec. 3.2), a stronger one making its task too hard", UserWarning,
+                      stacklevel=outside_stacklevel())
     return g, d

@@ -287,3 +287,17 @@ def test_an_interrupted_predict_keeps_the_lines_of_the_windows_done(tokenizer, t
     monkeypatch.setattr(bertkit.Model, "forward", interrupted)
     assert main(argv) == 130
     assert capsys.readouterr().out.splitlines() == full[:32]
+
+
+def test_warnings_from_the_python_api_name_the_callers_line(tokenizer, tmp_path):
+    """Not a line inside bertkit or contextlib.py (a streamed warning is said from a context
+    manager's exit): the warning's file is the code that called bertkit."""
+    tiny(None, tokenizer).save_pretrained(tmp_path / "encoder")
+    (tmp_path / "rows.csv").write_text("text,label\na,x\n,y\nb,y\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        classify(tiny("classification", tokenizer), ["word " * 200], max_length=16)
+        bertkit.from_pretrained(tmp_path / "encoder", head="classification")  # a fresh head
+        load_examples("classification", tmp_path / "rows.csv")  # an empty row skipped
+    assert [w.category.__name__ for w in caught] == ["DataWarning", "FreshHeadWarning", "DataWarning"]
+    assert [w.filename for w in caught] == [__file__] * 3

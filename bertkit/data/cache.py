@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import check_field_types
-from ..errors import BertkitError
+from ..errors import BertkitError, outside_stacklevel
 from ..files import staging_dir
 from .corpora import Corpus, DataWarning, ReadStats, sentences
 from .tokenizer import Tokenizer
@@ -203,7 +203,8 @@ def tokenize_corpus(corpus: Corpus, tokenizer: Tokenizer, cache_dir: str | Path 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     if damage is not None:
-        warnings.warn(f"the token cache at {final} was damaged ({damage}); rebuilt", DataWarning, stacklevel=2)
+        warnings.warn(f"the token cache at {final} was damaged ({damage}); rebuilt", DataWarning,
+                      stacklevel=outside_stacklevel())
     return TokenizedCorpus(final)
 
 

@@ -31,7 +31,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import BertkitError, first_line
+from ..errors import BertkitError, first_line, outside_stacklevel
 from ..files import byte_lines, csv_records, data_suffix, not_text, shown
 
 BUILTIN = {"imdb": "imdb", "rotten-tomatoes": "rotten_tomatoes"}  # our name -> CSV `source` value
@@ -143,7 +143,8 @@ class ReadStats:
     def report(self, source: str) -> None:
         if self.undecodable_lines:
             warnings.warn(f"{source}: {self.undecodable_lines} line(s) had bytes that are not UTF-8, replaced "
-                          f"with U+FFFD (first at {self.first_undecodable})", DataWarning, stacklevel=3)
+                          f"with U+FFFD (first at {self.first_undecodable})", DataWarning,
+                          stacklevel=outside_stacklevel())
 
 
 class Corpus:
@@ -352,7 +353,7 @@ class Folder(Corpus):
             yield from _file_corpus(path, self.field).documents(stats)
         if skipped:
             warnings.warn(f"{self.name}: skipped {len(skipped)} file(s) that are not UTF-8 text (binary, or UTF-16), "
-                          f"first {skipped[0]}", DataWarning, stacklevel=2)
+                          f"first {skipped[0]}", DataWarning, stacklevel=outside_stacklevel())
 
     def fingerprint(self) -> str:
         return f"folder:{self.field}:{file_digest(list(self.paths))}"

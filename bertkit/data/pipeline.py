@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import check_field_types
-from ..errors import BertkitError
+from ..errors import BertkitError, outside_stacklevel
 from .builders import ExampleSettings, build_examples
 from .cache import CacheSettings, TokenizedCorpus, tokenize_corpus
 from .collators import ALBERT_MASKING, ELECTRA_MASKING, MaskingCollator, MaskingSettings
@@ -110,7 +110,7 @@ class PretrainingData:
                                f"{settings.batch_size}; use a smaller batch or more text")
         self._order: tuple[int, np.ndarray] | None = None
         if self.examples.stats.truncated_tokens:
-            warnings.warn(self.summary(), DataWarning, stacklevel=3)
+            warnings.warn(self.summary(), DataWarning, stacklevel=outside_stacklevel())
 
     def summary(self) -> str:
         """One line: what the corpus and the builder repaired or split (the counts behind it are

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from ..config import EncoderConfig, FieldTypeError
-from ..errors import BertkitError, first_line, refused_global
+from ..errors import BertkitError, first_line, outside_stacklevel, refused_global
 from ..files import decode_text, parse_json, read_json, shard_files, within_folder
 from ..hub import resolve
 from ..model import Model
@@ -439,7 +439,7 @@ def match_state(model: Model, state: dict[str, torch.Tensor], source: Path,
                       f"{architecture_name(config.family, model.head_kind)} does not have are not used: "
                       f"{', '.join(unused_head[:4])}{' ...' if len(unused_head) > 4 else ''}"
                       f"{f' (pass {heads} to load them)' if heads else ''}",
-                      UnusedHeadWarning, stacklevel=3)
+                      UnusedHeadWarning, stacklevel=outside_stacklevel())
     missing = [n for n in params if n not in loaded]
     # The pooler serves the classification heads: a masked-LM checkpoint (BertForMaskedLM, what
     # pre-training saves) has none, so a new classifier on it starts with a fresh one, as in
@@ -465,7 +465,7 @@ def fill(model: Model, loaded: dict[str, torch.Tensor], missing: list[str], sour
     if missing:
         warnings.warn(f"{source}: {len(missing)} head (or pooler) parameter(s) not in the checkpoint, or there "
                       f"with another shape (another label count), are freshly initialized: {', '.join(missing)}",
-                      FreshHeadWarning, stacklevel=3)
+                      FreshHeadWarning, stacklevel=outside_stacklevel())
     params = dict(model.named_parameters())
     with torch.no_grad():
         for name, tensor in loaded.items():
@@ -587,7 +587,7 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
         model, loaded, missing = matched(config)
     except TiedCopyDiffers as e:  # transformers then leaves the two untied, each as stored; so do we
         warnings.warn(f"{e}; it is loaded untied (tie_word_embeddings=False), as transformers does",
-                      stacklevel=2)
+                      stacklevel=outside_stacklevel())
         config = config.replace(tie_word_embeddings=False)
         model, loaded, missing = matched(config)
     if missing:
@@ -800,7 +800,7 @@ def _warn_enhanced_mask_decoder(model: Model, target: Path) -> None:
     warnings.warn(f"{target}: saved as {architecture_name(model.config.family, 'mlm')}, but transformers lacks the "
                   "enhanced mask decoder: it loads the same encoder but its MLM logits differ; bertkit reloads it "
                   "as saved (enhanced_mask_decoder=false trains the plain head)", EnhancedMaskDecoderWarning,
-                  stacklevel=4)  # (where Model.save_pretrained was called)
+                  stacklevel=outside_stacklevel())  # (where Model.save_pretrained was called)
 
 
 def save_pretrained(model: Model, path: str | os.PathLike) -> None:

@@ -27,7 +27,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..config import check_field_types
-from ..errors import BertkitError, first_line
+from ..errors import BertkitError, first_line, outside_stacklevel
 from ..files import decode_text, parse_json, positive_int, shown
 from .base import check_count, check_texts, length_batches, report_truncated, serving, streamed
 
@@ -276,7 +276,8 @@ def sentence_files(model, max_length: int, pooling: str | None = None) -> dict[s
         if pooling is None:
             saved_pooling(listed)  # the folder's own, which training follows: one bertkit has
         elif (replaced := replaced_pooling(listed, pooling)) is not None:
-            warnings.warn(f"{replaced}; the fine-tuned folder is saved pooling by {pooling}", stacklevel=2)
+            warnings.warn(f"{replaced}; the fine-tuned folder is saved pooling by {pooling}",
+                          stacklevel=outside_stacklevel())
             files.update(_pooling_files(listed, pooling, model.config.hidden_size))
         config = listed.json(ST_CONFIG, default={})
     else:
@@ -490,7 +491,8 @@ def prepared(source, tokenizer=None, max_length: int | None = None, pooling: str
     after = saved_modules(files).to(next(model.parameters()).device)
     compare, truncate_dim = saved_similarity(files), saved_truncate_dim(files)
     if replaced is not None:  # said once everything else is known to be usable
-        warnings.warn(f"{replaced}; the vectors are not sentence-transformers' for this folder", stacklevel=3)
+        warnings.warn(f"{replaced}; the vectors are not sentence-transformers' for this folder",
+                      stacklevel=outside_stacklevel())
     return model, SentenceSettings(max_length, pooling, lowercase, prompt, after, listed=bool(files.modules()),
                                    similarity=compare, prompts=prompts, include_prompt=include_prompt,
                                    truncate_dim=truncate_dim)

@@ -17,7 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data.corpora import DataWarning
-from ..errors import BertkitError
+from ..errors import BertkitError, outside_stacklevel
 from .base import check_count, check_texts, device_of, leave_bar, length_batches, report_truncated, serving
 
 
@@ -72,11 +72,11 @@ def target_ids(tok, targets: list[str]) -> list[int]:
             pieces = tok.encode_plain([target])[0]
             if not pieces:
                 warnings.warn(f"target {target!r} is not in the vocabulary and encodes to no token; left out",
-                              DataWarning, stacklevel=3)
+                              DataWarning, stacklevel=outside_stacklevel())
                 continue
             i = pieces[0]
             warnings.warn(f"target {target!r} is not in the vocabulary; its first token {tok.id_to_token(i)!r} "
-                          "is scored instead", DataWarning, stacklevel=3)
+                          "is scored instead", DataWarning, stacklevel=outside_stacklevel())
         ids.append(i)
     ids = sorted(set(ids))
     if not ids:

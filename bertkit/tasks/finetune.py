@@ -40,7 +40,7 @@ import torch
 from ..config import PRESETS, check_field_types
 from ..data.corpora import DataWarning
 from ..data.tokenizer import Tokenizer, check_vocab_fits, load_tokenizer
-from ..errors import BertkitError
+from ..errors import BertkitError, outside_stacklevel
 from ..files import RESULT_FILES, launch_processes, output_dir, positive_int, read_json, run_lock, shown, writing
 from ..schedules import SCHEDULES, check_seed
 from .base import TrainBatches, check_count, check_texts, check_truncation, serving_length, streamed
@@ -226,7 +226,7 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
         elif named and len(named) != len(labels):
             warnings.warn(f"the model's head was trained on {len(named)} labels ({shown(', '.join(named))}); the data "
                           f"has {len(labels)} ({shown(', '.join(labels))}), not all among them: the head starts "
-                          "fresh", DataWarning, stacklevel=2)
+                          "fresh", DataWarning, stacklevel=outside_stacklevel())
         with warnings.catch_warnings():  # a new head is what fine-tuning starts from, not news
             warnings.simplefilter("ignore", FreshHeadWarning)
             warnings.simplefilter("ignore", UnusedHeadWarning)  # embedding: a pre-training head left out
@@ -242,7 +242,7 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
             carried = ", ".join(f"{shown(a)} -> {shown(b)}" for a, b in zip(model.config.label_names, labels))
             warnings.warn(f"the model's head was trained on other labels; its outputs carry over in order "
                           f"({carried}): check that they mean the same, or fine-tune from the encoder alone",
-                          DataWarning, stacklevel=2)
+                          DataWarning, stacklevel=outside_stacklevel())
         model.config = model.config.replace(label_names=tuple(labels))
     if task.head == "classification":  # what the training makes of the outputs, for whoever loads the model
         model.config = model.config.replace(problem_type=_problem_type(task, model))

@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..data.corpora import BUILTIN, DataWarning, builtin, split_of
-from ..errors import BertkitError, first_line
+from ..errors import BertkitError, first_line, outside_stacklevel
 from ..files import checked_file, csv_records, data_suffix, read_text, shown, text_lines
 
 TASKS = ("classification", "regression", "token-classification", "qa", "multiple-choice", "embedding")
@@ -143,7 +143,8 @@ def report(count: int, message: str, total: int = 0) -> None:
         n, of = tallies[-1].get(message, (0, 0))
         tallies[-1][message] = (n + count, of + total)
     elif count:
-        warnings.warn(_filled(_filled(message, "{n}", count), "{total}", total), DataWarning, stacklevel=3)
+        warnings.warn(_filled(_filled(message, "{n}", count), "{total}", total), DataWarning,
+                      stacklevel=outside_stacklevel())
 
 
 def _filled(message: str, placeholder: str, value: int) -> str:

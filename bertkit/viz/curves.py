@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BertkitError
+from ..errors import BertkitError, outside_stacklevel
 from . import figure as F
 
 SCORE_SUFFIXES = ("accuracy", "f1", "mcc", "exact_match", "pearson", "spearman", "precision", "recall")
@@ -47,7 +47,8 @@ def read_log(run: Path) -> list[dict]:
                 raise ValueError("not a record with a step")
         except ValueError as e:
             if n == len(lines):
-                warnings.warn(f"{log}:{n}: unreadable last line skipped (a run stopped while writing?)", stacklevel=2)
+                warnings.warn(f"{log}:{n}: unreadable last line skipped (a run stopped while writing?)",
+                              stacklevel=outside_stacklevel())
                 continue
             raise BertkitError(f"{log}:{n}: not a metrics record ({e})") from None
         records.append(record)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import BertkitError
+from ..errors import BertkitError, outside_stacklevel
 from ..tasks.base import truncate_pair
 
 
@@ -125,7 +125,7 @@ def encode(model, text: str, text_pair: str | None = None, max_length: int | Non
     if cut:
         limited = f"the model takes at most {limit}" if max_length is None else f"the max length asked is {limit}"
         warnings.warn(f"the input has {full + frame.specials(pair)} tokens but {limited}: "
-                      f"{cut} token(s) cut from the end (longest part first)", stacklevel=2)
+                      f"{cut} token(s) cut from the end (longest part first)", stacklevel=outside_stacklevel())
     ids, types, segments, seen_b = [], [], [], False
     for piece, type_id in (frame.pair if pair else frame.single):
         seq = a if piece == "A" else b if piece == "B" else [piece]
