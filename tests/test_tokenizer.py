@@ -981,6 +981,24 @@ def test_legacy_special_tokens_map_lists_additional_special_tokens(minilm_dir, t
             assert ours.encode(text) == reference.encode(text), (own, text)
 
 
+@pytest.mark.parametrize("own", [{}, {"additional_special_tokens": ["<ent>"]}, {"extra_special_tokens": ["newword"]}])
+def test_legacy_added_tokens_keep_their_flags_against_the_special_tokens_maps_list(minilm_dir, tmp_path, own):
+    """A token of added_tokens.json that special_tokens_map.json's additional_special_tokens also
+    lists stays a normalized, non-special token in transformers ("A <ENT>" finds it, decoding
+    without special tokens keeps it); one tokenizer_config.json lists is special."""
+    shutil.copy(minilm_dir / "vocab.txt", tmp_path)
+    (tmp_path / "added_tokens.json").write_text(json.dumps({"<ent>": 30522, "newword": 30523}))
+    (tmp_path / "special_tokens_map.json").write_text(json.dumps({"mask_token": "[MASK]",
+                                                                  "additional_special_tokens": ["<ent>"]}))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True,
+                                                               "tokenizer_class": "BertTokenizer", **own}))
+    reference, ours = transformers.AutoTokenizer.from_pretrained(tmp_path), bertkit.load_tokenizer(tmp_path)
+    for text in ("a <ent> b", "x<ent>y", "A <ENT> b", "newword x", "NEWWORD x"):
+        ids = reference.encode(text)
+        assert ours.encode(text) == ids, (own, text)
+        assert ours.decode(ids, skip_special_tokens=True) == reference.decode(ids, skip_special_tokens=True), text
+
+
 @pytest.mark.parametrize("source", ["wordpiece-cased", "bpe", "unigram-uncased"])
 @pytest.mark.parametrize("cls", ["BertTokenizer", "RobertaTokenizer", "DebertaTokenizer", "DebertaV2Tokenizer",
                                  "AlbertTokenizer"])

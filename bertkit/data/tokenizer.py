@@ -1074,13 +1074,23 @@ def _add_listed_tokens(backend: _Backend, tokens: list[tuple[int | None, AddedTo
 def _legacy_added_tokens(path: Path, config: dict, special: dict[str, str]) -> list[tuple[int, AddedToken]]:
     """added_tokens.json (token -> id), where tokenizers saved before transformers 4.34 kept the
     tokens added after training; transformers still reads it when tokenizer_config.json has no
-    added_tokens_decoder: a named special token as special, any other as a normalized token."""
+    added_tokens_decoder: a special token as special, any other as a normalized token, and these
+    flags stay. Special are the named tokens and those tokenizer_config.json lists (its
+    extra_special_tokens, else its additional_special_tokens) or special_tokens_map.json lists
+    as extra_special_tokens; not those of the map's additional_special_tokens (an "<ent>" listed
+    only there stays a normalized, non-special token, as in transformers 5)."""
     if "added_tokens_decoder" in config or not path.is_file():
         return []
     table = read_json(path)
     if not all(isinstance(t, str) and isinstance(i, int) and not isinstance(i, bool) for t, i in table.items()):
         raise BertkitError(f"{path}: expected an object of tokens and their ids")
+    own, spec = (path.parent / name for name in ("tokenizer_config.json", "special_tokens_map.json"))
+    own, spec = (read_json(f) if f.is_file() else {} for f in (own, spec))
     named = set(special.values())
+    for listed in (own.get("extra_special_tokens") or own.get("additional_special_tokens"),
+                   spec.get("extra_special_tokens")):
+        listed = list(listed.values()) if isinstance(listed, dict) else listed if isinstance(listed, list) else []
+        named.update(content for content in map(_token_content, listed) if content is not None)
     return sorted((i, AddedToken(t, normalized=t not in named, special=t in named)) for t, i in table.items())
 
 
@@ -1298,9 +1308,10 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     # keeps the file's flags, as transformers swaps the config's named tokens for the file's
     _add_listed_tokens(backend, file_tokens, f"{path}: added_tokens")
     in_file = {token.content for _, token in file_tokens}
-    legacy = directory / "added_tokens.json"
-    _add_listed_tokens(backend, [(i, t) for i, t in _legacy_added_tokens(legacy, config, special) if t.content not in in_file],
-                       str(legacy))
+    legacy_file = directory / "added_tokens.json"
+    legacy = [(i, t) for i, t in _legacy_added_tokens(legacy_file, config, special) if t.content not in in_file]
+    _add_listed_tokens(backend, legacy, str(legacy_file))
+    in_file |= {token.content for _, token in legacy}  # (their flags stay, as transformers keeps them)
     _add_listed_tokens(backend, [(i, t) for i, t in config_tokens if t.content not in in_file],
                        f"{config_file}: added_tokens_decoder")
     # A named special token the vocabulary lacks is appended, as transformers appends it (in its
