@@ -538,7 +538,8 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
     g.add_argument("--activation-checkpointing", dest="activation_checkpointing", action="store_true", default=S,
                    help="recompute activations in the backward pass (less memory)")
     g.add_argument("--compile", action="store_true", default=S, help="torch.compile the blocks")
-    g.add_argument("--seed", type=int, default=S, help="weights, masks, dropout (0): the same run again with "
+    g.add_argument("--seed", type=int, default=S, help="weights, masks, dropout (0; the held-out batches are the "
+                   "same for every seed): the same run again with "
                    "--steps on the same tokenizer (a fresh cache trains one anew, which may differ: --tokenizer "
                    "pins it) and thread count; a --time-budget run follows the clock, so its steps differ")
     g.add_argument("--skip-nonfinite", dest="skip_nonfinite", action="store_true", default=S,
