@@ -571,8 +571,11 @@ def _tokenizer(job: PretrainJob, preset, train_corpus, checkpoints: list[Path]):
     if job.objective == "distill" and _teacher_is_checkpoint(job):
         from .data.tokenizer import TOKENIZER_FILES
         from .hub import resolve
+        from .interop.hf import transformer_folder
 
         folder = resolve(job.teacher)
+        if not (folder / transformer_folder(folder) / "config.json").is_file():  # before blaming its tokenizer
+            raise BertkitError(f"{job.teacher}: no config.json (not a Hugging Face model directory)")
         if not any((folder / name).exists() for name in TOKENIZER_FILES):
             raise BertkitError(f"{job.teacher}: the teacher has no tokenizer files; pass --tokenizer")
         return load_tokenizer(folder)

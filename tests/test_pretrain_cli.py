@@ -617,6 +617,10 @@ def test_distill_from_a_checkpoint_teacher_with_chosen_layers(corpus, tmp_path, 
     capsys.readouterr()
     assert pretrain(*args, "--out", str(tmp_path / "bad"), "--teacher-layers", "3,1", "--steps", "2") == 2
     assert "give increasing block indices in 0..3" in error_line(capsys)
+    (tmp_path / "empty").mkdir()  # not a model at all: its missing tokenizer was blamed first
+    assert pretrain(*args[:5], str(tmp_path / "empty"), *args[6:], "--out", str(tmp_path / "bad"), "--steps", "2") == 2
+    assert error_line(capsys) == f"bertkit: error: {tmp_path / 'empty'}: no config.json (not a Hugging Face model " \
+                                 "directory)"
     assert pretrain(*args, "--out", str(tmp_path / "bad"), "--override", "num_layers=2") == 2
     assert "student's shape comes from the teacher" in error_line(capsys)
     quiet = ["--override", "hidden_dropout=0", "--override", "attention_dropout=0"]  # the README's advice
