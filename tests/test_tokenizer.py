@@ -1374,11 +1374,12 @@ def _listed_values(value):
 
 
 @pytest.mark.parametrize("name", ["minilm", "roberta", "albert"])
-def test_offsets_word_ids_and_words_given_split_are_transformers(name, minilm_dir, roberta_files, albert_spiece,
-                                                                  tmp_path):
-    """return_offsets_mapping, return_special_tokens_mask, is_split_into_words and the batch's
-    word_ids / sequence_ids / tokens per row, as transformers' fast tokenizers give them (what a
-    tagger's label alignment and a QA window's character spans are built from)."""
+def test_offsets_word_ids_words_given_split_and_windows_are_transformers(name, minilm_dir, roberta_files,
+                                                                         albert_spiece, tmp_path):
+    """return_offsets_mapping, return_special_tokens_mask, is_split_into_words, overflowing
+    windows with a stride and the batch's word_ids / sequence_ids / tokens per row, as
+    transformers' fast tokenizers give them (what a tagger's label alignment and a QA window's
+    character spans are built from)."""
     folder = {"minilm": minilm_dir, "roberta": roberta_files,
               "albert": _albert_dir(tmp_path / "albert", albert_spiece)}[name]
     reference = transformers.RobertaTokenizerFast if name == "roberta" else transformers.AutoTokenizer
@@ -1395,11 +1396,19 @@ def test_offsets_word_ids_and_words_given_split_are_transformers(name, minilm_di
              ((words[0],), dict(return_tensors=None, is_split_into_words=True, **extra)),
              ((words, words[::-1]), dict(return_tensors=None, is_split_into_words=True, **extra)),
              ((texts[0],), dict(return_tensors=None, return_offsets_mapping=True))]
+    long = ["The Eiffel Tower, in Paris, opened in 1889; it is 330 metres tall. " * 3, "A short context."]
+    overflowing = dict(return_overflowing_tokens=True, stride=6, return_offsets_mapping=True)  # QA's windows
+    calls += [((texts[:2], long), dict(return_tensors="pt", truncation="only_second", max_length=48,
+                                       padding="max_length", **overflowing)),
+              ((long[0],), dict(return_tensors=None, truncation=True, max_length=20, **overflowing)),
+              ((long,), dict(return_tensors="np", truncation=True, max_length=20, padding_side="left", **overflowing))]
     for args, kwargs in calls:
         mine, expected = ours(*args, **kwargs), theirs(*args, padding=kwargs.pop("padding", True), **kwargs)
         for key in expected:
             assert _listed_values(mine[key]) == _listed_values(expected[key]), (args, kwargs, key)
-        for row in range(1 if isinstance(args[0][0], str) and kwargs.get("return_tensors") is None else 3):
+        rows = len(mine["input_ids"]) if isinstance(mine["input_ids"][0], (list, torch.Tensor, np.ndarray)) else 1
+        assert "stride" not in kwargs or rows > (len(args[0]) if isinstance(args[0], list) else 1)  # windows
+        for row in range(rows):
             for view in ("word_ids", "sequence_ids", "tokens"):
                 assert getattr(mine, view)(row) == getattr(expected, view)(row), (args, kwargs, view, row)
     plain = ours(texts, return_token_type_ids=False, return_attention_mask=False)
@@ -1410,3 +1419,7 @@ def test_offsets_word_ids_and_words_given_split_are_transformers(name, minilm_di
         ours([["a", "b"], "c d"], is_split_into_words=True)
     with pytest.raises(bertkit.BertkitError, match="texts: item 0: item 1 is int, not a string"):
         ours([["a", 5]], is_split_into_words=True)
+    with pytest.raises(bertkit.BertkitError, match="could not truncate to max_length 20: tokenizer stride set to 30"):
+        ours(long, truncation=True, max_length=20, stride=30, return_overflowing_tokens=True)
+    with pytest.raises(bertkit.BertkitError, match="stride must be a whole number of tokens, at least 0, got -1"):
+        ours(long, truncation=True, max_length=20, stride=-1, return_overflowing_tokens=True)

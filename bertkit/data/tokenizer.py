@@ -269,7 +269,8 @@ class Tokenizer:
                  text: list[str] | str | None = None, text_pair: list[str] | str | None = None,
                  is_split_into_words: bool = False, return_offsets_mapping: bool = False,
                  return_special_tokens_mask: bool = False, return_token_type_ids: bool | None = None,
-                 return_attention_mask: bool | None = None) -> Encoded:
+                 return_attention_mask: bool | None = None, return_overflowing_tokens: bool = False,
+                 stride: int = 0) -> Encoded:
         """A right-padded batch: input_ids, attention_mask, token_type_ids, each (B, T) int64.
         Longer inputs are truncated to max_length (the longest part first, for pairs), which
         must leave room for a token of text beside the special tokens. One text (and its pair)
@@ -288,7 +289,9 @@ class Tokenizer:
         characters in its text ((0, 0) at special tokens and padding; in its word, for words),
         `return_special_tokens_mask` 1 at special tokens and padding; token_type_ids and
         attention_mask are left out with False. The batch's word_ids(i), sequence_ids(i) and
-        tokens(i) give row i's, as transformers' BatchEncoding does."""
+        tokens(i) give row i's, as transformers' BatchEncoding does. `return_overflowing_tokens`
+        keeps what truncation cuts as further rows (windows overlapping by `stride` tokens, as a
+        QA context is read), with "overflow_to_sample_mapping": each row's input."""
         for ours, theirs, name in ((texts, text, "texts"), (text_pairs, text_pair, "text_pairs")):
             if ours is not None and theirs is not None:
                 raise BertkitError(f"give {name} or {name[:-1]}, not both")
@@ -343,18 +346,24 @@ class Tokenizer:
             if not isinstance(max_length, int) or max_length < least:
                 raise BertkitError(f"max_length must be a whole number of at least {least} (the special tokens and "
                                    f"a token of each text), got {max_length!r}")
+        if not isinstance(stride, int) or isinstance(stride, bool) or stride < 0:
+            raise BertkitError(f"stride must be a whole number of tokens, at least 0, got {stride!r}")
         inputs = list(zip(texts, text_pairs)) if text_pairs is not None else list(texts)
         with self._lock:
-            if strategy is not None:
-                self.backend.enable_truncation(max_length, strategy=strategy,
-                                               direction=self._side("truncation_side"))
             try:
+                if strategy is not None:
+                    self.backend.enable_truncation(max_length, stride=stride, strategy=strategy,
+                                                   direction=self._side("truncation_side"))
                 encodings = self.backend.encode_batch(inputs, is_pretokenized=is_split_into_words,
                                                       add_special_tokens=add_special_tokens)
-            except Exception as e:  # only_first / only_second with no room left in that part
+            except Exception as e:  # only_first / only_second with no room left in that part, a stride too long
                 raise BertkitError(f"could not truncate to max_length {max_length}: {e}") from None
             finally:
                 self.backend.no_truncation()
+        mapping = None
+        if return_overflowing_tokens:  # each input's windows as rows of their own, in order
+            mapping = [i for i, e in enumerate(encodings) for _ in range(1 + len(e.overflowing))]
+            encodings, one = [w for e in encodings for w in (e, *e.overflowing)], False
         asked = {"input_ids": True, "attention_mask": return_attention_mask is not False,
                  "token_type_ids": return_token_type_ids is not False,
                  "special_tokens_mask": return_special_tokens_mask, "offset_mapping": return_offsets_mapping}
@@ -366,7 +375,10 @@ class Tokenizer:
                 raise BertkitError(f"the texts have {len(lengths)} different lengths: tensors need padding "
                                    "(padding=True), or return_tensors=None for lists")
             rows = {k: [_listed(k, row) for row in v] for k, v in rows.items()}
-            return Encoded({k: v[0] for k, v in rows.items()} if one else rows, encodings, None, left, self.pad_token)
+            rows = {k: v[0] for k, v in rows.items()} if one else rows
+            if mapping is not None:
+                rows["overflow_to_sample_mapping"] = mapping
+            return Encoded(rows, encodings, None, left, self.pad_token)
         T = max(lengths, default=0) if padding != "max_length" else max([max_length, *lengths])
         pads = {**self.PADDED, "input_ids": self.pad_token_id}
         batch = {}
@@ -376,8 +388,11 @@ class Tokenizer:
             for i, row in enumerate(values):
                 if row:
                     batch[key][i, slice(T - len(row), T) if left else slice(0, len(row))] = torch.tensor(row)
+        if mapping is not None:
+            batch["overflow_to_sample_mapping"] = torch.tensor(mapping, dtype=torch.long)
         if return_tensors is None:
-            batch = {k: [_listed(k, row) for row in v.tolist()] for k, v in batch.items()}
+            batch = {k: [_listed(k, row) for row in v.tolist()] if v.dim() > 1 else v.tolist()
+                     for k, v in batch.items()}
             batch = {k: v[0] for k, v in batch.items()} if one else batch
         elif return_tensors == "np":
             batch = {k: v.numpy() for k, v in batch.items()}
