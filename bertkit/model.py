@@ -172,6 +172,50 @@ class Model(nn.Module):
         finally:
             self.prepack(False)
 
+    @torch.no_grad()
+    def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
+                                mean_resizing: bool = True) -> nn.Embedding:
+        """Grow (or cut) the word embeddings to `new_num_tokens` rows (rounded up to a multiple of
+        `pad_to_multiple_of`), as transformers' resize_token_embeddings: after tokens were added
+        to the tokenizer, model.resize_token_embeddings(len(tokenizer)). An MLM head's decoder
+        follows (tied: the same new table; untied: its own rows) and so does its output bias.
+        New rows start at the mean of the old ones (`mean_resizing`; transformers draws them
+        within about 1e-6 of it; a tied head's bias at 0, as there), else from the model's
+        initializer (a bias at 0). config.vocab_size follows.
+        Returns the new embedding module (the old one, untouched, without arguments)."""
+        from .layers.heads import MLMHead
+
+        word = self.backbone.embeddings.word
+        if new_num_tokens is None and pad_to_multiple_of is None:
+            return word
+        n = word.num_embeddings if new_num_tokens is None else new_num_tokens
+        for name, value in (("new_num_tokens", n), ("pad_to_multiple_of", pad_to_multiple_of or 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise BertkitError(f"{name} must be a whole number of at least 1, got {value!r}")
+        if pad_to_multiple_of:
+            n = -(-n // pad_to_multiple_of) * pad_to_multiple_of
+        self.prepack(False)  # the serving copies are of the old tables
+        std = self.config.initializer_range
+        padding = word.padding_idx if word.padding_idx is not None and word.padding_idx < n else None
+        new = nn.Embedding(n, word.embedding_dim, padding_idx=padding, device=word.weight.device,
+                           dtype=word.weight.dtype)
+        new.weight.copy_(_resized(word.weight, n, mean_resizing, std))
+        new.weight.requires_grad_(word.weight.requires_grad)
+        for head in [m for m in self.modules() if isinstance(m, MLMHead)]:
+            tied = head.decoder.weight is word.weight
+            if tied:
+                head.decoder.weight = new.weight
+            else:
+                head.decoder.weight = nn.Parameter(_resized(head.decoder.weight, n, mean_resizing, std),
+                                                   requires_grad=head.decoder.weight.requires_grad)
+            head.decoder.out_features = n
+            if head.bias is not None:  # (a tied head's: zeros, as transformers pads it)
+                head.bias = nn.Parameter(_resized(head.bias, n, mean_resizing and not tied, 0.0),
+                                         requires_grad=head.bias.requires_grad)
+        self.backbone.embeddings.word = new
+        self.config = self.config.replace(vocab_size=n)
+        return new
+
     def train(self, mode: bool = True) -> "Model":
         if mode:
             self.prepack(False)  # training changes the weights and needs the plain ones
@@ -217,6 +261,22 @@ def evaluating(model: nn.Module):
         yield model
     finally:
         model.train(was_training)
+
+
+def _resized(table: torch.Tensor, rows: int, mean: bool, std: float) -> torch.Tensor:
+    """(V, ...) -> (rows, ...): the first rows kept, new ones the old rows' mean, or drawn from
+    N(0, std) (an output bias: zeros)."""
+    out = table.new_empty((rows, *table.shape[1:]))
+    kept = min(rows, table.shape[0])
+    out[:kept] = table[:kept]
+    if rows > kept:
+        if mean:
+            out[kept:] = table.float().mean(0).to(table.dtype)
+        elif std:
+            out[kept:].normal_(0.0, std)
+        else:
+            out[kept:].zero_()
+    return out
 
 
 def _flat_choices(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds):

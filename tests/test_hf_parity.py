@@ -881,3 +881,56 @@ def test_outputs_index_and_key_as_transformers_outputs_do(minilm_dir):
     classifier = bertkit.build("mini-bert", head="classification", num_labels=3).eval()
     out = classifier(batch["input_ids"][:, :8] % 1000)
     assert out[0] is out.logits and out.keys()[0] == "logits"  # a head's output first, as transformers' is
+
+
+@pytest.mark.parametrize("family, variant", MASKED_LM + [("bert-untied", None)])
+def test_resize_token_embeddings_grows_as_transformers_grows(family, variant, tmp_path):
+    """Rows for added tokens: the embeddings, a tied or untied decoder and the output bias grow
+    as transformers' resize_token_embeddings grows them (new rows at the old rows' mean, which
+    transformers draws within ~1e-6 of), config.vocab_size follows, and the saved folder loads
+    back into transformers; cutting keeps the first rows."""
+    if family == "bert-untied":
+        family, cls_name, config = "bert", "BertForMaskedLM", tiny_hf_config(tie_word_embeddings=False)
+    else:
+        cls_name = FAMILIES[family][0] + "ForMaskedLM"
+        config = hf_config(family, variant, cls_name)
+    ref = hf_model(cls_name, config)
+    ours = bertkit.from_pretrained(_saved(ref, tmp_path / "a")).eval()
+    V = config.vocab_size
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref.resize_token_embeddings(V + 5, pad_to_multiple_of=8)
+    assert ours.resize_token_embeddings(V + 5, pad_to_multiple_of=8) is ours.backbone.embeddings.word
+    grown = -(-(V + 5) // 8) * 8
+    assert ours.config.vocab_size == ref.config.vocab_size == grown
+    tables = [(ours.backbone.embeddings.word.weight, ref.get_input_embeddings().weight)]
+    if ref.get_output_embeddings().weight is not tables[0][1]:
+        tables.append((ours.head.decoder.weight, ref.get_output_embeddings().weight))
+    with torch.no_grad():
+        for mine, theirs in tables:  # the mean, within transformers' draw; then its draw set to the mean, as
+            torch.testing.assert_close(mine, theirs, atol=1e-4, rtol=0)  # it moves logits by up to 1e-3
+            theirs.copy_(mine)
+    ids, mask, types = batch_for(ref.config)
+    ids[:, 1] = torch.arange(grown - 3, grown)  # new tokens among old ones
+    assert_same(ours(ids, mask, types), reference_outputs(ref, ids, mask, types), mask)
+    ours.save_pretrained(tmp_path / "b")
+    back = getattr(transformers, cls_name).from_pretrained(tmp_path / "b").eval()
+    assert_same(ours(ids, mask, types), reference_outputs(back, ids, mask, types), mask)
+    ref.resize_token_embeddings(V - 10)
+    ours.resize_token_embeddings(V - 10)
+    ids = ids.clamp(max=V - 11)
+    assert_same(ours(ids, mask, types), reference_outputs(ref, ids, mask, types), mask)
+
+
+def test_resize_token_embeddings_without_mean_draws_from_the_initializer_and_refuses_bad_sizes():
+    model = bertkit.build("bert-base", head="mlm", num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64,
+                          vocab_size=50)
+    word = model.backbone.embeddings.word
+    assert model.resize_token_embeddings() is word  # nothing asked: nothing changes
+    new = model.resize_token_embeddings(2050, mean_resizing=False).weight[50:]
+    assert abs(new.std().item() - model.config.initializer_range) < 0.002 and abs(new.mean().item()) < 0.002
+    assert model.head.decoder.weight is model.backbone.embeddings.word.weight  # still tied
+    assert model.head.bias[50:].eq(0).all() and model.head.decoder.out_features == 2050
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(BertkitError, match=f"new_num_tokens must be a whole number of at least 1, got {bad}"):
+            model.resize_token_embeddings(bad)

@@ -1423,3 +1423,47 @@ def test_offsets_word_ids_words_given_split_and_windows_are_transformers(name, m
         ours(long, truncation=True, max_length=20, stride=30, return_overflowing_tokens=True)
     with pytest.raises(bertkit.BertkitError, match="stride must be a whole number of tokens, at least 0, got -1"):
         ours(long, truncation=True, max_length=20, stride=-1, return_overflowing_tokens=True)
+
+
+def test_added_tokens_and_resized_embeddings_save_as_transformers_reads_them(minilm_dir, reference, tmp_path):
+    """transformers' add_tokens / add_special_tokens, then model.resize_token_embeddings(len(tokenizer)):
+    the same counts, ids, decoding and special-token masks as transformers' tokenizer given the
+    same calls, and a saved folder transformers loads with the same ids and logits."""
+    import copy
+
+    ours, theirs = bertkit.load_tokenizer(minilm_dir), copy.deepcopy(reference)
+    calls = [("add_tokens", (["covid19", "hello", "<ent>"],)), ("add_tokens", ("hello",)),
+             ("add_tokens", (["[E9]"], True)),
+             ("add_special_tokens", ({"additional_special_tokens": ["[E1]", "[E2]"]},)),
+             ("add_special_tokens", ({"pad_token": "<pad2>"},))]
+    for name, args in calls:
+        assert getattr(ours, name)(*args) == getattr(theirs, name)(*args), (name, args)
+    assert len(ours) == len(theirs) and ours.pad_token_id == theirs.pad_token_id
+    texts = ["covid19 is here [E1] Paris [E2] <pad2>", "COVID19 <ent> hello", "x[E1]y[E9]"]
+    for text in texts:
+        ids = theirs.encode(text)
+        assert ours.encode(text) == ids, text
+        assert ours.decode(ids, skip_special_tokens=True) == theirs.decode(ids, skip_special_tokens=True), text
+        if "[E9]" not in text:  # transformers' mask leaves out add_tokens(special_tokens=True)'s, its decode not
+            assert ours.get_special_tokens_mask(ids, already_has_special_tokens=True) == \
+                theirs.get_special_tokens_mask(ids, already_has_special_tokens=True), text
+    model = bertkit.build("bert-base", head="mlm", num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64,
+                          vocab_size=30522)
+    model.tokenizer = ours
+    with pytest.raises(bertkit.BertkitError, match=r"rows \(ids 0..30521\); tokens added to a tokenizer need "
+                                                    r"model.resize_token_embeddings\(len\(tokenizer\)\)"):
+        model(**ours(texts))
+    model.resize_token_embeddings(len(ours))
+    model.save_pretrained(tmp_path / "saved")
+    again = transformers.AutoTokenizer.from_pretrained(tmp_path / "saved")
+    hf = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "saved").eval()
+    batch = again(texts, padding=True, return_tensors="pt")
+    assert batch["input_ids"].tolist() == ours(texts)["input_ids"].tolist()
+    real = batch["attention_mask"].bool()  # (padding's logits are nobody's)
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(**ours(texts)).logits[real], hf(**batch).logits[real], atol=1e-4,
+                                   rtol=0)
+    with pytest.raises(bertkit.BertkitError, match="unknown special token key 'foo_token'"):
+        ours.add_special_tokens({"foo_token": "x"})
+    with pytest.raises(bertkit.BertkitError, match="add_tokens takes a token"):
+        ours.add_tokens([""])

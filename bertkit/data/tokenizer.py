@@ -564,6 +564,45 @@ class Tokenizer:
     def __len__(self) -> int:
         return self.backend.get_vocab_size(with_added_tokens=True)
 
+    # ---- tokens added after training -------------------------------------------------------
+    def add_tokens(self, new_tokens, special_tokens: bool = False) -> int:
+        """Append tokens to the vocabulary, as transformers' add_tokens: a string or tokenizers'
+        AddedToken (for its flags), or a list of them; returns how many it registers (a word
+        already in the vocabulary counts once, as there, but gets no new id). An added token
+        is never split; a special one is also dropped by decode(skip_special_tokens=True) and
+        masked by get_special_tokens_mask. The model needs rows for them next:
+        model.resize_token_embeddings(len(tokenizer)). Saved with the tokenizer."""
+        tokens = [new_tokens] if isinstance(new_tokens, (str, AddedToken)) else new_tokens
+        if not isinstance(tokens, (list, tuple)) or not all(
+                isinstance(t, AddedToken) or (isinstance(t, str) and t) for t in tokens):
+            raise BertkitError("add_tokens takes a token (a non-empty string or an AddedToken) or a list of them")
+        with self._lock:
+            self._continues = None  # (its table is by id)
+            return (self.backend.add_special_tokens if special_tokens else self.backend.add_tokens)(list(tokens))
+
+    def add_special_tokens(self, special_tokens_dict: dict) -> int:
+        """Name special tokens, as transformers' add_special_tokens: {"pad_token": "[PAD]", ...}
+        for the named ones, {"additional_special_tokens": [...]} (or extra_special_tokens) for
+        others; tokens not in the vocabulary are appended. Returns how many it registers."""
+        if not isinstance(special_tokens_dict, dict):
+            raise BertkitError("add_special_tokens takes a dict, e.g. {'additional_special_tokens': ['[E1]']}")
+        extra_keys = ("additional_special_tokens", "extra_special_tokens")
+        unknown = [k for k in special_tokens_dict if k not in SPECIAL_KEYS and k not in extra_keys]
+        if unknown:
+            raise BertkitError(f"unknown special token key {unknown[0]!r}; known: "
+                               f"{', '.join(SPECIAL_KEYS + extra_keys)}")
+        named = next((k for k in SPECIAL_KEYS if k in special_tokens_dict and not isinstance(
+            special_tokens_dict[k], (str, AddedToken))), None)
+        if named is not None:
+            raise BertkitError(f"{named} must be one token (a string or an AddedToken), "
+                               f"got {special_tokens_dict[named]!r}")
+        added = 0
+        for key, value in special_tokens_dict.items():
+            added += self.add_tokens(value, special_tokens=True)
+            if key in SPECIAL_KEYS:
+                setattr(self, key, value.content if isinstance(value, AddedToken) else value)
+        return added
+
     def _pairs_have_segments(self) -> bool:
         """Whether a pair's framing gives some token a segment id other than 0."""
         try:

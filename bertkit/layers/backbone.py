@@ -153,8 +153,10 @@ def check_ids(input_ids, token_type_ids, embeddings: nn.Module) -> None:
             continue
         low, high = (int(v) for v in torch.aminmax(ids))
         if low < 0 or high >= table.num_embeddings:
+            added = "; tokens added to a tokenizer need model.resize_token_embeddings(len(tokenizer))" \
+                if name == "input_ids" and low >= 0 else ""
             raise BertkitError(f"{name} holds id {low if low < 0 else high}, outside the embedding table's "
-                               f"{table.num_embeddings} rows (ids 0..{table.num_embeddings - 1})")
+                               f"{table.num_embeddings} rows (ids 0..{table.num_embeddings - 1}){added}")
 
 
 def check_positions(position_ids, input_ids: torch.Tensor, keys: torch.Tensor | None,
