@@ -162,7 +162,8 @@ def cmd_info(args) -> None:
     print(json.dumps(info, indent=2))
 
 
-def print_fill_mask(results: list[dict]) -> None:
+def print_fill_mask(results) -> None:
+    """Each record's table, as soon as it comes (the records may stream)."""
     from .files import shown
 
     for r in results:
@@ -170,7 +171,7 @@ def print_fill_mask(results: list[dict]) -> None:
         # a vocabulary's tokens are the file's: an escape sequence in one must not reach the terminal
         rows = [["rank", "token", "score"]] + [[str(k + 1), shown(p["token_str"].strip() or p["token"]),
                                                 f"{p['score']:.4f}"] for k, p in enumerate(r["predictions"])]
-        print(_table(rows, right={0, 2}) + "\n")
+        print(_table(rows, right={0, 2}) + "\n", flush=True)
 
 
 def cmd_fill_mask(args) -> None:
@@ -184,12 +185,12 @@ def cmd_fill_mask(args) -> None:
     if targets is not None and not all(targets):
         raise BertkitError(f"--targets: an empty word in {args.targets!r} (comma-separated words)")
     results = fill_mask(args.model, texts, args.top_k, targets, args.batch_size, progress=shows_progress(len(texts)),
-                        tokenizer=args.tokenizer)
+                        tokenizer=args.tokenizer, stream=True)
     if args.json:
         for r in results:
             for p in r["predictions"]:
                 p["score"] = float(f"{p['score']:.6g}")  # 6 digits, small scores too
-            print(json.dumps(r, ensure_ascii=False))
+            print(json.dumps(r, ensure_ascii=False), flush=True)
     else:
         print_fill_mask(results)
 

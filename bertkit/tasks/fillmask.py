@@ -14,11 +14,9 @@ import warnings
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
-
 from ..data.corpora import DataWarning
 from ..errors import BertkitError, outside_stacklevel
-from .base import check_count, check_texts, device_of, leave_bar, length_batches, report_truncated, serving
+from .base import check_count, check_texts, device_of, length_batches, report_truncated, streamed
 
 
 def masked_lm(source):
@@ -85,7 +83,7 @@ def target_ids(tok, targets: list[str]) -> list[int]:
 
 
 def fill_mask(model, texts: list[str], top_k: int = 5, targets: list[str] | None = None, batch_size: int = 32,
-              progress: bool = False, tokenizer=None) -> list[dict]:
+              progress: bool = False, tokenizer=None, stream: bool = False) -> list[dict]:
     """Top-k predictions at every mask of every text: one record per mask, in the order of the
     texts, with the text, the mask's `position` (its index among the text's token ids, 0 being
     the first special token) and `predictions`: [{"token", "token_str", "id", "score", "sequence"}].
@@ -98,9 +96,9 @@ def fill_mask(model, texts: list[str], top_k: int = 5, targets: list[str] | None
     tokenizer's are not (no text names them), though they keep their share of the softmax. top_k
     is capped at the number of candidates. `[MASK]` is read as the model's own mask token.
     `model` is a Model or a folder, `tokenizer` (a Tokenizer, file or folder) one for a model that
-    has none; every text is checked for a mask before any runs."""
+    has none; every text is checked for a mask before any runs. `stream=True` gives an iterator
+    of the records instead, each text's as soon as its window of texts is done (base.streamed)."""
     from ..data.tokenizer import Tokenizer, load_tokenizer
-    from ..model import evaluating
 
     check_texts(texts)  # a bare string was read as one text per character
     check_count(top_k, "top_k")
@@ -149,13 +147,17 @@ def fill_mask(model, texts: list[str], top_k: int = 5, targets: list[str] | None
     if any(int(b["attention_mask"].sum(1).max()) == limit for b in batches):  # perhaps cut: count those that were
         lengths = [len(ids) + tok.frame.specials(pair=False) for ids in tok.encode_plain(texts)]
         report_truncated(sum(n > limit for n in lengths), len(texts), limit)
-    found: list[list[dict]] = [[] for _ in texts]
+    del batches  # (checked; each window batches its own texts)
     device = device_of(model)
     if chosen is not None:
         chosen = chosen.to(device)
-    with evaluating(model), torch.no_grad(), serving(model, len(batches)):
-        for chunk, batch in tqdm(list(zip(chunks, batches)), disable=not progress, desc="filling masks",
-                                 unit="batch", leave=leave_bar()):
+
+    @torch.no_grad()
+    def predict(part: list[int]) -> list[list[dict]]:  # each text's records, for the texts `part`
+        found: dict[int, list[dict]] = {i: [] for i in part}
+        for chunk in length_batches([len(texts[i]) for i in part], batch_size):
+            chunk = [part[j] for j in chunk]
+            batch = tok([texts[i] for i in chunk], max_length=limit, padding_side="right")
             masked = batch["input_ids"] == tok.mask_token_id  # (B, T)
             logits = model(batch["input_ids"].to(device), batch["attention_mask"].to(device),
                            batch["token_type_ids"].to(device), masked_positions=masked.to(device)).logits
@@ -177,4 +179,8 @@ def fill_mask(model, texts: list[str], top_k: int = 5, targets: list[str] | None
                 found[chunk[row]].append({"text": given[chunk[row]], "position": pos, "predictions": [
                     {"token": tok.id_to_token(i), "token_str": tok.decode([i], skip_special_tokens=False),
                      "id": i, "score": p, "sequence": filled(i)} for p, i in zip(row_scores, row_ids)]})
-    return [record for records in found for record in records]
+        return [found[i] for i in part]
+
+    texts_records = streamed(model, list(range(len(texts))), batch_size, False, predict, progress, "filling masks")
+    records = (record for records in texts_records for record in records)
+    return records if stream else list(records)
