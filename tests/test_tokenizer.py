@@ -993,10 +993,16 @@ def test_legacy_added_tokens_keep_their_flags_against_the_special_tokens_maps_li
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True,
                                                                "tokenizer_class": "BertTokenizer", **own}))
     reference, ours = transformers.AutoTokenizer.from_pretrained(tmp_path), bertkit.load_tokenizer(tmp_path)
-    for text in ("a <ent> b", "x<ent>y", "A <ENT> b", "newword x", "NEWWORD x"):
-        ids = reference.encode(text)
-        assert ours.encode(text) == ids, (own, text)
-        assert ours.decode(ids, skip_special_tokens=True) == reference.decode(ids, skip_special_tokens=True), text
+    ours.save_pretrained(tmp_path / "saved")  # and as saved, read by either
+    for theirs, mine in ((reference, ours), (transformers.AutoTokenizer.from_pretrained(tmp_path / "saved"),
+                                              bertkit.load_tokenizer(tmp_path / "saved"))):
+        assert sorted(mine.all_special_ids) == sorted(theirs.all_special_ids), own  # "<ent>" there: never masked
+        for text in ("a <ent> b", "x<ent>y", "A <ENT> b", "newword x", "NEWWORD x"):
+            ids = reference.encode(text)
+            assert mine.encode(text) == theirs.encode(text) == ids, (own, text)
+            assert mine.decode(ids, skip_special_tokens=True) == theirs.decode(ids, skip_special_tokens=True), text
+            assert mine.get_special_tokens_mask(ids, already_has_special_tokens=True) == \
+                theirs.get_special_tokens_mask(ids, already_has_special_tokens=True), (own, text)
 
 
 @pytest.mark.parametrize("source", ["wordpiece-cased", "bpe", "unigram-uncased"])

@@ -168,6 +168,9 @@ class Tokenizer:
         self.backend.encode_special_tokens = self.config.get("split_special_tokens") is True
         self._frame: Frame | None = None
         self._continues: np.ndarray | None = None
+        # tokens the tokenizer's files list as special that the pipeline reads as ordinary added
+        # tokens (a legacy added_tokens.json's): special to the masks and lists, as in transformers
+        self.listed_specials: list[str] = []
         # the folder's own vocabulary files (spm.model, vocab.json ...), written back as they were,
         # as transformers' save copies a loaded tokenizer's vocab_file for tools that read it
         self.source_files: dict[str, bytes] = {}
@@ -179,7 +182,7 @@ class Tokenizer:
         return {k: v for k, v in self.__dict__.items() if k != "_lock"}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({"listed_specials": [], **state})  # (a tokenizer pickled before had none)
         self._lock = threading.Lock()
         self.backend.encode_special_tokens = self.config.get("split_special_tokens") is True  # not pickled
 
@@ -247,6 +250,7 @@ class Tokenizer:
         positions a masking collator must never choose or sample as a replacement."""
         ids = {self._special_id(k) for k in self.special_tokens}
         ids |= {i for i, t in self.backend.get_added_tokens_decoder().items() if t.special}
+        ids |= {self.backend.token_to_id(t) for t in self.listed_specials}
         return sorted(i for i in ids if i is not None)
 
     # ---- encoding -------------------------------------------------------------------------
@@ -680,6 +684,7 @@ class Tokenizer:
         named = set(self.special_tokens.values())
         extra = [t.content for _, t in sorted(self.backend.get_added_tokens_decoder().items())
                  if t.special and t.content not in named]
+        extra += [t for t in self.listed_specials if t not in extra and t not in named]
         if extra:
             config["extra_special_tokens"] = extra
         # The class is declared only with settings from which transformers rebuilds this pipeline
@@ -1368,6 +1373,11 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     in_file |= {token.content for _, token in legacy}  # (their flags stay, as transformers keeps them)
     _add_listed_tokens(backend, [(i, t) for i, t in config_tokens if t.content not in in_file],
                        f"{config_file}: added_tokens_decoder")
+    # a token of the files' that the config lists as special keeps the files' flags, yet transformers'
+    # special-token masks and lists count it (a collator never masks it)
+    decoder = backend.get_added_tokens_decoder()
+    listed = [t.content for _, t in config_tokens
+              if t.special and t.content in in_file and not decoder[backend.token_to_id(t.content)].special]
     # A named special token the vocabulary lacks is appended, as transformers appends it (in its
     # order of names): a BERT vocabulary given mask_token "<mask>" gets "<mask>" as a new id.
     backend.add_special_tokens(list(dict.fromkeys(
@@ -1380,6 +1390,7 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     if isinstance(config.get("model_max_length"), int) and config["model_max_length"] > 0:
         kept["model_max_length"] = config["model_max_length"]  # sentence-transformers 6 keeps its length there
     tokenizer = Tokenizer(backend, special, kept)
+    tokenizer.listed_specials = listed
     tokenizer.tokenizer_class = cls
     tokenizer.source_files = {name: (directory / name).read_bytes() for name in VOCABULARY_FILES
                               if (directory / name).is_file()}
