@@ -1,13 +1,12 @@
 """The one exception type users see: a message meant to be printed as a single line; and where a
 warning says it came from."""
 
-import contextlib
 import re
 import sys
-from pathlib import Path
 
-_PACKAGE = str(Path(__file__).resolve().parent)  # bertkit/
-_PASSED_THROUGH = (_PACKAGE, contextlib.__file__)  # frames a warning is not blamed on
+# modules whose frames a warning is not blamed on: bertkit's, and the context managers and
+# decorators (torch.no_grad) it runs in
+_PASSED_THROUGH = ("contextlib", "torch.utils._contextlib", "functools")
 
 
 class BertkitError(ValueError):
@@ -25,9 +24,13 @@ def outside_stacklevel() -> int:
     outside bertkit (and the context managers it runs in): a warning from the Python API names the
     caller's line, not one inside bertkit or contextlib.py."""
     frame, level = sys._getframe(1), 1  # the warning function's frame is level 1
-    while frame is not None and frame.f_code.co_filename.startswith(_PASSED_THROUGH):
+    while frame is not None and _passed_through(frame.f_globals.get("__name__", "")):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def _passed_through(module: str) -> bool:
+    return module == "bertkit" or module.startswith("bertkit.") or module in _PASSED_THROUGH
 
 
 def refused_global(error: BaseException) -> str | None:
