@@ -42,7 +42,7 @@ def test_csv_with_string_labels_pairs_and_counted_empty_rows(tmp_path):
 
 
 def test_a_counted_warning_names_a_file_whose_name_holds_braces(tmp_path):
-    path = tmp_path / "run{1}{n}.csv"  # the count's placeholder was filled in with str.format: IndexError
+    path = tmp_path / "run{1}{n}{total}.csv"  # the count's placeholder was filled in with str.format: IndexError
     path.write_text("text,label\na,pos\n\nb,neg\n")
     with pytest.warns(DataWarning) as caught:
         readers.read_table(path)

@@ -263,12 +263,30 @@ def test_stream_yields_the_first_results_before_later_windows_run_and_in_input_o
         assert mine.get("score") == pytest.approx(expected.get("score"), abs=1e-5)
 
 
-def test_a_streamed_truncation_warning_counts_every_window_once(tokenizer):
+def test_a_streamed_truncation_warning_counts_every_window_once_and_only_its_own(tokenizer):
     model = tiny("classification", tokenizer)
     texts = [("a long text " * 10 if i % 4 == 0 else "short") for i in range(40)]
     with pytest.warns(DataWarning) as caught:
         list(classify(model, texts, batch_size=2, max_length=16, stream=True))
     assert [str(w.message) for w in caught] == ["10 of 40 texts were longer than 16 tokens and were truncated"]
+    with pytest.warns(DataWarning) as caught:  # another call while a stream waits between windows
+        waiting = classify(model, texts, batch_size=2, max_length=16, stream=True)
+        next(waiting)
+        classify(model, ["a long text " * 20] * 5, max_length=16)
+        list(waiting)
+    assert [str(w.message) for w in caught] == ["5 of 5 texts were longer than 16 tokens and were truncated",
+                                                "10 of 40 texts were longer than 16 tokens and were truncated"]
+
+
+def test_a_streamed_answer_checks_every_input_at_the_call_and_numbers_it_in_the_whole(tokenizer):
+    model = tiny("qa", tokenizer)
+    contexts = [f"Ann met Bob number {i}." for i in range(40)]
+    contexts[35] = "\u200b\u200b"  # no token at all, in the fifth window of 8 batches of 4
+    for stream in (False, True):
+        assert error_of(lambda: answer(model, [f"Who is {i}?" for i in range(40)], contexts, batch_size=4,
+                                       stream=stream)).startswith("question 36: its context holds no token")
+        assert "a doc stride of 100 must be at least 0 and below" in error_of(lambda: answer(
+            model, ["q"] * 3, ["c d e"] * 3, doc_stride=100, max_length=32, stream=stream))
 
 
 def test_an_interrupted_predict_keeps_the_lines_of_the_windows_done(tokenizer, tmp_path, capsys, monkeypatch):
@@ -303,5 +321,6 @@ def test_warnings_from_the_python_api_name_the_callers_line(tokenizer, tmp_path)
         classify(tiny("classification", tokenizer), ["word " * 200], max_length=16)
         bertkit.from_pretrained(tmp_path / "encoder", head="classification")  # a fresh head
         load_examples("classification", tmp_path / "rows.csv")  # an empty row skipped
-    assert [w.category.__name__ for w in caught] == ["DataWarning", "FreshHeadWarning", "DataWarning"]
-    assert [w.filename for w in caught] == [__file__] * 3
+        embed(tiny(None, tokenizer), ["word " * 200], max_length=16)  # (under torch.no_grad's wrapper)
+    assert [w.category.__name__ for w in caught] == ["DataWarning", "FreshHeadWarning", "DataWarning", "DataWarning"]
+    assert [w.filename for w in caught] == [__file__] * 4

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from ..errors import BertkitError
 from ..files import shown
-from .readers import report, tallied
+from .readers import report, tallying, warn_tallied
 
 IGNORE = -100  # label of positions without a loss (cross_entropy's ignore_index)
 
@@ -257,6 +257,10 @@ class Task:
         with torch.no_grad():
             model.load_state_dict(state)
 
+    def check_inputs(self, model, examples, max_length: int | None = None) -> None:
+        """Refuse inputs predict() would refuse part way (a task that checks them as it goes): a
+        prediction streamed a window at a time fails at the call, naming the input in the whole."""
+
     def check_gold(self, examples, labels: tuple[str, ...], source: str) -> None:
         """Refuse evaluation data a model with these labels cannot be scored on (a label it does
         not know, a missing answer), before any time goes into predicting."""
@@ -325,17 +329,21 @@ def streamed(model, items: list, batch_size: int, bf16: bool, predict: Callable[
     come, so `| head` answers at once and a Ctrl-C keeps what was written, and results are held
     in memory a window at a time. Length-sorted batching happens within a window. For
     the whole run the model is in eval mode and prepacked once (`serving`), one bar counts the
-    inputs, and counted warnings (texts truncated) come once, summed (`tallied`), at the end."""
+    inputs, and counted warnings (texts truncated) come once, summed (`tallying`), at the end."""
     from ..model import evaluating
 
-    window = batch_size * STREAM_BATCHES
-    with evaluating(model), serving(model, -(-len(items) // batch_size), bf16), tallied(), \
-            tqdm(total=len(items), disable=not progress, desc=desc, unit="input", leave=leave_bar()) as bar:
-        for start in range(0, len(items), window):
-            part = items[start:start + window]
-            results = predict(part)
-            bar.update(len(part))
-            yield from results
+    window, counts = batch_size * STREAM_BATCHES, {}
+    try:
+        with evaluating(model), serving(model, -(-len(items) // batch_size), bf16), \
+                tqdm(total=len(items), disable=not progress, desc=desc, unit="input", leave=leave_bar()) as bar:
+            for start in range(0, len(items), window):
+                part = items[start:start + window]
+                with tallying(counts):
+                    results = predict(part)
+                bar.update(len(part))
+                yield from results
+    finally:  # (also when the caller stops early: what was read so far)
+        warn_tallied(counts)
 
 
 def serving(model, batches: int, bf16: bool = False):

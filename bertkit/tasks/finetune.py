@@ -608,7 +608,9 @@ def classify(model, texts: list[str], text_pairs: list[str | None] | None = None
 
 
 def _predicted(job, model, examples: list, batch_size: int, length: int, bf16: bool, progress: bool, **options):
-    """job.predict's results over the examples, a window at a time (base.streamed)."""
+    """job.predict's results over the examples, a window at a time (base.streamed), the inputs
+    checked first."""
+    job.check_inputs(model, examples, length)
     return streamed(model, examples, batch_size, bf16,
                     lambda part: job.predict(model, part, batch_size, length, bf16, **options), progress)
 

@@ -62,16 +62,16 @@ def _layout(frame) -> tuple[int, int]:
     return a, b - a - 1
 
 
-def windows(examples: list[QAExample], tokenizer, w: Windowing) -> tuple[list[dict], int]:
-    """One feature per window: input_ids, token_type_ids, `example` (index), `context_start`
-    (position of the window's first context token) and `offsets` (W, 2), the character span of
-    each window token in the context. With answers (training) also start_positions and
-    end_positions. Returns the features and how many answers fit in no window."""
-    frame = tokenizer.frame
-    before, between = _layout(frame)
-    specials = frame.specials(True)
-    # leading white space dropped as run_qa drops it (byte-level BPE would make a token of it)
-    questions = tokenizer.encode_plain([e.question.lstrip() for e in examples])
+def _encoded(examples: list[QAExample], tokenizer) -> tuple[list[list[int]], list]:
+    """Each question's ids (leading white space dropped as run_qa drops it: byte-level BPE would
+    make a token of it), and each context's ids with their character offsets."""
+    return (tokenizer.encode_plain([e.question.lstrip() for e in examples]),
+            tokenizer.encode_offsets([e.context for e in examples]))
+
+
+def _check_windows(examples: list[QAExample], questions: list, contexts: list, specials: int, w: Windowing) -> None:
+    """The errors windows() gives for these examples: no room for context, a stride too long, a
+    context without a token (numbered in `examples`)."""
     # the longest question, as cut: run_qa budgets each window by its own question, not the cap
     longest = min(w.max_query_length, max(map(len, questions), default=0))
     room = w.max_length - specials - longest  # context tokens a window beside it holds
@@ -81,15 +81,34 @@ def windows(examples: list[QAExample], tokenizer, w: Windowing) -> tuple[list[di
     if w.doc_stride is not None and (w.doc_stride < 0 or room - w.doc_stride < 1):
         raise BertkitError(f"a doc stride of {w.doc_stride} must be at least 0 and below the {room} context tokens "
                            f"a window holds (max_length {w.max_length}, the longest question {longest} tokens)")
-    contexts = tokenizer.encode_offsets([e.context for e in examples])
+    empty = next((k for k, ids in enumerate(contexts) if not len(ids)), None)
+    if empty is not None:
+        named = f" (id {examples[empty].id!r})" if examples[empty].id != str(empty) else ""
+        raise BertkitError(f"question {empty + 1}{named}: its context holds no token (only characters the "
+                           "tokenizer drops, such as zero-width ones)")
+
+
+def check_windows(examples: list[QAExample], tokenizer, w: Windowing) -> None:
+    """windows()'s errors for all the examples at once, no window built: predictions that stream
+    a window of examples at a time check the whole input first."""
+    questions, contexts = _encoded(examples, tokenizer)
+    _check_windows(examples, questions, [ids for ids, _ in contexts], tokenizer.frame.specials(True), w)
+
+
+def windows(examples: list[QAExample], tokenizer, w: Windowing) -> tuple[list[dict], int]:
+    """One feature per window: input_ids, token_type_ids, `example` (index), `context_start`
+    (position of the window's first context token) and `offsets` (W, 2), the character span of
+    each window token in the context. With answers (training) also start_positions and
+    end_positions. Returns the features and how many answers fit in no window."""
+    frame = tokenizer.frame
+    before, between = _layout(frame)
+    specials = frame.specials(True)
+    questions, contexts = _encoded(examples, tokenizer)
+    _check_windows(examples, questions, [ids for ids, _ in contexts], specials, w)
     features, lost = [], 0
     for k, (example, question, (ids, offsets)) in enumerate(zip(examples, questions, contexts)):
         question = np.asarray(question[:w.max_query_length], dtype=np.int64)
         ids, offsets = np.asarray(ids, dtype=np.int64), np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
-        if not len(ids):
-            named = f" (id {example.id!r})" if example.id != str(k) else ""
-            raise BertkitError(f"question {k + 1}{named}: its context holds no token (only characters the "
-                               "tokenizer drops, such as zero-width ones)")
         budget = w.max_length - specials - len(question)
         # each example's own question sizes its stride, so its windows do not depend on the others
         stride = w.stride(specials, len(question))
@@ -273,6 +292,9 @@ class QuestionAnswering(Task):
     def _windowing(self, max_length: int) -> Windowing:
         w = self.windowing or Windowing()
         return Windowing(max_length, w.doc_stride, w.max_query_length)
+
+    def check_inputs(self, model, examples, max_length=None):
+        check_windows(examples, model.tokenizer, self._windowing(model_max_length(model, max_length, default=384)))
 
     def features(self, examples, tokenizer, labels, max_length, source):
         features, lost = windows(examples, tokenizer, self._windowing(max_length))

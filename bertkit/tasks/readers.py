@@ -131,19 +131,20 @@ class Columns:
     negative: str | None = None  # embedding: a hard negative (default `negative`, when present)
 
 
-_TALLIES = threading.local()  # .open: this thread's tallied() blocks' counts, innermost last
+_TALLIES = threading.local()  # .open: the counts of this thread's tallying() blocks, innermost last
 
 
-def report(count: int, message: str, total: int = 0) -> None:
+def report(count: int, message: str, total: int | None = None) -> None:
     """One counted warning for input that was repaired or skipped, instead of one per row. The
-    message names the count {n}, and may name {total}, what it is a count of. Inside tallied()
-    the counts of one message add up, to warn once at its end."""
+    message names the count {n}, and with a `total` also {total}, what it is a count of. Inside
+    tallying() the counts add up instead (warn_tallied says them)."""
     tallies = getattr(_TALLIES, "open", None)
     if tallies:
-        n, of = tallies[-1].get(message, (0, 0))
-        tallies[-1][message] = (n + count, of + total)
+        n, of = tallies[-1].get(message, (0, None))
+        tallies[-1][message] = (n + count, None if total is None else (of or 0) + total)
     elif count:
-        warnings.warn(_filled(_filled(message, "{n}", count), "{total}", total), DataWarning,
+        text = _filled(message, "{n}", count)
+        warnings.warn(text if total is None else _filled(text, "{total}", total), DataWarning,
                       stacklevel=outside_stacklevel())
 
 
@@ -155,18 +156,23 @@ def _filled(message: str, placeholder: str, value: int) -> str:
 
 
 @contextlib.contextmanager
-def tallied():
-    """report() counts add up within the block and warn once, summed, at its end: predictions
-    made a window at a time (base.streamed) say "12 of 10000 texts were truncated" once, as one
-    call over all of them does, not once per window."""
-    counts: dict[str, tuple[int, int]] = {}
+def tallying(counts: dict):
+    """Within the block, report() adds to `counts` ({message: (n, total)}) instead of warning:
+    predictions made a window at a time (base.streamed) gather each window's counts, and
+    warn_tallied says "12 of 10000 texts were truncated" once at the end, as one call over all of
+    them does. Only the block's own reports count: a streamed iterator that waits between windows
+    does not gather other calls' warnings."""
     _TALLIES.open = [*getattr(_TALLIES, "open", []), counts]
     try:
-        yield
+        yield counts
     finally:
         _TALLIES.open = [c for c in _TALLIES.open if c is not counts]
-        for message, (n, total) in counts.items():
-            report(n, message, total)
+
+
+def warn_tallied(counts: dict) -> None:
+    """The warnings a tallying() block's reports held back, each once with its summed count."""
+    for message, (n, total) in counts.items():
+        report(n, message, total)
 
 
 # ---- tables: CSV / TSV / JSONL ----------------------------------------------------------------
