@@ -216,6 +216,27 @@ class Model(nn.Module):
         self.config = self.config.replace(vocab_size=n)
         return new
 
+    # transformers' names, for tools written against its models (PEFT, training scripts)
+    def get_input_embeddings(self) -> nn.Embedding:
+        """The word-embedding table."""
+        return self.backbone.embeddings.word
+
+    def get_output_embeddings(self) -> nn.Linear | None:
+        """An MLM head's decoder (the word embeddings' weight where tied), else None."""
+        return getattr(self.head, "decoder", None)
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None) -> None:
+        """Activation checkpointing in training (the encoder's `checkpointing`): each block's
+        activations are recomputed in the backward pass. Non-reentrant whatever the kwargs say."""
+        self.backbone.encoder.checkpointing = True
+
+    def gradient_checkpointing_disable(self) -> None:
+        self.backbone.encoder.checkpointing = False
+
+    @property
+    def is_gradient_checkpointing(self) -> bool:
+        return self.backbone.encoder.checkpointing
+
     def train(self, mode: bool = True) -> "Model":
         if mode:
             self.prepack(False)  # training changes the weights and needs the plain ones

@@ -465,7 +465,9 @@ def test_activation_checkpointing_gives_the_same_gradients(name):
     grads = []
     for checkpointing in (False, True):
         model.zero_grad()
-        model.backbone.encoder.checkpointing = checkpointing
+        if checkpointing:  # transformers' name for it
+            model.gradient_checkpointing_enable()
+        assert model.is_gradient_checkpointing == model.backbone.encoder.checkpointing == checkpointing
         model(ids, mask).logits[mask.bool()].logsumexp(-1).mean().backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     assert grads[0].keys() == grads[1].keys()

@@ -903,9 +903,10 @@ def test_resize_token_embeddings_grows_as_transformers_grows(family, variant, tm
     assert ours.resize_token_embeddings(V + 5, pad_to_multiple_of=8) is ours.backbone.embeddings.word
     grown = -(-(V + 5) // 8) * 8
     assert ours.config.vocab_size == ref.config.vocab_size == grown
-    tables = [(ours.backbone.embeddings.word.weight, ref.get_input_embeddings().weight)]
+    tables = [(ours.get_input_embeddings().weight, ref.get_input_embeddings().weight)]  # (transformers' names)
+    assert (ours.get_output_embeddings().weight is tables[0][0]) == (ref.get_output_embeddings().weight is tables[0][1])
     if ref.get_output_embeddings().weight is not tables[0][1]:
-        tables.append((ours.head.decoder.weight, ref.get_output_embeddings().weight))
+        tables.append((ours.get_output_embeddings().weight, ref.get_output_embeddings().weight))
     with torch.no_grad():
         for mine, theirs in tables:  # the mean, within transformers' draw; then its draw set to the mean, as
             torch.testing.assert_close(mine, theirs, atol=1e-4, rtol=0)  # it moves logits by up to 1e-3
