@@ -188,9 +188,13 @@ class Model(nn.Module):
         word = self.backbone.embeddings.word
         if new_num_tokens is None and pad_to_multiple_of is None:
             return word
+        if getattr(self.backbone.embeddings, "shared", False):
+            raise BertkitError("this model shares its embeddings with another (an ELECTRA or DeBERTa-v3 generator / "
+                               "discriminator pair): resizing one would split the pair; build the pair with "
+                               "vocab_size=len(tokenizer) instead")
         n = word.num_embeddings if new_num_tokens is None else new_num_tokens
-        for name, value in (("new_num_tokens", n), ("pad_to_multiple_of", pad_to_multiple_of or 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        for name, value in (("new_num_tokens", n), ("pad_to_multiple_of", pad_to_multiple_of)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise BertkitError(f"{name} must be a whole number of at least 1, got {value!r}")
         if pad_to_multiple_of:
             n = -(-n // pad_to_multiple_of) * pad_to_multiple_of

@@ -406,3 +406,25 @@ def test_a_safetensors_file_that_shrinks_while_read_is_one_line(tmp_path, monkey
         bertkit.from_pretrained(tmp_path)
     assert str(error.value).startswith(f"{weights}: ") and "\n" not in str(error.value)
     assert "cut short or replaced while it was read" in str(error.value)
+
+
+def test_one_model_of_a_pair_sharing_embeddings_refuses_to_resize_them():
+    """Resizing the generator grew the table both read while the discriminator's config kept the
+    old size (a folder neither library loads); resizing both untied the generator's decoder."""
+    from bertkit.objectives.gdes import build_pair
+
+    small = dict(vocab_size=100, num_layers=2, max_positions=16)
+    electra = bertkit.build_electra_pair(
+        ElectraConfig(embedding_size=16, hidden_size=32, num_heads=4, intermediate_size=64, **small),
+        ElectraConfig(embedding_size=16, hidden_size=24, num_heads=2, intermediate_size=48, **small))
+    gdes = build_pair(bertkit.PRESETS["deberta-v3-base"].config.replace(
+        hidden_size=32, num_heads=2, intermediate_size=64, **small))
+    for model in (*electra, *gdes):
+        with pytest.raises(bertkit.BertkitError, match="shares its embeddings with another .* resizing one"):
+            model.resize_token_embeddings(103)
+        assert model.config.vocab_size == model.get_input_embeddings().weight.shape[0] == 100
+    alone = bertkit.build(ElectraConfig(embedding_size=16, hidden_size=24, num_heads=2, intermediate_size=48,
+                                        **small), head="mlm")
+    assert alone.resize_token_embeddings(103, pad_to_multiple_of=2).num_embeddings == 104
+    with pytest.raises(bertkit.BertkitError, match="pad_to_multiple_of must be a whole number of at least 1, got 0"):
+        alone.resize_token_embeddings(103, pad_to_multiple_of=0)

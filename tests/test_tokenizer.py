@@ -1445,6 +1445,9 @@ def test_added_tokens_and_resized_embeddings_save_as_transformers_reads_them(min
     for name, args in calls:
         assert getattr(ours, name)(*args) == getattr(theirs, name)(*args), (name, args)
     assert len(ours) == len(theirs) and ours.pad_token_id == theirs.pad_token_id
+    assert ours.added_tokens_encoder == theirs.added_tokens_encoder
+    assert {i: str(t) for i, t in ours.added_tokens_decoder.items()} == \
+        {i: str(t) for i, t in theirs.added_tokens_decoder.items()}
     texts = ["covid19 is here [E1] Paris [E2] <pad2>", "COVID19 <ent> hello", "x[E1]y[E9]"]
     for text in texts:
         ids = theirs.encode(text)

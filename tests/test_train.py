@@ -652,3 +652,15 @@ def test_a_checkpoint_written_on_a_gpu_resumes_on_a_cpu(tmp_path, monkeypatch):
     loaded = checkpoint.load(path, {"": model})
     assert loaded["step"] == 5 and torch.equal(loaded["optimizer"]["state"][0]["exp_avg"], torch.ones(3))
     assert "cuda" not in loaded["rng"]  # a CPU run keeps no GPU's stream (and starts no CUDA for it)
+
+
+def test_a_model_changed_after_the_trainer_was_built_is_refused_not_left_untrained(tokenizer, tmp_path):
+    """The optimizer is built with the Trainer: a table resized afterwards was never trained."""
+    model = bertkit.build("bert-base", head="mlm", num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64,
+                          vocab_size=len(tokenizer))
+    trainer = Trainer(MaskedLM(model), lambda i: None, settings(steps=1), tmp_path / "run")
+    model.resize_token_embeddings(len(tokenizer) + 8)
+    with pytest.raises(bertkit.BertkitError, match=r"trainable parameter\(s\) \(.*word.weight.*\) are not in the "
+                                                   r"optimizer: the model changed after the Trainer was built"):
+        trainer.fit()
+    assert not (tmp_path / "run").exists()  # refused before anything was written

@@ -568,6 +568,16 @@ class Tokenizer:
     def __len__(self) -> int:
         return self.backend.get_vocab_size(with_added_tokens=True)
 
+    @property
+    def added_tokens_decoder(self) -> dict[int, AddedToken]:
+        """The tokens added to the vocabulary (special ones included) by id, as transformers has it."""
+        return dict(sorted(self.backend.get_added_tokens_decoder().items()))
+
+    @property
+    def added_tokens_encoder(self) -> dict[str, int]:
+        """The added tokens' ids by content, as transformers has it."""
+        return {t.content: i for i, t in self.added_tokens_decoder.items()}
+
     # ---- tokens added after training -------------------------------------------------------
     def add_tokens(self, new_tokens, special_tokens: bool = False) -> int:
         """Append tokens to the vocabulary, as transformers' add_tokens: a string or tokenizers'
@@ -1409,8 +1419,9 @@ def check_vocab_fits(tokenizer: Tokenizer, model_vocab_size: int, type_vocab_siz
     BERT tokenizer's 1 beside RoBERTa's single token type: every pair input of the saved model fails)."""
     if len(tokenizer) > model_vocab_size:
         raise BertkitError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocabulary has "
-                           f"{model_vocab_size}; build the model with vocab_size >= {len(tokenizer)} "
-                           "or use the tokenizer it was trained with")
+                           f"{model_vocab_size}; build the model with vocab_size >= {len(tokenizer)}, give "
+                           "a loaded model rows for added tokens (model.resize_token_embeddings(len(tokenizer)), "
+                           "then save it), or use the tokenizer it was trained with")
     types = 1 + max(t for _, t in tokenizer.frame.pair)
     if type_vocab_size and types > type_vocab_size:
         raise BertkitError(f"the tokenizer gives a text pair {types} segment ids but the model embeds "

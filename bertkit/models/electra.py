@@ -115,6 +115,7 @@ def share_embeddings(generator: nn.Module, discriminator: nn.Module) -> None:
                                "embeddings are the discriminator's, so the generator's saved config would not "
                                "describe them")
     generator.backbone.embeddings = d
+    d.shared = True  # (one model's resize_token_embeddings would split the pair: it refuses)
     if generator.head is not None and hasattr(generator.head, "decoder") and generator.config.tie_word_embeddings:
         generator.head.decoder.weight = d.word.weight
 

@@ -104,6 +104,7 @@ def share_embeddings(generator: Model, discriminator: Model) -> None:
             raise BertkitError(f"GDES: the generator's {name} table {shape} does not match the "
                                f"discriminator's {tuple(ours.weight.shape)}")
         setattr(d, name, GradientDisentangledEmbedding(theirs))
+    g.shared = d.shared = True  # (one model's resize_token_embeddings would split the pair: it refuses)
 
 
 def generator_config(config: DebertaConfig) -> DebertaConfig:

@@ -385,6 +385,13 @@ class Trainer:
         from tqdm.auto import tqdm
 
         s = self.settings
+        held = {id(p) for group in self.optimizer.param_groups for p in group["params"]}
+        unheld = [n for n, p in self.objective.named_parameters() if p.requires_grad and id(p) not in held]
+        if unheld:  # they would never train, without a word
+            more = ", ..." if len(unheld) > 1 else ""
+            raise BertkitError(f"{len(unheld)} trainable parameter(s) ({unheld[0]}{more}) are not in the optimizer: "
+                               "the model changed after the Trainer was built (a resize_token_embeddings?); "
+                               "build the Trainer after changing the model")
         self.out.mkdir(parents=True, exist_ok=True)
         if self.step == 0 and self.is_main:
             self.log_path.unlink(missing_ok=True)  # a fresh run does not append to an old run's log
