@@ -99,7 +99,7 @@ def test_tail_truncation_reads_the_end_and_prediction_keeps_the_setting(tokenize
 def test_prediction_over_several_batches_runs_on_prepacked_weights_and_drops_them(tokenizer, monkeypatch, capsys):
     """classify() over more than one batch prepacks the weights for the run (tasks.base.serving),
     with the numbers of an unpacked run, and drops the copies afterwards; one batch packs nothing.
-    progress=True shows a bar over the batches."""
+    progress=True shows a bar over the inputs."""
     from torch import nn
 
     from bertkit.layers import dense as D
@@ -116,7 +116,7 @@ def test_prediction_over_several_batches_runs_on_prepacked_weights_and_drops_the
     several = classify(model, texts, batch_size=2, bf16=False, progress=True)
     assert seen and all(seen)
     err = capsys.readouterr().err
-    assert "predicting" in err and "/3 " in err  # a bar over the three batches, on stderr
+    assert "predicting" in err and "6/6 " in err  # a bar over the six inputs, on stderr, to the end
     assert not any(D.packed(m) for m in model.modules() if type(m) is nn.Linear)
     for a, b in zip(one, several):
         assert a["label"] == b["label"] and a["scores"] == pytest.approx(b["scores"], abs=1e-5)
