@@ -935,3 +935,23 @@ def test_resize_token_embeddings_without_mean_draws_from_the_initializer_and_ref
     for bad in (0, -3, 2.5, True):
         with pytest.raises(BertkitError, match=f"new_num_tokens must be a whole number of at least 1, got {bad}"):
             model.resize_token_embeddings(bad)
+
+
+def test_saving_a_model_with_an_unmerged_adapter_says_to_merge_it(tmp_path):
+    """PEFT wraps a projection as `base_layer` beside `lora_A` / `lora_B`: such names have no
+    Hugging Face name, and the error says what to do."""
+    model = bertkit.build("bert-base", num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64, vocab_size=50)
+    attn = model.backbone.encoder.layer_for(0).attn
+
+    class Wrapped(torch.nn.Module):  # PEFT's LoRA layer, in outline
+        def __init__(self, base):
+            super().__init__()
+            self.base_layer, self.lora_A = base, torch.nn.Linear(base.in_features, 2, bias=False)
+
+        def forward(self, x):
+            return self.base_layer(x)
+
+    attn.query = Wrapped(attn.query)
+    with pytest.raises(BertkitError, match=r"parameter '.*query\.base_layer\.weight' has no Hugging Face name; a PEFT "
+                                           r"adapter's: merge it first \(merge_and_unload\(\)\)"):
+        model.save_pretrained(tmp_path / "out")

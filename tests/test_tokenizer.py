@@ -1373,6 +1373,19 @@ def test_pad_and_special_tokens_mask_serve_transformers_data_collators(minilm_di
         plain, padding_side="left", return_tensors="np")["input_ids"].tolist()
     with pytest.raises(bertkit.BertkitError, match="rows of different lengths: tensors need padding"):
         ours.pad(plain, padding=False, return_tensors="pt")
+    # whole-word masking reads the offsets and is_fast; Trainer's length grouping model_input_names
+    words = [{k: v[i] for k, v in tok(texts, padding=True, return_tensors="pt", return_offsets_mapping=True).items()}
+             for tok in (ours, reference) for i in range(len(texts))]
+    got, expected = (DataCollatorForLanguageModeling(tok, whole_word_mask=True, mlm_probability=0.5, seed=3)(rows)
+                     for tok, rows in ((ours, words[:3]), (reference, words[3:])))
+    assert {k: v.tolist() for k, v in got.items()} == {k: v.tolist() for k, v in expected.items()}
+    assert set(ours.model_input_names) == set(reference.model_input_names)
+    tokens = reference.tokenize("Tokenization isn't trivial, Müller!")
+    assert ours.convert_tokens_to_string(tokens) == reference.convert_tokens_to_string(tokens)
+    assert [ours.num_special_tokens_to_add(p) for p in (False, True)] == \
+        [reference.num_special_tokens_to_add(p) for p in (False, True)]
+    assert ours.special_tokens_map == reference.special_tokens_map
+    assert ours.get_added_vocab() == reference.get_added_vocab()
 
 
 def _listed_values(value):

@@ -157,6 +157,9 @@ class Tokenizer:
     save_pretrained, and the batch's .to(device). Load one with `bertkit.load_tokenizer(path)`."""
 
     tokenizer_class: str | None = None  # the transformers class its files named, if any (load_tokenizer)
+    # what transformers' collators and Trainer read of a tokenizer: a fast (Rust) one, and the keys it returns
+    is_fast = True
+    model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
 
     def __init__(self, backend: _Backend, special_tokens: dict[str, str], config: dict | None = None):
         self.backend = backend
@@ -577,6 +580,22 @@ class Tokenizer:
     def added_tokens_encoder(self) -> dict[str, int]:
         """The added tokens' ids by content, as transformers has it."""
         return {t.content: i for i, t in self.added_tokens_decoder.items()}
+
+    def get_added_vocab(self) -> dict[str, int]:
+        return self.added_tokens_encoder
+
+    @property
+    def special_tokens_map(self) -> dict[str, str]:
+        """The named special tokens, as transformers' special_tokens_map gives them."""
+        return dict(self.special_tokens)
+
+    def num_special_tokens_to_add(self, pair: bool = False) -> int:
+        """How many special tokens frame one text (or a pair), as run_mlm-style scripts ask."""
+        return self.frame.specials(pair=pair)
+
+    def convert_tokens_to_string(self, tokens: list[str]) -> str:
+        """The text of a list of token strings (the decoder's joining: "##" pieces, "Ġ", "▁")."""
+        return self.backend.decoder.decode(tokens) if self.backend.decoder is not None else " ".join(tokens)
 
     # ---- tokens added after training -------------------------------------------------------
     def add_tokens(self, new_tokens, special_tokens: bool = False) -> int:

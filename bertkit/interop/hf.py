@@ -768,7 +768,10 @@ def hf_state_dict(model: Model) -> dict[str, torch.Tensor]:
     for ours, tensor in tensors.items():
         hf_name = names.to_hf(ours)
         if hf_name is None:
-            raise BertkitError(f"parameter {ours!r} has no Hugging Face name")
+            adapter = any(part in ours.split(".") for part in ("base_layer", "lora_A", "lora_B", "base_model"))
+            raise BertkitError(f"parameter {ours!r} has no Hugging Face name" + (
+                "; a PEFT adapter's: merge it first (merge_and_unload()), or save the adapter with the PeftModel's "
+                "save_pretrained" if adapter else ""))
         state[hf_name] = tensor.detach().to("cpu").contiguous()
     if spec.tied_bias and spec.tied_bias[0] in state:  # the copy transformers reads when untied
         own, decoder = spec.tied_bias
