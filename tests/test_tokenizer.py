@@ -931,6 +931,9 @@ def test_truncation_in_one_thread_never_reaches_another(minilm_dir):
     assert not wrong, f"{len(wrong)} wrong: {sorted(set(wrong))}"
     for twin in (copy.deepcopy(tok), pickle.loads(pickle.dumps(tok))):  # the lock is made afresh
         assert twin(texts, max_length=5)["input_ids"].shape[1] == 5 and twin.encode(texts[0]) == tok.encode(texts[0])
+    fresh = bertkit.load_tokenizer(minilm_dir)  # its caches not yet filled: the same pickle (datasets' fingerprint)
+    tok.continues_word()
+    assert pickle.dumps(fresh) == pickle.dumps(tok) and tok.frame is not None
 
 
 def test_legacy_added_tokens_json_is_read_as_transformers_reads_it(minilm_dir, tmp_path):

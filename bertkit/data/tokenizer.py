@@ -181,11 +181,14 @@ class Tokenizer:
         # encoding call holds this lock, so a call in another thread neither sees nor undoes it.
         self._lock = threading.Lock()
 
-    def __getstate__(self) -> dict:  # pickling and deepcopy: a lock is neither, a fresh one is made
-        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+    def __getstate__(self) -> dict:
+        """Pickling and deepcopy: a lock is neither (a fresh one is made); the caches are left out,
+        so the pickle, and datasets' fingerprint of a map over it, is the same before and after use."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_frame", "_continues")}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update({"listed_specials": [], **state})  # (a tokenizer pickled before had none)
+        # (a tokenizer pickled before had no listed_specials, and one pickled earlier still its caches)
+        self.__dict__.update({"listed_specials": [], **state, "_frame": None, "_continues": None})
         self._lock = threading.Lock()
         self.backend.encode_special_tokens = self.config.get("split_special_tokens") is True  # not pickled
 
