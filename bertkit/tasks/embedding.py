@@ -18,6 +18,7 @@ import importlib
 import io
 import json
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -500,7 +501,8 @@ def prepared(source, tokenizer=None, max_length: int | None = None, pooling: str
 
 def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None = None,
           normalize: bool | None = None, progress: bool = False, pooling: str | None = None, bf16: bool = False,
-          tokenizer=None, prompt_name: str | None = None, stream: bool = False) -> torch.Tensor:
+          tokenizer=None, prompt_name: str | None = None,
+          stream: bool = False) -> torch.Tensor | Iterator[torch.Tensor]:
     """(len(texts), H) float32 sentence embeddings. `model` is a Model that carries its tokenizer
     (or gets `tokenizer`), or a model directory. What is not given follows the model's
     sentence-transformers files (its length, Pooling, prompt, Dense and Normalize modules, and

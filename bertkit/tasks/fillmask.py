@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -83,7 +84,7 @@ def target_ids(tok, targets: list[str]) -> list[int]:
 
 
 def fill_mask(model, texts: list[str], top_k: int = 5, targets: list[str] | None = None, batch_size: int = 32,
-              progress: bool = False, tokenizer=None, stream: bool = False) -> list[dict]:
+              progress: bool = False, tokenizer=None, stream: bool = False) -> list[dict] | Iterator[dict]:
     """Top-k predictions at every mask of every text: one record per mask, in the order of the
     texts, with the text, the mask's `position` (its index among the text's token ids, 0 being
     the first special token) and `predictions`: [{"token", "token_str", "id", "score", "sequence"}].

@@ -32,6 +32,7 @@ import contextlib
 import json
 import math
 import warnings
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -575,7 +576,7 @@ def evaluate(model, task: str | None, data, split: str = "test", tokenizer=None,
 
 def classify(model, texts: list[str], text_pairs: list[str | None] | None = None, batch_size: int = 64,
              max_length: int | None = None, bf16: bool = False, tokenizer=None,
-             progress: bool = False, top_k: int | None = None, stream: bool = False) -> list[dict]:
+             progress: bool = False, top_k: int | None = None, stream: bool = False) -> list[dict] | Iterator[dict]:
     """{"text", ("text_pair"), "label", "score", "scores"} per text (a regression model: "value").
     "scores" holds every class's probability in the model's order, or with `top_k` the k most
     probable, most probable first (a model of a thousand classes otherwise writes them all).
@@ -621,7 +622,8 @@ def _delivered(results, stream: bool):
 
 
 def choose(model, texts: list[str], choices: list[list[str]], batch_size: int = 64, max_length: int | None = None,
-           bf16: bool = False, tokenizer=None, progress: bool = False, stream: bool = False) -> list[dict]:
+           bf16: bool = False, tokenizer=None, progress: bool = False,
+           stream: bool = False) -> list[dict] | Iterator[dict]:
     """{"text", "choices", "choice" (the index of the most probable), "answer" (its text),
     "score", "scores"} per context; each context has its own list of at least two choices."""
     check_texts(texts)
@@ -642,7 +644,8 @@ def choose(model, texts: list[str], choices: list[list[str]], batch_size: int = 
 
 
 def tag(model, inputs: list[str] | list[list[str]], batch_size: int = 64, max_length: int | None = None,
-        bf16: bool = False, tokenizer=None, progress: bool = False, stream: bool = False) -> list[dict]:
+        bf16: bool = False, tokenizer=None, progress: bool = False,
+        stream: bool = False) -> list[dict] | Iterator[dict]:
     """{"tokens", "tags", "scores"} per input: a list of words, or a text split into words and
     punctuation (then also "text", and "offsets": each word's [start, end) characters in it).
     With entity tags (BIO, IOBES, BILOU) also "entities": each entity's type, words [start, end),
@@ -694,7 +697,7 @@ def _entity(result: dict, offsets, item, kind: str, start: int, end: int) -> dic
 def answer(model, questions: list[str], contexts: list[str], top_k: int = 1, null_answers: bool | None = None,
            batch_size: int = 64, max_length: int | None = None, bf16: bool = False, tokenizer=None,
            progress: bool = False, max_answer_length: int | None = None, doc_stride: int | None = None,
-           max_query_length: int | None = None, stream: bool = False) -> list[dict]:
+           max_query_length: int | None = None, stream: bool = False) -> list[dict] | Iterator[dict]:
     """{"question", "answer", "start", "end" (characters of the context, None for no answer),
     "score"} per question; top_k > 1 adds "alternatives". `score` is the answer's probability
     among the n-best candidate spans (softmax of start + end logits, as transformers' run_qa
