@@ -664,3 +664,6 @@ def test_a_model_changed_after_the_trainer_was_built_is_refused_not_left_untrain
                                                    r"optimizer: the model changed after the Trainer was built"):
         trainer.fit()
     assert not (tmp_path / "run").exists()  # refused before anything was written
+    model.gradient_checkpointing_enable()  # transformers' way: a Trainer not asked for it keeps it on
+    Trainer(MaskedLM(model), lambda i: None, settings(steps=1), tmp_path / "run")
+    assert model.is_gradient_checkpointing

@@ -108,7 +108,8 @@ class Trainer:
         # Dropout and sampling differ per process (DDP copies rank 0's weights when it wraps).
         torch.manual_seed(process_seed(settings.seed, self.rank))
         for model in objective.models().values():
-            model.backbone.encoder.checkpointing = settings.activation_checkpointing
+            # (on as asked, or as the model already had it: gradient_checkpointing_enable() stays)
+            model.backbone.encoder.checkpointing = settings.activation_checkpointing or model.is_gradient_checkpointing
             if settings.compile:
                 model.compile()
         # The fused kernel updates every tensor in one pass: on CPU ~5x faster than the default
