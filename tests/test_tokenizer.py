@@ -1492,3 +1492,18 @@ def test_added_tokens_and_resized_embeddings_save_as_transformers_reads_them(min
         ours.add_special_tokens({"foo_token": "x"})
     with pytest.raises(bertkit.BertkitError, match="add_tokens takes a token"):
         ours.add_tokens([""])
+
+
+def test_model_input_names_of_the_files_are_kept_and_saved(minilm_dir, tmp_path):
+    """transformers reads them from tokenizer_config.json (a DistilBERT's have no token_type_ids);
+    a folder saved by bertkit dropped them, so transformers then returned token_type_ids."""
+    shutil.copytree(minilm_dir, tmp_path / "a", ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.onnx"))
+    config = json.loads((tmp_path / "a" / "tokenizer_config.json").read_text())
+    (tmp_path / "a" / "tokenizer_config.json").write_text(json.dumps(
+        {**config, "model_input_names": ["input_ids", "attention_mask"]}))
+    ours = bertkit.load_tokenizer(tmp_path / "a")
+    assert ours.model_input_names == transformers.AutoTokenizer.from_pretrained(tmp_path / "a").model_input_names
+    ours.save_pretrained(tmp_path / "b")
+    again = transformers.AutoTokenizer.from_pretrained(tmp_path / "b")
+    assert again.model_input_names == ["input_ids", "attention_mask"] and "token_type_ids" not in again("a text")
+    assert bertkit.load_tokenizer(minilm_dir).model_input_names == ["input_ids", "token_type_ids", "attention_mask"]

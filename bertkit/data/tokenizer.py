@@ -157,9 +157,7 @@ class Tokenizer:
     save_pretrained, and the batch's .to(device). Load one with `bertkit.load_tokenizer(path)`."""
 
     tokenizer_class: str | None = None  # the transformers class its files named, if any (load_tokenizer)
-    # what transformers' collators and Trainer read of a tokenizer: a fast (Rust) one, and the keys it returns
-    is_fast = True
-    model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
+    is_fast = True  # what transformers' collators read of a tokenizer: a fast (Rust) one
 
     def __init__(self, backend: _Backend, special_tokens: dict[str, str], config: dict | None = None):
         self.backend = backend
@@ -573,6 +571,13 @@ class Tokenizer:
 
     def __len__(self) -> int:
         return self.backend.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def model_input_names(self) -> list[str]:
+        """The inputs the model takes, as tokenizer_config.json names them (kept when saved), else
+        all three; transformers' Trainer reads the first. (A call returns token_type_ids either
+        way, unless return_token_type_ids=False.)"""
+        return list(self.config.get("model_input_names", ["input_ids", "token_type_ids", "attention_mask"]))
 
     @property
     def added_tokens_decoder(self) -> dict[int, AddedToken]:
@@ -1419,6 +1424,9 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         if key not in special and backend.token_to_id(token) is not None:
             special[key] = token
     kept = {k: v for k, v in config.items() if k in CONFIG_FLAGS}
+    names = config.get("model_input_names")
+    if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
+        kept["model_input_names"] = names  # (written back when saved)
     if isinstance(config.get("model_max_length"), int) and config["model_max_length"] > 0:
         kept["model_max_length"] = config["model_max_length"]  # sentence-transformers 6 keeps its length there
     tokenizer = Tokenizer(backend, special, kept)
