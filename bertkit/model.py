@@ -191,7 +191,7 @@ class Model(nn.Module):
         if getattr(self.backbone.embeddings, "shared", False):
             raise BertkitError("this model shares its embeddings with another (an ELECTRA or DeBERTa-v3 generator / "
                                "discriminator pair): resizing one would split the pair; build the pair with "
-                               "vocab_size=len(tokenizer) instead")
+                               "vocab_size=len(tokenizer) instead, or save a trained model and resize it loaded alone")
         n = word.num_embeddings if new_num_tokens is None else new_num_tokens
         for name, value in (("new_num_tokens", n), ("pad_to_multiple_of", pad_to_multiple_of)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):

@@ -47,6 +47,11 @@ def test_a_counted_warning_names_a_file_whose_name_holds_braces(tmp_path):
     with pytest.warns(DataWarning) as caught:
         readers.read_table(path)
     assert [str(w.message) for w in caught] == [f"{path}: 1 empty line(s) or row(s) without text skipped"]
+    check = readers.AnswerCheck(dropped=2, first="q{n}")  # an id from the data, after the count
+    with pytest.warns(DataWarning) as caught:
+        check.report("train{n}.json")
+    assert [str(w.message) for w in caught] == ["train{n}.json: 2 answer(s) do not occur in their context and were "
+                                                "skipped (first: question 'q{n}')"]
 
 
 def test_tsv_is_read_without_quoting_and_jsonl_with_integer_labels(tmp_path):

@@ -276,6 +276,12 @@ def test_a_streamed_truncation_warning_counts_every_window_once_and_only_its_own
         list(waiting)
     assert [str(w.message) for w in caught] == ["5 of 5 texts were longer than 16 tokens and were truncated",
                                                 "10 of 40 texts were longer than 16 tokens and were truncated"]
+    model.train()  # two streams ending out of order give the model its training mode back
+    first, second = (classify(model, texts, batch_size=2, stream=True) for _ in range(2))
+    next(first), next(second)
+    assert model.training  # (eval mode for each window's work alone)
+    list(first), list(second)
+    assert model.training
 
 
 def test_a_streamed_answer_checks_every_input_at_the_call_and_numbers_it_in_the_whole(tokenizer):

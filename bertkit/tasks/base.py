@@ -328,17 +328,19 @@ def streamed(model, items: list, batch_size: int, bf16: bool, predict: Callable[
     window's results, in input order, as soon as it is done: the CLI writes its lines as they
     come, so `| head` answers at once and a Ctrl-C keeps what was written, and results are held
     in memory a window at a time. Length-sorted batching happens within a window. For
-    the whole run the model is in eval mode and prepacked once (`serving`), one bar counts the
-    inputs, and counted warnings (texts truncated) come once, summed (`tallying`), at the end."""
+    the whole run the model is prepacked once (`serving`; a model in eval mode), one bar counts
+    the inputs, and counted warnings (texts truncated) come once, summed (`tallying`), at the end."""
     from ..model import evaluating
 
     window, counts = batch_size * STREAM_BATCHES, {}
+    # a model in training mode is put in eval mode for each window's work alone, not across the
+    # yields (two streams ending out of order left it in eval mode); it then packs per window
+    packing = serving(model, -(-len(items) // batch_size), bf16) if not model.training else contextlib.nullcontext()
     try:
-        with evaluating(model), serving(model, -(-len(items) // batch_size), bf16), \
-                tqdm(total=len(items), disable=not progress, desc=desc, unit="input", leave=leave_bar()) as bar:
+        with packing, tqdm(total=len(items), disable=not progress, desc=desc, unit="input", leave=leave_bar()) as bar:
             for start in range(0, len(items), window):
                 part = items[start:start + window]
-                with tallying(counts):
+                with tallying(counts), evaluating(model):
                     results = predict(part)
                 bar.update(len(part))
                 yield from results

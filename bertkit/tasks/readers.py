@@ -134,17 +134,18 @@ class Columns:
 _TALLIES = threading.local()  # .open: the counts of this thread's tallying() blocks, innermost last
 
 
-def report(count: int, message: str, total: int | None = None) -> None:
+def report(count: int, message: str, total: int | None = None, tail: str = "") -> None:
     """One counted warning for input that was repaired or skipped, instead of one per row. The
-    message names the count {n}, and with a `total` also {total}, what it is a count of. Inside
-    tallying() the counts add up instead (warn_tallied says them)."""
+    message names the count {n}, and with a `total` also {total}, what it is a count of; `tail`
+    follows it as it is (text from the data, an id that may hold "{n}"). Inside tallying() the
+    counts add up instead (warn_tallied says them)."""
     tallies = getattr(_TALLIES, "open", None)
     if tallies:
-        n, of = tallies[-1].get(message, (0, None))
-        tallies[-1][message] = (n + count, None if total is None else (of or 0) + total)
+        n, of = tallies[-1].get((message, tail), (0, None))
+        tallies[-1][message, tail] = (n + count, None if total is None else (of or 0) + total)
     elif count:
         text = _filled(message, "{n}", count)
-        warnings.warn(text if total is None else _filled(text, "{total}", total), DataWarning,
+        warnings.warn((text if total is None else _filled(text, "{total}", total)) + tail, DataWarning,
                       stacklevel=outside_stacklevel())
 
 
@@ -157,7 +158,7 @@ def _filled(message: str, placeholder: str, value: int) -> str:
 
 @contextlib.contextmanager
 def tallying(counts: dict):
-    """Within the block, report() adds to `counts` ({message: (n, total)}) instead of warning:
+    """Within the block, report() adds to `counts` ({(message, tail): (n, total)}) instead of warning:
     predictions made a window at a time (base.streamed) gather each window's counts, and
     warn_tallied says "12 of 10000 texts were truncated" once at the end, as one call over all of
     them does. Only the block's own reports count: a streamed iterator that waits between windows
@@ -171,8 +172,8 @@ def tallying(counts: dict):
 
 def warn_tallied(counts: dict) -> None:
     """The warnings a tallying() block's reports held back, each once with its summed count."""
-    for message, (n, total) in counts.items():
-        report(n, message, total)
+    for (message, tail), (n, total) in counts.items():
+        report(n, message, total, tail)
 
 
 # ---- tables: CSV / TSV / JSONL ----------------------------------------------------------------
@@ -636,8 +637,8 @@ class AnswerCheck:
                            "the nearest occurrence")
         report(self.placed, f"{source}: {{n}} answer(s) had no answer_start and were placed at the first "
                             "occurrence of their text")
-        report(self.dropped, f"{source}: {{n}} answer(s) do not occur in their context and were skipped "
-                             f"(first: question {self.first!r})")
+        report(self.dropped, f"{source}: {{n}} answer(s) do not occur in their context and were skipped",
+               tail=f" (first: question {self.first!r})")
         report(self.questions, f"{source}: {{n}} question(s) have no answer found in their context: training "
                                "skips them, evaluation scores them against their gold texts")
 
