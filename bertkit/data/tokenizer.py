@@ -245,8 +245,18 @@ class Tokenizer:
         """{token: id} for every token, added ones too."""
         return self.backend.get_vocab(with_added_tokens=True)
 
-    all_special_ids = property(lambda self: self.special_ids)  # transformers' name
-    all_special_tokens = property(lambda self: [self.id_to_token(i) for i in self.special_ids])
+    @property
+    def all_special_tokens(self) -> list[str]:
+        """Every special token, as transformers lists them: the named ones (in its order of names),
+        then the others (added as special, or listed so by the files), as spelled where added."""
+        named = [self.special_tokens[k] for k in NAMING_ORDER if k in self.special_tokens]
+        added = [t.content for _, t in sorted(self.backend.get_added_tokens_decoder().items()) if t.special]
+        return list(dict.fromkeys(named + added + self.listed_specials))
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        """The ids of all_special_tokens, in its order (special_ids is the same set, sorted)."""
+        return [self.backend.token_to_id(t) for t in self.all_special_tokens]
 
     @property
     def special_ids(self) -> list[int]:
