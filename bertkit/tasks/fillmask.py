@@ -128,27 +128,23 @@ def fill_mask(model, texts: list[str], top_k: int = 5, targets: list[str] | None
                                f"{model.config.vocab_size}")
     given, texts = texts, [text.replace("[MASK]", tok.mask_token) for text in texts]  # BERT's spelling, any family
     limit = model.backbone.embeddings.max_length
-    chunks = length_batches([len(text) for text in texts], batch_size)  # similar lengths pad little
-    # right-padded whatever the tokenizer says: a text's positions, and so its answers, do not
-    # depend on the texts it is batched with
-    batches = [tok([texts[i] for i in chunk], max_length=limit, padding_side="right") for chunk in chunks]
-    for chunk, batch in zip(chunks, batches):
-        kept = (batch["input_ids"] == tok.mask_token_id).sum(1).tolist()  # masks in each (perhaps cut) row
-        for row in [r for r, n in enumerate(kept) if n == 0 or int(batch["attention_mask"][r].sum()) == limit]:
-            i = chunk[row]
-            where = f"text {i + 1} of {len(texts)}: " if len(texts) > 1 else ""
-            shown = given[i] if len(given[i]) <= 80 else given[i][:60] + "..." + given[i][-17:]
-            ids = tok.encode(texts[i])
-            masks = [k for k, t in enumerate(ids) if t == tok.mask_token_id]
-            if len(masks) > kept[row]:  # one the cut left out: no answer for it would be said silently
-                raise BertkitError(f"{where}its {tok.mask_token} at token {masks[kept[row]] + 1} of {len(ids)} lies "
-                                   f"past the model's limit of {limit} tokens: {shown!r}")
-            if not masks:
-                raise BertkitError(f"{where}no {tok.mask_token} in {shown!r}")
-    if any(int(b["attention_mask"].sum(1).max()) == limit for b in batches):  # perhaps cut: count those that were
+    rows = tok(texts, max_length=limit, padding=False, return_tensors=None)  # each text's ids, cut at the limit:
+    for i, ids in enumerate(rows["input_ids"]):                               # tokenized once, checked, batched
+        kept = ids.count(tok.mask_token_id)  # masks in the (perhaps cut) row
+        if kept and len(ids) < limit:
+            continue
+        where = f"text {i + 1} of {len(texts)}: " if len(texts) > 1 else ""
+        shown = given[i] if len(given[i]) <= 80 else given[i][:60] + "..." + given[i][-17:]
+        whole = tok.encode(texts[i])
+        masks = [k for k, t in enumerate(whole) if t == tok.mask_token_id]
+        if len(masks) > kept:  # one the cut left out: no answer for it would be said silently
+            raise BertkitError(f"{where}its {tok.mask_token} at token {masks[kept] + 1} of {len(whole)} lies "
+                               f"past the model's limit of {limit} tokens: {shown!r}")
+        if not masks:
+            raise BertkitError(f"{where}no {tok.mask_token} in {shown!r}")
+    if any(len(ids) == limit for ids in rows["input_ids"]):  # perhaps cut: count those that were
         lengths = [len(ids) + tok.frame.specials(pair=False) for ids in tok.encode_plain(texts)]
         report_truncated(sum(n > limit for n in lengths), len(texts), limit)
-    del batches  # (checked; each window batches its own texts)
     device = device_of(model)
     if chosen is not None:
         chosen = chosen.to(device)
@@ -156,9 +152,12 @@ def fill_mask(model, texts: list[str], top_k: int = 5, targets: list[str] | None
     @torch.no_grad()
     def predict(part: list[int]) -> list[list[dict]]:  # each text's records, for the texts `part`
         found: dict[int, list[dict]] = {i: [] for i in part}
-        for chunk in length_batches([len(texts[i]) for i in part], batch_size):
+        for chunk in length_batches([len(rows["input_ids"][i]) for i in part], batch_size):  # similar lengths
             chunk = [part[j] for j in chunk]
-            batch = tok([texts[i] for i in chunk], max_length=limit, padding_side="right")
+            # right-padded whatever the tokenizer says: a text's positions, and so its answers, do
+            # not depend on the texts it is batched with
+            batch = tok.pad({k: [v[i] for i in chunk] for k, v in rows.items()}, padding_side="right",
+                            return_tensors="pt")
             masked = batch["input_ids"] == tok.mask_token_id  # (B, T)
             logits = model(batch["input_ids"].to(device), batch["attention_mask"].to(device),
                            batch["token_type_ids"].to(device), masked_positions=masked.to(device)).logits
