@@ -207,6 +207,34 @@ def test_a_bare_tokenizer_json_pads_with_its_own_pad_token(tmp_path):
     assert batch["input_ids"][0, -1].item() == trained.token_to_id("<pad>")
 
 
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_a_pad_token_set_to_null_stays_unnamed(minilm_dir, tmp_path, family):
+    """tokenizer_config.json's pad_token: null names no pad token, as in transformers: neither the
+    class's default ([PAD] of BertTokenizer) nor a <pad> appended to a RoBERTa vocabulary without one
+    (which made len() one more than the model's table). Saved, it stays null."""
+    from tokenizers import ByteLevelBPETokenizer
+    from tokenizers.processors import RobertaProcessing
+
+    folder = tmp_path / "tok"
+    if family == "bert":
+        shutil.copytree(minilm_dir, folder, ignore=shutil.ignore_patterns("special_tokens_map.json", "*.safetensors"))
+    else:
+        trained = ByteLevelBPETokenizer()
+        trained.train_from_iterator(["the movie was great and the film was long"] * 50, vocab_size=300,
+                                    special_tokens=["<s>", "</s>", "<unk>", "<mask>"])
+        trained.post_processor = RobertaProcessing(("</s>", 1), ("<s>", 0))
+        transformers.RobertaTokenizerFast(tokenizer_object=trained, mask_token="<mask>").save_pretrained(folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "pad_token": None}))
+    (folder / "special_tokens_map.json").unlink(missing_ok=True)
+    for round_trip in ("loaded", "saved"):
+        ours, reference = bertkit.load_tokenizer(folder), transformers.AutoTokenizer.from_pretrained(folder)
+        assert (ours.pad_token, len(ours)) == (reference.pad_token, len(reference)) == (None, len(reference)), round_trip
+        assert ours("the movie")["input_ids"].tolist() == [reference("the movie")["input_ids"]]
+        assert ours(["the", "the movie was"])["attention_mask"][0].tolist() == [1, 1, 1, 0, 0]  # (still pads)
+        ours.save_pretrained(folder := tmp_path / "saved")
+
+
 def test_extra_special_tokens_stay_special_after_a_save(minilm_dir, tmp_path):
     """Special tokens beyond the named ones are written back where transformers lists them, so
     its special-token mask (what its MLM collator leaves unmasked) is the same after a save."""

@@ -197,9 +197,10 @@ class Tokenizer:
 
     @property
     def pad_token_id(self) -> int:
-        """The named pad token's id; without one (a bare tokenizer.json), a token spelled as the
-        families spell padding, else 0. RoBERTa's <pad> is 1, and padding with its 0 (<s>) would
-        write a real token id into pad positions."""
+        """The named pad token's id; without one (a bare tokenizer.json, or tokenizer_config.json's
+        pad_token: null), a token spelled as the families spell padding, else 0: batches still pad
+        (attention_mask 0 there), where transformers refuses. RoBERTa's <pad> is 1, and padding with
+        its 0 (<s>) would write a real token id into pad positions."""
         pad = self._special_id("pad_token")
         if pad is None:
             pad = next((i for i in map(self.backend.token_to_id, PAD_SPELLINGS) if i is not None), 0)
@@ -913,6 +914,12 @@ def deberta_bpe_pipeline(vocab: dict[str, int], merges: list[tuple[str, str]], s
     return backend
 
 
+def _with_defaults(defaults: dict[str, str], specials: dict[str, str], config: dict) -> dict[str, str]:
+    """The class's default special tokens where the files (`specials`) name none, except for a key
+    tokenizer_config.json sets to null: transformers leaves that one unnamed."""
+    return {**{k: v for k, v in defaults.items() if not (k in config and config[k] is None)}, **specials}
+
+
 def _byte_level_for_class(cls: str | None, vocab: dict[str, int], merges: list[tuple[str, str]],
                           config: dict, specials: dict[str, str]) -> tuple[_Backend, dict[str, str]]:
     """DebertaTokenizer's pipeline for that `cls`, else RoBERTa's (what a vocab.json + merges.txt
@@ -920,9 +927,9 @@ def _byte_level_for_class(cls: str | None, vocab: dict[str, int], merges: list[t
     the special tokens it ends up with."""
     add_prefix_space = bool(config.get("add_prefix_space", False))
     if cls == "DebertaTokenizer":
-        specials = {**DEBERTA_V3_SPECIALS, **specials}
+        specials = _with_defaults(DEBERTA_V3_SPECIALS, specials, config)
         return deberta_bpe_pipeline(vocab, merges, specials, add_prefix_space), specials
-    specials = {**ROBERTA_SPECIALS, **specials}
+    specials = _with_defaults(ROBERTA_SPECIALS, specials, config)
     return byte_level_bpe_pipeline(vocab, merges, specials, add_prefix_space,
                                    trim_offsets=bool(config.get("trim_offsets", True))), specials
 
@@ -1028,7 +1035,7 @@ def _deberta_v2_for_class(pieces: list[tuple[str, float]], unk_id: int, config: 
                           specials: dict[str, str]) -> tuple[_Backend, dict[str, str]]:
     """DebertaV2Tokenizer's pipeline from tokenizer_config.json's flags, with the class's defaults
     (cased, no punctuation split, "▁" before the first word too), and its special tokens."""
-    specials = {**DEBERTA_V3_SPECIALS, **specials}
+    specials = _with_defaults(DEBERTA_V3_SPECIALS, specials, config)
     backend = unigram_pipeline(pieces, unk_id, specials, lowercase=bool(config.get("do_lower_case", False)),
                                split_by_punct=bool(config.get("split_by_punct", False)),
                                prepend_scheme="always" if config.get("add_prefix_space", True) else "first")
@@ -1040,7 +1047,7 @@ def _albert_for_class(pieces: list[tuple[str, float]], config: dict, specials: d
     """AlbertTokenizer's pipeline from tokenizer_config.json's flags, with the class's defaults
     (uncased, accents dropped, "▁" before every word), and its special tokens. The class always
     gives the Unigram model unk_id 1 (<unk> in ALBERT's files), whatever the vocabulary says."""
-    specials = {**ALBERT_SPECIALS, **specials}
+    specials = _with_defaults(ALBERT_SPECIALS, specials, config)
     backend = albert_pipeline(pieces, 1, specials, lowercase=bool(config.get("do_lower_case", True)),
                               keep_accents=bool(config.get("keep_accents", False)), charsmap=charsmap,
                               prepend_scheme="always" if config.get("add_prefix_space", True) else "never")
@@ -1277,7 +1284,7 @@ def _rebuilt(backend: _Backend, cls: str, config: dict, specials: dict[str, str]
     spec = json.loads(backend.to_str())
     model = spec["model"]
     if model["type"] == "WordPiece":  # with BertTokenizer's default names (a missing one is appended)
-        return wordpiece_pipeline(model["vocab"], config), {**BERT_SPECIALS, **specials}
+        return wordpiece_pipeline(model["vocab"], config), _with_defaults(BERT_SPECIALS, specials, config)
     if model["type"] == "BPE":
         merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
         return _byte_level_for_class(cls, model["vocab"], merges, config, specials)
@@ -1391,6 +1398,8 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     config = _tokenizer_config(directory)
     cls = tokenizer_class(directory, config)
     config_tokens = _config_tokens(config, config_file)
+    # a key the files set to null names no token: transformers leaves it None, not the class's default
+    unnamed = [k for k in SPECIAL_KEYS if k in config and config[k] is None]
     special = {k: _token_content(config[k]) for k in SPECIAL_KEYS if _token_content(config.get(k)) is not None}
     config = {**config, **special}  # the named tokens as plain strings for the pipelines below
     file_tokens: list[tuple[int, AddedToken]] = []
@@ -1407,7 +1416,7 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     elif path.suffix == ".txt":
         backend = _wordpiece_from_vocab(path, config)
         if REBUILDING_CLASSES.get(cls) == "WordPiece":
-            special = {**BERT_SPECIALS, **special}  # BertTokenizer's defaults (a missing one is appended below)
+            special = _with_defaults(BERT_SPECIALS, special, config)  # (a missing one is appended below)
     else:
         raise BertkitError(f"{path}: unknown tokenizer file (expected one of {', '.join(TOKENIZER_FILES)})")
     # transformers registers the file's added tokens first, then tokenizer_config.json's; a token in both
@@ -1425,15 +1434,17 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     decoder = backend.get_added_tokens_decoder()
     listed = [t.content for _, t in config_tokens
               if t.special and t.content in in_file and not decoder[backend.token_to_id(t.content)].special]
+    for key in unnamed:
+        special.pop(key, None)  # (a pipeline above may have filled in its family's token)
     # A named special token the vocabulary lacks is appended, as transformers appends it (in its
     # order of names): a BERT vocabulary given mask_token "<mask>" gets "<mask>" as a new id.
     backend.add_special_tokens(list(dict.fromkeys(
         special[k] for k in NAMING_ORDER if k in special and backend.token_to_id(special[k]) is None)))
     # Files without a tokenizer_config.json still name BERT's special tokens in their vocabulary.
     for key, token in BERT_SPECIALS.items():
-        if key not in special and backend.token_to_id(token) is not None:
+        if key not in special and key not in unnamed and backend.token_to_id(token) is not None:
             special[key] = token
-    kept = {k: v for k, v in config.items() if k in CONFIG_FLAGS}
+    kept = {**{k: v for k, v in config.items() if k in CONFIG_FLAGS}, **dict.fromkeys(unnamed)}  # (saved as null)
     names = config.get("model_input_names")
     if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
         kept["model_input_names"] = names  # (written back when saved)
