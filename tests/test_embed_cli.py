@@ -262,6 +262,16 @@ def test_do_lower_case_lowercases_texts_before_a_cased_tokenizer(minilm_dir, tmp
         assert ((got - lowered).abs().max() < 1e-6) == lower  # the tokenizer alone keeps case
 
 
+def test_a_tokenizer_whose_model_input_names_omit_token_types_embeds_alike(minilm_dir, tmp_path):
+    """Its calls return no token_type_ids (as transformers' do); embedding asks for them."""
+    folder = copy_of(minilm_dir, tmp_path)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    names = {"model_input_names": ["input_ids", "attention_mask"]}  # (as ModernBERT's say)
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, **names}))
+    texts = ["The film was great", "Utterly boring"]
+    assert (embed(folder, texts) - reference(folder, texts)).abs().max() < 1e-5
+
+
 @QUIET
 def test_a_loaded_sentence_transformers_folder_saves_back_whole(minilm_dir, tmp_path):
     """from_pretrained keeps sentence-transformers' files (settings, Pooling, Dense, Normalize) and

@@ -73,6 +73,12 @@ MODEL_TYPE_TOKENIZERS = {"bert": "BertTokenizer", "distilbert": "BertTokenizer",
 # (convert_to_native_format in transformers/tokenization_utils_tokenizers.py). Any other class (TokenizersBackend,
 # PreTrainedTokenizerFast) reads tokenizer.json as is. ElectraTokenizer is v5's alias of BertTokenizer, and
 # DistilBertTokenizer only restates do_lower_case=True.
+# The inputs transformers' classes return unless told, where they differ from its default (input_ids,
+# attention_mask: RoBERTa, DistilBERT, ALBERT, XLM-R, a generic tokenizer.json)
+CLASS_INPUT_NAMES = {"BertTokenizer": ("input_ids", "token_type_ids", "attention_mask"),
+                     "ElectraTokenizer": ("input_ids", "token_type_ids", "attention_mask"),
+                     "DebertaTokenizer": ("input_ids", "attention_mask", "token_type_ids"),
+                     "DebertaV2Tokenizer": ("input_ids", "attention_mask", "token_type_ids")}
 REBUILDING_CLASSES = {"BertTokenizer": "WordPiece", "DistilBertTokenizer": "WordPiece", "ElectraTokenizer": "WordPiece",
                       "RobertaTokenizer": "BPE", "DebertaTokenizer": "BPE",
                       "DebertaV2Tokenizer": "Unigram", "AlbertTokenizer": "Unigram", "XLMRobertaTokenizer": "Unigram",
@@ -307,8 +313,10 @@ class Tokenizer:
         list), tokenized word by word. `return_offsets_mapping` adds each token's (start, end)
         characters in its text ((0, 0) at special tokens and padding; in its word, for words),
         `return_special_tokens_mask` 1 at special tokens and padding; token_type_ids and
-        attention_mask are left out with False. The batch's word_ids(i), sequence_ids(i) and
-        tokens(i) give row i's, as transformers' BatchEncoding does. `return_overflowing_tokens`
+        attention_mask come back when model_input_names name them (all three unless the files say
+        otherwise), or as `return_token_type_ids` / `return_attention_mask` say. The batch's
+        word_ids(i), sequence_ids(i) and tokens(i) give row i's, as transformers' BatchEncoding
+        does. `return_overflowing_tokens`
         keeps what truncation cuts as further rows (windows overlapping by `stride` tokens, as a
         QA context is read), with "overflow_to_sample_mapping": each row's input."""
         for ours, theirs, name in ((texts, text, "texts"), (text_pairs, text_pair, "text_pairs")):
@@ -383,8 +391,8 @@ class Tokenizer:
         if return_overflowing_tokens:  # each input's windows as rows of their own, in order
             mapping = [i for i, e in enumerate(encodings) for _ in range(1 + len(e.overflowing))]
             encodings, one = [w for e in encodings for w in (e, *e.overflowing)], False
-        asked = {"input_ids": True, "attention_mask": return_attention_mask is not False,
-                 "token_type_ids": return_token_type_ids is not False,
+        told = {"attention_mask": return_attention_mask, "token_type_ids": return_token_type_ids}
+        asked = {"input_ids": True, **{k: k in self.model_input_names if v is None else v for k, v in told.items()},
                  "special_tokens_mask": return_special_tokens_mask, "offset_mapping": return_offsets_mapping}
         rows = {k: [ROW_VALUES[k](e) for e in encodings] for k, wanted in asked.items() if wanted}
         lengths = {len(e.ids) for e in encodings}
@@ -585,10 +593,15 @@ class Tokenizer:
 
     @property
     def model_input_names(self) -> list[str]:
-        """The inputs the model takes, as tokenizer_config.json names them (kept when saved), else
-        all three; transformers' Trainer reads the first. (A call returns token_type_ids either
-        way, unless return_token_type_ids=False.)"""
-        return list(self.config.get("model_input_names", ["input_ids", "token_type_ids", "attention_mask"]))
+        """The inputs the model takes, as tokenizer_config.json names them (kept when saved), else as
+        the transformers class its files name has them (RoBERTa's, DistilBERT's, ALBERT's and a generic
+        one's take no token_type_ids), else all three (a tokenizer bertkit trained). A call returns
+        these unless told; transformers' Trainer reads the first."""
+        if "model_input_names" in self.config:
+            return list(self.config["model_input_names"])
+        if self.tokenizer_class is None:
+            return ["input_ids", "token_type_ids", "attention_mask"]
+        return list(CLASS_INPUT_NAMES.get(self.tokenizer_class, ("input_ids", "attention_mask")))
 
     @property
     def added_tokens_decoder(self) -> dict[int, AddedToken]:

@@ -554,7 +554,8 @@ def _embed_eval(model, texts: list[str], settings: SentenceSettings, batch_size:
     batches, chunks = length_batches([min(n, max_length) for n in lengths], batch_size), []
     with serving(model, len(batches), bf16):
         for batch_of in tqdm(batches, disable=not progress, desc="embedding", unit="batch"):
-            batch = model.tokenizer([texts[i] for i in batch_of], max_length=max_length)
+            batch = model.tokenizer([texts[i] for i in batch_of], max_length=max_length,
+                                    return_token_type_ids=True, return_attention_mask=True)
             ids, mask, types = (batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids"))
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 # the encoder alone: a head's work (an MLM head's vocabulary projection of every
