@@ -207,6 +207,33 @@ def test_a_bare_tokenizer_json_pads_with_its_own_pad_token(tmp_path):
     assert batch["input_ids"][0, -1].item() == trained.token_to_id("<pad>")
 
 
+@pytest.mark.parametrize("fields", [{"max_len": 8}, {"model_max_length": 8.0, "max_len": 3},
+                                    {"model_max_length": 1e30}])
+def test_a_legacy_max_len_and_a_float_length_are_read_as_transformers_reads_them(minilm_dir, tmp_path, fields):
+    """Files older than transformers 3 say max_len (transformers still reads it); a float length
+    is a length, 1e30 is no limit. bertkit had no limit for the first two, and lost it on save."""
+    shutil.copytree(minilm_dir, tmp_path / "a", ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.onnx"))
+    config = json.loads((tmp_path / "a" / "tokenizer_config.json").read_text())
+    config.pop("model_max_length", None)
+    (tmp_path / "a" / "tokenizer_config.json").write_text(json.dumps({**config, **fields}))
+    ours, theirs = bertkit.load_tokenizer(tmp_path / "a"), transformers.AutoTokenizer.from_pretrained(tmp_path / "a")
+    assert ours.model_max_length == theirs.model_max_length
+    text = "one two three four five six seven eight nine"
+    if theirs.model_max_length < 100 and isinstance(theirs.model_max_length, int):  # (a float fails there)
+        assert ours(text, truncation=True)["input_ids"].tolist() == [theirs(text, truncation=True)["input_ids"]]
+    ours.save_pretrained(tmp_path / "b")
+    assert transformers.AutoTokenizer.from_pretrained(tmp_path / "b").model_max_length == theirs.model_max_length
+
+
+@pytest.mark.parametrize("value", ["512", 0, 12.5, True])
+def test_a_model_max_length_that_is_no_length_is_one_error_naming_the_file(minilm_dir, tmp_path, value):
+    shutil.copytree(minilm_dir, tmp_path / "a", ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.onnx"))
+    config = json.loads((tmp_path / "a" / "tokenizer_config.json").read_text())
+    (tmp_path / "a" / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": value}))
+    with pytest.raises(bertkit.BertkitError, match=r"tokenizer_config.json: model_max_length must be a whole number"):
+        bertkit.load_tokenizer(tmp_path / "a")
+
+
 @pytest.mark.parametrize("family", ["bert", "roberta"])
 def test_a_pad_token_set_to_null_stays_unnamed(minilm_dir, tmp_path, family):
     """tokenizer_config.json's pad_token: null names no pad token, as in transformers: neither the

@@ -927,6 +927,21 @@ def deberta_bpe_pipeline(vocab: dict[str, int], merges: list[tuple[str, str]], s
     return backend
 
 
+def _model_max_length(config: dict, config_file: Path) -> int | None:
+    """tokenizer_config.json's model_max_length, else the max_len of files older than transformers
+    3 (which transformers still reads); None for none or transformers' 1e30 "no limit"."""
+    key = "model_max_length" if config.get("model_max_length") is not None else "max_len"
+    value = config.get(key)
+    if value is None:
+        return None
+    whole = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1
+    if whole and value >= NO_LIMIT // 10:  # (inf too)
+        return None
+    if not whole or value != int(value):
+        raise BertkitError(f"{config_file}: {key} must be a whole number of tokens, not {value!r}")
+    return int(value)
+
+
 def _with_defaults(defaults: dict[str, str], specials: dict[str, str], config: dict) -> dict[str, str]:
     """The class's default special tokens where the files (`specials`) name none, except for a key
     tokenizer_config.json sets to null: transformers leaves that one unnamed."""
@@ -1461,8 +1476,9 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     names = config.get("model_input_names")
     if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
         kept["model_input_names"] = names  # (written back when saved)
-    if isinstance(config.get("model_max_length"), int) and config["model_max_length"] > 0:
-        kept["model_max_length"] = config["model_max_length"]  # sentence-transformers 6 keeps its length there
+    length = _model_max_length(config, config_file)
+    if length is not None:
+        kept["model_max_length"] = length  # sentence-transformers 6 keeps its length there
     tokenizer = Tokenizer(backend, special, kept)
     tokenizer.listed_specials = listed
     tokenizer.tokenizer_class = cls
