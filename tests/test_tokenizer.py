@@ -225,6 +225,20 @@ def test_a_legacy_max_len_and_a_float_length_are_read_as_transformers_reads_them
     assert transformers.AutoTokenizer.from_pretrained(tmp_path / "b").model_max_length == theirs.model_max_length
 
 
+@pytest.mark.parametrize("extra", [["[CLS]"], [], {}])
+def test_additional_special_tokens_count_only_where_extra_special_tokens_list_none(minilm_dir, tmp_path, extra):
+    """transformers 5 reads the older additional_special_tokens only when extra_special_tokens is
+    empty or missing (a folder it saved lists the named tokens there, then edited); bertkit added
+    both lists, so "[E1]" became a new token that transformers splits."""
+    shutil.copytree(minilm_dir, tmp_path / "a", ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.onnx"))
+    config = json.loads((tmp_path / "a" / "tokenizer_config.json").read_text())
+    fields = {"extra_special_tokens": extra, "additional_special_tokens": ["[E1]"]}
+    (tmp_path / "a" / "tokenizer_config.json").write_text(json.dumps({**config, **fields}))
+    ours, theirs = bertkit.load_tokenizer(tmp_path / "a"), transformers.AutoTokenizer.from_pretrained(tmp_path / "a")
+    assert len(ours) == len(theirs) and ours.encode("x [E1] y") == theirs.encode("x [E1] y")
+    assert ours.all_special_tokens == theirs.all_special_tokens
+
+
 @pytest.mark.parametrize("value", ["512", 0, 12.5, True])
 def test_a_model_max_length_that_is_no_length_is_one_error_naming_the_file(minilm_dir, tmp_path, value):
     shutil.copytree(minilm_dir, tmp_path / "a", ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.onnx"))

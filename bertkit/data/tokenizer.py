@@ -1106,7 +1106,7 @@ def _camembert_for_class(pieces: list[tuple[str, float]], config: dict, specials
     scheme = "always" if config.get("add_prefix_space", True) else "never"
     backend = xlm_roberta_pipeline(pieces, specials, charsmap, scheme, unk_id)
     backend.add_special_tokens([AddedToken(specials["mask_token"], lstrip=True, special=True)])
-    extra = config.get("additional_special_tokens") or config.get("extra_special_tokens") or CAMEMBERT_EXTRA
+    extra = config.get("extra_special_tokens") or config.get("additional_special_tokens") or CAMEMBERT_EXTRA
     backend.add_special_tokens([t for t in map(_token_content, extra) if t])
     return backend, specials
 
@@ -1176,8 +1176,9 @@ def _added_token(value, special: bool) -> AddedToken | None:
 def _config_tokens(config: dict, config_file: Path) -> list[tuple[int | None, AddedToken]]:
     """The tokens tokenizer_config.json adds or re-flags, in the order transformers applies them:
     added_tokens_decoder by id (tokens added after training, or vocabulary tokens given flags),
-    then named special tokens written as dicts, additional_special_tokens and (v5's name)
-    extra_special_tokens. Each comes with the id it must get, when the file says."""
+    then named special tokens written as dicts, then (v5's name) extra_special_tokens, or where
+    those list none the older additional_special_tokens (transformers ignores them beside a list).
+    Each comes with the id it must get, when the file says."""
     table = config.get("added_tokens_decoder") or {}
     if not isinstance(table, dict):
         raise BertkitError(f"{config_file}: added_tokens_decoder must map ids to tokens")
@@ -1189,9 +1190,8 @@ def _config_tokens(config: dict, config_file: Path) -> list[tuple[int | None, Ad
         out.append((int(key), token))
     out.sort(key=lambda pair: pair[0])
     extra = [config[k] for k in SPECIAL_KEYS if isinstance(config.get(k), dict)]
-    for key in ("additional_special_tokens", "extra_special_tokens"):
-        listed = config.get(key) or []
-        extra += list(listed.values()) if isinstance(listed, dict) else list(listed)
+    listed = config.get("extra_special_tokens") or config.get("additional_special_tokens") or []
+    extra += list(listed.values()) if isinstance(listed, dict) else list(listed)
     known = {t.content for _, t in out}
     for value in extra:
         token = _added_token(value, special=True)
