@@ -191,6 +191,26 @@ def test_saving_onto_a_file_is_one_error(minilm_dir, tmp_path):
     assert (tmp_path / "taken").read_text() == "keep me"
 
 
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_pad_to_multiple_of_and_lists_padded_to_max_length_as_transformers(minilm_dir, reference, side):
+    """The call took no pad_to_multiple_of (a TypeError); lists padded to "max_length" padded every
+    row to the longest row, where transformers pads each to max_length."""
+    ours, theirs = bertkit.load_tokenizer(minilm_dir), transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    ours.padding_side = theirs.padding_side = side
+    texts = ["one two three four five six seven eight nine", "a", "a b c"]
+    for kw in (dict(pad_to_multiple_of=8), dict(padding="max_length", max_length=6),
+               dict(padding="max_length", max_length=6, pad_to_multiple_of=4),
+               dict(padding=True, pad_to_multiple_of=5)):
+        got = ours(texts, return_tensors=None, truncation=False, **kw)  # (max_length alone truncates here)
+        want = theirs(texts, **{"padding": True, **kw})
+        assert {k: got[k] for k in want} == dict(want), kw
+    got = ours(texts[1:], pad_to_multiple_of=8, return_offsets_mapping=True)
+    want = theirs(texts[1:], padding=True, pad_to_multiple_of=8, return_offsets_mapping=True, return_tensors="pt")
+    assert all(got[k].tolist() == want[k].tolist() for k in want)
+    with pytest.raises(bertkit.BertkitError, match="pad_to_multiple_of must be a whole number of tokens, at least 1"):
+        ours(texts, pad_to_multiple_of=0)
+
+
 def test_a_bare_tokenizer_json_pads_with_its_own_pad_token(tmp_path):
     """No tokenizer_config.json names the pad token: the vocabulary's <pad> pads, not id 0 (<s>)."""
     from tokenizers import ByteLevelBPETokenizer

@@ -295,7 +295,7 @@ class Tokenizer:
                  is_split_into_words: bool = False, return_offsets_mapping: bool = False,
                  return_special_tokens_mask: bool = False, return_token_type_ids: bool | None = None,
                  return_attention_mask: bool | None = None, return_overflowing_tokens: bool = False,
-                 stride: int = 0) -> Encoded:
+                 stride: int = 0, pad_to_multiple_of: int | None = None) -> Encoded:
         """A right-padded batch: input_ids, attention_mask, token_type_ids, each (B, T) int64.
         Longer inputs are truncated to max_length (the longest part first, for pairs), which
         must leave room for a token of text beside the special tokens. One text (and its pair)
@@ -318,7 +318,9 @@ class Tokenizer:
         word_ids(i), sequence_ids(i) and tokens(i) give row i's, as transformers' BatchEncoding
         does. `return_overflowing_tokens`
         keeps what truncation cuts as further rows (windows overlapping by `stride` tokens, as a
-        QA context is read), with "overflow_to_sample_mapping": each row's input."""
+        QA context is read), with "overflow_to_sample_mapping": each row's input. `pad_to_multiple_of`
+        rounds the padded length up. Lists (return_tensors=None) padded to "max_length" pad each
+        row to it, a longer row staying as long, as transformers' do."""
         for ours, theirs, name in ((texts, text, "texts"), (text_pairs, text_pair, "text_pairs")):
             if ours is not None and theirs is not None:
                 raise BertkitError(f"give {name} or {name[:-1]}, not both")
@@ -375,6 +377,7 @@ class Tokenizer:
                                    f"a token of each text), got {max_length!r}")
         if not isinstance(stride, int) or isinstance(stride, bool) or stride < 0:
             raise BertkitError(f"stride must be a whole number of tokens, at least 0, got {stride!r}")
+        _check_multiple(pad_to_multiple_of)
         inputs = list(zip(texts, text_pairs)) if text_pairs is not None else list(texts)
         with self._lock:
             try:
@@ -406,7 +409,10 @@ class Tokenizer:
             if mapping is not None:
                 rows["overflow_to_sample_mapping"] = mapping
             return Encoded(rows, encodings, None, left, self.pad_token)
-        T = max(lengths, default=0) if padding != "max_length" else max([max_length, *lengths])
+        target = max(lengths, default=0) if padding != "max_length" else max_length
+        if pad_to_multiple_of:
+            target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
+        T = max([target, *lengths])
         pads = {**self.PADDED, "input_ids": self.pad_token_id}
         batch = {}
         for key, values in rows.items():  # (B, T), offsets (B, T, 2)
@@ -418,8 +424,9 @@ class Tokenizer:
         if mapping is not None:
             batch["overflow_to_sample_mapping"] = torch.tensor(mapping, dtype=torch.long)
         if return_tensors is None:
-            batch = {k: [_listed(k, row) for row in v.tolist()] if v.dim() > 1 else v.tolist()
-                     for k, v in batch.items()}
+            widths = [max(target, len(e.ids)) for e in encodings]  # (each row's own, for "max_length")
+            batch = {k: [_listed(k, row[T - n:] if left else row[:n]) for row, n in zip(v.tolist(), widths)]
+                     if v.dim() > 1 else v.tolist() for k, v in batch.items()}
             batch = {k: v[0] for k, v in batch.items()} if one else batch
         elif return_tensors == "np":
             batch = {k: v.numpy() for k, v in batch.items()}
@@ -459,6 +466,7 @@ class Tokenizer:
             raise BertkitError(f"padding must be True, False, 'longest', 'max_length' or 'do_not_pad', got {padding!r}")
         if padding == "max_length" and max_length is None:
             raise BertkitError("padding='max_length' needs max_length")
+        _check_multiple(pad_to_multiple_of)
         if padding != "do_not_pad":
             target = max_length if padding == "max_length" else max(map(len, rows["input_ids"]))
             if pad_to_multiple_of:
@@ -940,6 +948,11 @@ def _model_max_length(config: dict, config_file: Path) -> int | None:
     if not whole or value != int(value):
         raise BertkitError(f"{config_file}: {key} must be a whole number of tokens, not {value!r}")
     return int(value)
+
+
+def _check_multiple(multiple) -> None:
+    if multiple is not None and (not isinstance(multiple, int) or isinstance(multiple, bool) or multiple < 1):
+        raise BertkitError(f"pad_to_multiple_of must be a whole number of tokens, at least 1, got {multiple!r}")
 
 
 def _with_defaults(defaults: dict[str, str], specials: dict[str, str], config: dict) -> dict[str, str]:
