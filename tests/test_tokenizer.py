@@ -733,7 +733,8 @@ def test_albert_spiece_file_choice_and_refusals(albert_spiece, minilm_dir, tmp_p
     spm = pytest.importorskip("sentencepiece")
     folder = _albert_dir(tmp_path, albert_spiece)
     shutil.copy(minilm_dir / "tokenizer.json", folder)  # a fast file wins over the slow one
-    assert bertkit.load_tokenizer(folder).encode("hello") == bertkit.load_tokenizer(minilm_dir).encode("hello")
+    with pytest.warns(UserWarning, match="the files name AlbertTokenizer, a Unigram tokenizer, but this file holds"):
+        assert bertkit.load_tokenizer(folder).encode("hello") == bertkit.load_tokenizer(minilm_dir).encode("hello")
     (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "T5Tokenizer"}))
     with pytest.raises(bertkit.BertkitError, match="tokenizer_config.json: tokenizer_class 'T5Tokenizer' is not"):
         bertkit.load_tokenizer(folder / "spiece.model")
@@ -1118,6 +1119,21 @@ def test_a_tokenizer_saved_under_a_class_that_would_rebuild_it_otherwise_is_save
     reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
     for text in HARD[:20] + SENTENCES[:3]:
         assert reference.encode(text) == tok.encode(text), text
+
+
+def test_a_class_of_another_kind_than_the_file_is_read_as_the_file_with_a_warning(minilm_dir, reference, tmp_path):
+    """transformers' RobertaTokenizer would force MiniLM's WordPiece vocabulary into byte-level BPE
+    (character ids); bertkit reads the file as it is, and now says it departs from transformers."""
+    shutil.copytree(minilm_dir, tmp_path / "a", ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.onnx"))
+    config = json.loads((tmp_path / "a" / "tokenizer_config.json").read_text())
+    (tmp_path / "a" / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "RobertaTokenizer"}))
+    with pytest.warns(UserWarning, match=r"tokenizer.json: the files name RobertaTokenizer, a BPE tokenizer, but this "
+                                         r"file holds a WordPiece model; it is read as it is") as caught:
+        ours = bertkit.load_tokenizer(tmp_path / "a")
+    assert caught[0].filename == __file__
+    assert ours.encode("Hello world") == reference.encode("Hello world")
+    forced = transformers.AutoTokenizer.from_pretrained(tmp_path / "a")
+    assert forced.encode("Hello world") != ours.encode("Hello world")
 
 
 @pytest.mark.parametrize("source", ["vocab.txt", "tokenizer.json"])

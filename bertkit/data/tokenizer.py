@@ -21,6 +21,7 @@ import base64
 import json
 import os
 import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from tokenizers import AddedToken, Regex
 from tokenizers import Tokenizer as _Backend
 from tokenizers import models, normalizers, pre_tokenizers, processors, decoders
 
-from ..errors import BertkitError, first_line
+from ..errors import BertkitError, first_line, outside_stacklevel
 from ..files import read_json, read_plain, shown, text_lines
 
 BERT_SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
@@ -1312,6 +1313,10 @@ def _from_tokenizer_json(path: Path, cls: str | None, config: dict, specials: di
     # tokens in its place, flags included, whatever the class (PreTrainedTokenizerBase._from_pretrained)
     listed = [] if "added_tokens_decoder" in config else sorted(backend.get_added_tokens_decoder().items())
     if REBUILDING_CLASSES.get(cls) != type(backend.model).__name__:
+        if cls in REBUILDING_CLASSES:
+            warnings.warn(f"{path}: the files name {cls}, a {REBUILDING_CLASSES[cls]} tokenizer, but this file holds a "
+                          f"{type(backend.model).__name__} model; it is read as it is, where transformers would force "
+                          "its vocabulary into the class's model and give other ids", stacklevel=outside_stacklevel())
         return backend, specials, listed
     try:
         rebuilt, specials = _rebuilt(backend, cls, config, specials)
