@@ -245,6 +245,17 @@ def test_a_legacy_max_len_and_a_float_length_are_read_as_transformers_reads_them
     assert transformers.AutoTokenizer.from_pretrained(tmp_path / "b").model_max_length == theirs.model_max_length
 
 
+@pytest.mark.parametrize("key", ["padding_side", "truncation_side"])
+def test_a_side_that_is_neither_left_nor_right_is_refused_at_load_naming_the_file(minilm_dir, tmp_path, key):
+    """transformers refuses it at load; bertkit refused it at the first call, without the folder."""
+    shutil.copytree(minilm_dir, tmp_path / "a", ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.onnx"))
+    config = json.loads((tmp_path / "a" / "tokenizer_config.json").read_text())
+    (tmp_path / "a" / "tokenizer_config.json").write_text(json.dumps({**config, key: "LEFT"}))
+    said = rf"a/tokenizer_config.json: {key} must be 'left' or 'right', got 'LEFT'"
+    with pytest.raises(bertkit.BertkitError, match=said):
+        bertkit.load_tokenizer(tmp_path / "a")
+
+
 @pytest.mark.parametrize("extra", [["[CLS]"], [], {}])
 def test_additional_special_tokens_count_only_where_extra_special_tokens_list_none(minilm_dir, tmp_path, extra):
     """transformers 5 reads the older additional_special_tokens only when extra_special_tokens is

@@ -1494,6 +1494,9 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     names = config.get("model_input_names")
     if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
         kept["model_input_names"] = names  # (written back when saved)
+    for key in ("padding_side", "truncation_side"):
+        if kept.get(key, "right") not in ("left", "right"):
+            raise BertkitError(f"{config_file}: {key} must be 'left' or 'right', got {kept[key]!r}")
     length = _model_max_length(config, config_file)
     if length is not None:
         kept["model_max_length"] = length  # sentence-transformers 6 keeps its length there
