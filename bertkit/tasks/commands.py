@@ -109,6 +109,10 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of
         from .readers import Columns
 
         return _data_file_records(args.input, fields, Columns(keys["text"], keys["text_pair"], choices=keys["choices"]))
+    if args.input != "-" and "tokens" in fields:
+        tagged = _word_tag_records(Path(args.input), lines)
+        if tagged is not None:
+            return tagged
     named = {key: field for field, key in keys.items() if key is not None}  # {named key: its field}
     records = []
     for n, line in _text_lines(args.input):
@@ -146,6 +150,21 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of
     if not records:
         raise BertkitError(f"{args.input}: no input lines")
     return records
+
+
+def _word_tag_records(path: Path, lines: list[int] | None) -> list[dict] | None:
+    """A tagger's input file of word/TAG lines (the data finetune and evaluate read) as its
+    sentences' words, or None for other text: read line by line, the tags were taken for words."""
+    from .readers import _looks_tagged, read_tagged
+
+    text = read_text(path)
+    if not _looks_tagged(text):
+        return None
+    print(f"bertkit: {shell_path(path)} holds word/TAG lines: tagging their words (the file's tags are not "
+          "used here; bertkit evaluate scores them)", file=sys.stderr)
+    if lines is not None:
+        lines.extend(n for n, line in enumerate(text_lines(text), 1) if line.strip())
+    return [{"tokens": list(s.words)} for s in read_tagged(path)]
 
 
 def _write_lines(results) -> None:
