@@ -672,3 +672,32 @@ def test_truncation_during_finetuning_is_a_counted_warning(tokenizer, sentiment,
     long = [type(e)(e.text + " and more" * 20, None, e.label) for e in train]
     with pytest.warns(DataWarning, match=rf"{len(long)} of {len(long)} texts were longer than 16 tokens"):
         finetune("classification", tiny("classification", tokenizer), long, dev, tmp_path, quiet(steps=1, max_length=16))
+
+
+def test_evaluate_scores_a_tag_the_model_never_saw_as_wrong_with_a_warning(tokenizer, tmp_path):
+    """A test split's rare tag that training lacked can only be predicted wrong: evaluate scores it
+    so (as seqeval and scikit-learn do) and names it, where it refused to score anything; gold tags
+    by number (datasets' ner_tags) against a model whose classes are LABEL_0, ... are those classes
+    (they were compared as strings: every word wrong)."""
+    from sklearn.metrics import accuracy_score
+
+    model = tiny("token-classification", tokenizer, num_labels=3)
+    model.save_pretrained(tmp_path / "tagger")
+    assert bertkit.from_pretrained(tmp_path / "tagger").config.labels == ("LABEL_0", "LABEL_1", "LABEL_2")
+    sentences = [TaggedSentence(("the", "film", "was", "long"), ("0", "1", "2", "1")),
+                 TaggedSentence(("oh", "wow"), ("2", "XYZ"))]
+    with pytest.warns(DataWarning, match="gold.jsonl: 1 word.s. carry a tag the model never saw in training, scored "
+                                         "as wrong: 'XYZ'"):
+        scores = evaluate(tmp_path / "tagger", "token-classification", sentences_file(tmp_path, sentences))
+    predicted = [t for p in tag(tmp_path / "tagger", [list(s.words) for s in sentences]) for t in p["tags"]]
+    gold = [f"LABEL_{t}" if t.isdigit() else t for s in sentences for t in s.tags]
+    assert scores["accuracy"] == pytest.approx(accuracy_score(gold, predicted)) and scores["accuracy"] > 0
+    with pytest.raises(BertkitError, match="never seen in training: 'XYZ'"):  # fine-tuning still refuses it
+        finetune("token-classification", tmp_path / "tagger", sentences[:1], sentences, tmp_path / "run",
+                 quiet(steps=1))
+
+
+def sentences_file(tmp_path, sentences):
+    path = tmp_path / "gold.jsonl"
+    path.write_text("".join(json.dumps({"tokens": list(s.words), "tags": list(s.tags)}) + "\n" for s in sentences))
+    return path

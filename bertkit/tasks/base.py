@@ -64,12 +64,19 @@ def check_count(value, name: str = "batch size") -> None:
         raise BertkitError(f"{name} must be at least 1, got {value}")
 
 
+def known_labels(labels: tuple[str, ...]) -> dict[str, int]:
+    """name -> index for `labels`, and for transformers' names of unnamed classes (LABEL_0, ...)
+    their numbers too, so data labelled 0, 1, ... is class 0, 1, ..."""
+    index = {name: i for i, name in enumerate(labels)}
+    if labels == tuple(f"LABEL_{i}" for i in range(len(labels))):
+        index.update({str(i): i for i in range(len(labels))})
+    return index
+
+
 def label_index(labels: tuple[str, ...], values, source: str) -> dict[str, int]:
     """name -> index for `labels`; a value outside them (a label never seen in training) is an
     error listing the unseen names, since no model output could ever be scored right there."""
-    index = {name: i for i, name in enumerate(labels)}
-    if labels == tuple(f"LABEL_{i}" for i in range(len(labels))):  # transformers' names for unnamed classes
-        index.update({str(i): i for i in range(len(labels))})  # so data labelled 0, 1, ... is class 0, 1, ...
+    index = known_labels(labels)
     unseen = sorted(set(values) - set(index))
     if unseen:
         listed = ", ".join(map(repr, unseen[:10])) + (" ..." if len(unseen) > 10 else "")
@@ -264,6 +271,10 @@ class Task:
     def check_gold(self, examples, labels: tuple[str, ...], source: str) -> None:
         """Refuse evaluation data a model with these labels cannot be scored on (a label it does
         not know, a missing answer), before any time goes into predicting."""
+
+    def check_scored(self, examples, labels: tuple[str, ...], source: str) -> None:
+        """check_gold for evaluate, where a task may score what fine-tuning refuses."""
+        self.check_gold(examples, labels, source)
 
     def score(self, examples, predictions: list[dict], labels: tuple[str, ...]) -> dict[str, float]:
         raise NotImplementedError

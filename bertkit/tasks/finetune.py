@@ -568,7 +568,7 @@ def evaluate(model, task: str | None, data, split: str = "test", tokenizer=None,
     has_null = name == "qa" and any(e.is_impossible for e in examples)
     model, name, job, settings, length = _prepared(model, name, tokenizer, overrides, has_null)
     source = str(data) if isinstance(data, (str, Path)) else "evaluation data"
-    job.check_gold(examples, model.config.labels, source)  # before minutes of prediction
+    job.check_scored(examples, model.config.labels, source)  # before minutes of prediction
     predictions = job.predict(model, examples, settings.eval_batch_size, length, settings.bf16,
                               progress=settings.progress)
     return {**job.score(examples, predictions, model.config.labels), "eval_examples": len(examples)}

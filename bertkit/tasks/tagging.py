@@ -20,7 +20,8 @@ import torch.nn.functional as F
 
 from ..errors import BertkitError
 from ..objectives.base import Objective, Step, labelled_positions, share
-from .base import IGNORE, Task, label_index, model_max_length, ordered_labels, report_truncated, run_batches
+from .base import (IGNORE, Task, known_labels, label_index, model_max_length, ordered_labels, report_truncated,
+                   run_batches)
 from .metrics import is_bio, tagging_scores
 from .readers import TaggedSentence, report
 
@@ -178,6 +179,17 @@ class TokenClassification(Task):
     def check_gold(self, sentences, labels, source):
         label_index(labels, [t for s in sentences for t in s.tags], source)
 
+    def check_scored(self, sentences, labels, source):
+        """A tag the model never saw (a rare tag of a test split only) can only be predicted wrong,
+        and evaluate scores it so, as seqeval and scikit-learn do, with a warning naming it;
+        fine-tuning refuses it (check_gold): no training could teach it."""
+        known = known_labels(labels)
+        unseen = [t for s in sentences for t in s.tags if t not in known]
+        listed = ", ".join(map(repr, sorted(set(unseen))[:10])) + (" ..." if len(set(unseen)) > 10 else "")
+        report(len(unseen), f"{source}: {{n}} word(s) carry a tag the model never saw in training, scored as wrong: ",
+               tail=listed)
+
     def score(self, sentences, predictions, labels):
-        self.check_gold(sentences, labels, "evaluation data")
-        return tagging_scores([list(s.tags) for s in sentences], [p["tags"] for p in predictions], is_bio(labels))
+        known = known_labels(labels)  # (gold 0, 1, ... of a model whose classes are LABEL_0, ... are those)
+        gold = [[labels[known[t]] if t in known else t for t in s.tags] for s in sentences]
+        return tagging_scores(gold, [p["tags"] for p in predictions], is_bio(labels))
