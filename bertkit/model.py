@@ -336,6 +336,12 @@ def _tokenizer(tokenizer):
     raise BertkitError(f"tokenizer must be a bertkit Tokenizer or a path to its files, not {type(tokenizer).__name__}")
 
 
+def check_num_labels(head: str | None, num_labels: int | None) -> None:
+    """transformers sizes its QA layer by num_labels, 2: another count would be silently unused."""
+    if num_labels not in (None, 2) and head == "qa":
+        raise BertkitError(f"a qa head scores each token as start and end: num_labels is 2 there, not {num_labels}")
+
+
 def build(name: str | EncoderConfig, head: str | None = None, num_labels: int | None = None,
           **overrides) -> Model:
     """A freshly initialized model from a preset name (see `list_models()`) or a config.
@@ -344,6 +350,7 @@ def build(name: str | EncoderConfig, head: str | None = None, num_labels: int | 
     if not isinstance(name, (str, EncoderConfig)):
         raise BertkitError(f"build takes a preset name or an EncoderConfig, not {type(name).__name__}")
     config = name if isinstance(name, EncoderConfig) else get_preset(name).config
+    check_num_labels(head, num_labels)
     if num_labels is not None:
         overrides["num_labels"] = num_labels
     if overrides:

@@ -70,17 +70,22 @@ def test_overrides_are_typed_and_unknown_keys_fail():
         bertkit.build("mini-bert", hiden_size=64)
 
 
-def test_build_rejects_unknown_names_and_heads():
+def test_build_rejects_unknown_names_and_heads(tmp_path):
     with pytest.raises(bertkit.BertkitError, match="unknown model"):
         bertkit.build("bert-gigantic")
     with pytest.raises(bertkit.BertkitError, match="unknown head"):
         bertkit.build("mini-bert", head="summarization")
+    with pytest.raises(bertkit.BertkitError, match="a qa head scores each token as start and end: num_labels is 2"):
+        bertkit.build("mini-bert", head="qa", num_labels=3)  # (was silently a 2-output head)
+    bertkit.build("mini-bert").save_pretrained(tmp_path)
+    with pytest.raises(bertkit.BertkitError, match="a qa head scores each token as start and end: num_labels is 2"):
+        bertkit.from_pretrained(tmp_path, head="qa", num_labels=3)
 
 
 @pytest.mark.parametrize("head", [None, "mlm", "pretraining", "classification", "token-classification", "qa"])
 def test_every_head_builds_and_fills_its_outputs(head):
     import torch
-    model = bertkit.build("mini-bert", head=head, num_labels=3).eval()
+    model = bertkit.build("mini-bert", head=head, num_labels=3 if head != "qa" else 2).eval()
     ids = torch.randint(1, 8192, (2, 7))
     out = model(ids, torch.ones(2, 7, dtype=torch.long))
     assert out.last_hidden_state.shape == (2, 7, 192)

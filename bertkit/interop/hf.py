@@ -27,7 +27,7 @@ from ..config import EncoderConfig, FieldTypeError
 from ..errors import BertkitError, first_line, outside_stacklevel, refused_global
 from ..files import decode_text, parse_json, read_json, shard_files, within_folder
 from ..hub import resolve
-from ..model import Model
+from ..model import Model, check_num_labels
 from ..models import get_family
 from .hf_names import FAMILIES, HEAD_SUFFIX, HFFamily, deberta_version_of
 
@@ -558,6 +558,7 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
     head_from_file = head == AUTO
     if head_from_file:
         head = head_from_architectures(hf, config_path)
+    check_num_labels(head, num_labels)
     if num_labels is not None and num_labels != config.num_labels:
         config = config.replace(num_labels=num_labels, label_names=())
         head_from_file = False  # the file's head has other shapes: it starts fresh, with a warning
