@@ -229,6 +229,27 @@ class Model(nn.Module):
         """An MLM head's decoder (the word embeddings' weight where tied), else None."""
         return getattr(self.head, "decoder", None)
 
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        """Put another word-embedding table of the same shape in; a tied MLM decoder follows it
+        (tie_weights). Another vocabulary size is resize_token_embeddings' work."""
+        word = self.backbone.embeddings.word
+        if not isinstance(value, nn.Embedding) or value.weight.shape != word.weight.shape:
+            shape = tuple(value.weight.shape) if isinstance(value, nn.Embedding) else type(value).__name__
+            raise BertkitError(f"set_input_embeddings takes an nn.Embedding of shape {tuple(word.weight.shape)}, "
+                               f"got {shape} (another vocabulary size: resize_token_embeddings)")
+        if getattr(self.backbone.embeddings, "shared", False):
+            raise BertkitError("this model shares its embeddings with another (an ELECTRA or DeBERTa-v3 generator / "
+                               "discriminator pair): replacing them in one would split the pair")
+        self.backbone.embeddings.word = value
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """Point a tied MLM decoder (config.tie_word_embeddings) at the word embeddings again, as
+        transformers' tie_weights does: a table replaced or loaded on its own left it on the old one."""
+        decoder = self.get_output_embeddings()
+        if decoder is not None and self.config.tie_word_embeddings:
+            decoder.weight = self.get_input_embeddings().weight
+
     def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None) -> None:
         """Activation checkpointing in training (the encoder's `checkpointing`): each block's
         activations are recomputed in the backward pass. Non-reentrant whatever the kwargs say."""

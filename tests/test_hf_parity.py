@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 import torch
+from torch import nn
 import transformers
 from safetensors.torch import load_file, save_file
 
@@ -921,6 +922,24 @@ def test_resize_token_embeddings_grows_as_transformers_grows(family, variant, tm
     ours.resize_token_embeddings(V - 10)
     ids = ids.clamp(max=V - 11)
     assert_same(ours(ids, mask, types), reference_outputs(ref, ids, mask, types), mask)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_set_input_embeddings_and_tie_weights_as_transformers(tied, tmp_path):
+    """A replaced word table: a tied decoder follows it (transformers' set_input_embeddings then
+    tie_weights), an untied one keeps its own; the logits are transformers' with the same table."""
+    ref = hf_model("BertForMaskedLM", tiny_hf_config(tie_word_embeddings=tied))
+    ours = bertkit.from_pretrained(_saved(ref, tmp_path / "a")).eval()
+    table = torch.randn(ref.get_input_embeddings().weight.shape, generator=torch.Generator().manual_seed(3))
+    ref.set_input_embeddings(nn.Embedding.from_pretrained(table.clone(), freeze=False))
+    ref.tie_weights()
+    ours.set_input_embeddings(nn.Embedding.from_pretrained(table.clone(), freeze=False))
+    assert (ours.get_output_embeddings().weight is ours.get_input_embeddings().weight) == tied == (
+        ref.get_output_embeddings().weight is ref.get_input_embeddings().weight)
+    ids, mask, types = batch_for(ref.config)
+    assert_same(ours(ids, mask, types), reference_outputs(ref, ids, mask, types), mask)
+    with pytest.raises(bertkit.BertkitError, match=r"set_input_embeddings takes an nn.Embedding of shape \("):
+        ours.set_input_embeddings(nn.Embedding(7, 3))
 
 
 def test_resize_token_embeddings_without_mean_draws_from_the_initializer_and_refuses_bad_sizes():
