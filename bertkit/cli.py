@@ -144,11 +144,12 @@ def minilm_demo(model: str | None) -> None:
 def cmd_info(args) -> None:
     from . import from_pretrained
 
-    model = from_pretrained(args.model)
+    model = from_pretrained(args.model, dtype="auto")  # (as stored)
     c = model.config
     info = {"family": c.family, "head": model.head_kind, "layers": c.num_layers, "hidden": c.hidden_size,
             "heads": c.num_heads, "vocab": c.vocab_size, "max_positions": c.max_positions,
-            "parameters": model.num_parameters(), "tokenizer": model.tokenizer is not None}
+            "parameters": model.num_parameters(), "dtype": str(model.dtype).removeprefix("torch."),
+            "tokenizer": model.tokenizer is not None}
     if model.head_kind in ("classification", "token-classification"):
         info["labels"] = list(c.labels)
         if c.problem_type:

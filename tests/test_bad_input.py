@@ -467,8 +467,9 @@ def test_info_names_the_tokenizer_s_size_and_a_tokenizer_that_is_not_the_model_s
         model = bertkit.build("mini-bert", head="mlm", num_layers=1, hidden_size=16, num_heads=2, intermediate_size=16,
                               vocab_size=vocab)
         model.tokenizer = bertkit.load_tokenizer(minilm_dir)
-        model.save_pretrained(tmp_path / str(vocab))
+        (model.to(torch.bfloat16) if warned else model).save_pretrained(tmp_path / str(vocab))
         assert main(["info", str(tmp_path / str(vocab))]) == 0
         out, err = capsys.readouterr()
         assert json.loads(out)["tokenizer_vocab"] == 30522
+        assert json.loads(out)["dtype"] == ("bfloat16" if warned else "float32")  # as stored
         assert ("the tokenizer has 30,522 tokens but the model's vocabulary 99" in err) is warned, err
