@@ -128,8 +128,10 @@ def fill_mask(model, texts: list[str], top_k: int = 5, targets: list[str] | None
                                f"{model.config.vocab_size}")
     given, texts = texts, [text.replace("[MASK]", tok.mask_token) for text in texts]  # BERT's spelling, any family
     limit = model.backbone.embeddings.max_length
-    rows = tok(texts, max_length=limit, padding=False, return_tensors=None)  # each text's ids, cut at the limit:
-    for i, ids in enumerate(rows["input_ids"]):                               # tokenized once, checked, batched
+    # each text's ids, cut at the limit: tokenized once, checked, batched
+    rows = tok(texts, max_length=limit, padding=False, return_tensors=None, return_token_type_ids=True,
+               return_attention_mask=True)
+    for i, ids in enumerate(rows["input_ids"]):
         kept = ids.count(tok.mask_token_id)  # masks in the (perhaps cut) row
         if kept and len(ids) < limit:
             continue
