@@ -245,6 +245,27 @@ def test_a_legacy_max_len_and_a_float_length_are_read_as_transformers_reads_them
     assert transformers.AutoTokenizer.from_pretrained(tmp_path / "b").model_max_length == theirs.model_max_length
 
 
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+def test_decode_cleans_up_tokenization_spaces_as_the_files_say(minilm_dir, roberta_files, tmp_path, kind):
+    """Many folders saved by transformers 4 say clean_up_tokenization_spaces: true; transformers'
+    decode (and so its fill-mask pipeline's sequence) then joins "it ' s" into "it's", except for
+    BPE. bertkit ignored the setting."""
+    source = minilm_dir if kind == "wordpiece" else roberta_files
+    shutil.copytree(source, tmp_path / "a", ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.onnx"))
+    path = tmp_path / "a" / "tokenizer_config.json"
+    config = json.loads(path.read_text()) if path.exists() else {"tokenizer_class": "RobertaTokenizer"}
+    path.write_text(json.dumps({**config, "clean_up_tokenization_spaces": True}))
+    ours, theirs = bertkit.load_tokenizer(tmp_path / "a"), transformers.AutoTokenizer.from_pretrained(tmp_path / "a")
+    text = "Hello , world ! it 's a test . I can 't go ?"
+    ids = theirs([text, "one ' two"])["input_ids"]
+    for told in (None, True, False):
+        assert ours.batch_decode(ids, clean_up_tokenization_spaces=told) == theirs.batch_decode(
+            ids, clean_up_tokenization_spaces=told), told
+        assert ours.decode(ids[0], True, told) == theirs.decode(ids[0], True, clean_up_tokenization_spaces=told), told
+    ours.save_pretrained(tmp_path / "b")
+    assert transformers.AutoTokenizer.from_pretrained(tmp_path / "b").clean_up_tokenization_spaces is True
+
+
 @pytest.mark.parametrize("key", ["padding_side", "truncation_side"])
 def test_a_side_that_is_neither_left_nor_right_is_refused_at_load_naming_the_file(minilm_dir, tmp_path, key):
     """transformers refuses it at load; bertkit refused it at the first call, without the folder."""

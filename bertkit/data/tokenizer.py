@@ -51,10 +51,12 @@ SPECIAL_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token"
 PAD_SPELLINGS = ("[PAD]", "<pad>")  # the pad token of BERT-style and of RoBERTa / SentencePiece vocabularies
 # the order in which transformers registers named special tokens (SPECIAL_TOKENS_ATTRIBUTES)
 NAMING_ORDER = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+# transformers' setting that makes decode clean up a BPE tokenizer's text too (it does not otherwise)
+FORCED_CLEAN_UP = "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output"
 # tokenizer_config.json's pipeline flags, kept so that `Tokenizer.save` writes them back
 CONFIG_FLAGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "add_prefix_space", "trim_offsets",
                 "split_by_punct", "keep_accents", "remove_space", "split_special_tokens", "padding_side",
-                "truncation_side")
+                "truncation_side", "clean_up_tokenization_spaces", FORCED_CLEAN_UP)
 # config.json's model_type -> the class transformers' AutoTokenizer builds when no file names one
 # (TOKENIZER_MAPPING_NAMES in transformers/models/auto/tokenization_auto.py). ModernBERT is also in its
 # MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS: its tokenizer.json is read as is, whatever the files name.
@@ -521,25 +523,35 @@ class Tokenizer:
         with self._lock:
             return [(e.ids, e.offsets) for e in self.backend.encode_batch(texts, add_special_tokens=False)]
 
-    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+    def decode(self, ids, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None) -> str:
         """The text of `ids` (one id, a list, a NumPy array or a 1-D tensor; rows of them give a
         list of texts, as transformers 5 gives them); special tokens (and padding) are kept unless
-        `skip_special_tokens`, as transformers' decode keeps them."""
+        `skip_special_tokens`, as transformers' decode keeps them. `clean_up_tokenization_spaces`
+        (by default tokenizer_config.json's, else False) joins "hello , world" into "hello,
+        world" as transformers does, except for a BPE tokenizer, as there."""
         if hasattr(ids, "tolist"):
             ids = ids.tolist()
         if isinstance(ids, int):
             ids = [ids]
         if ids and isinstance(ids[0], list):
-            return self.batch_decode(ids, skip_special_tokens)
-        return self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
+            return self.batch_decode(ids, skip_special_tokens, clean_up_tokenization_spaces)
+        text = self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
+        if clean_up_tokenization_spaces is None:
+            clean_up_tokenization_spaces = self.config.get("clean_up_tokenization_spaces", False)
+        if clean_up_tokenization_spaces and (not isinstance(self.backend.model, models.BPE)
+                                             or self.config.get(FORCED_CLEAN_UP)):
+            for spaced, joined in CLEAN_UPS:
+                text = text.replace(spaced, joined)
+        return text
 
     def id_to_token(self, i: int) -> str | None:
         return self.backend.id_to_token(i)
 
     # transformers' names for the same, for code written against its tokenizers
-    def batch_decode(self, sequences, skip_special_tokens: bool = False) -> list[str]:
+    def batch_decode(self, sequences, skip_special_tokens: bool = False,
+                     clean_up_tokenization_spaces: bool | None = None) -> list[str]:
         """The text of each row of ids (a list of lists, or a (B, T) tensor or array)."""
-        return [self.decode(ids, skip_special_tokens) for ids in sequences]
+        return [self.decode(ids, skip_special_tokens, clean_up_tokenization_spaces) for ids in sequences]
 
     def convert_ids_to_tokens(self, ids):
         """The vocabulary entry of an id, or of each id of a list."""
@@ -949,6 +961,12 @@ def _model_max_length(config: dict, config_file: Path) -> int | None:
     if not whole or value != int(value):
         raise BertkitError(f"{config_file}: {key} must be a whole number of tokens, not {value!r}")
     return int(value)
+
+
+# transformers' clean_up_tokenization, in its order: the spaces WordPiece's decoding leaves before
+# punctuation and English contractions
+CLEAN_UPS = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
+             (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
 
 
 def _check_multiple(multiple) -> None:
