@@ -245,6 +245,7 @@ def pretrain_job(args):
     job, train, architecture, loss = {}, {}, {}, {}
     if given.get("config"):
         data = dict(read_config(args.config))
+        data.pop("format", None)  # (a run's job.json read as a config: its format number)
         train = data.pop("train", None) or {}
         architecture = data.pop("architecture", None) or {}
         table = data.pop("loss", None) or {}  # as job.json records them; [train] takes them too

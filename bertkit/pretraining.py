@@ -37,6 +37,9 @@ TOKENIZER_FAMILY = {"deberta-v2": "deberta-v3"}
 TOKENIZER_RECIPE = 2  # bump when the way a run trains its tokenizer changes: cached ones rebuild
 # (2: vocabularies capped at the size asked, ALBERT's own special tokens and normalizer)
 JOB_FILE = "job.json"  # the run's settings, at the root of OUT: what --resume continues with
+# job.json's "format": bump when a resumed run would build its examples, held-out batches or schedule
+# otherwise than the version that started it (1: the first recorded; runs before it lack the field)
+JOB_FORMAT = 1
 # What a resumed run may change: where and how fast it runs, how long it goes on, what it keeps.
 # Anything else (data, batch, model, optimizer, seed) would make it another run than the one saved.
 RESUMABLE = ("device", "precision")  # (job.json holds neither `out` nor `resume`)
@@ -406,8 +409,7 @@ def _pretrain(job: PretrainJob) -> Path:
         trainer.resume()
         _check_left_to_train(trainer, out)
         say(f"resuming {out} at step {trainer.step} ({trainer.elapsed:.0f} s trained)")
-    else:
-        _write_job(job, out)
+    _write_job(job, out)
     unique = {id(p): p.numel() for m in models.values() for p in m.parameters()}  # shared tables once
     what = job.model
     if job.objective == "distill":  # the preset names the family only; the shape is the teacher's
@@ -429,18 +431,29 @@ def _pretrain(job: PretrainJob) -> Path:
 
 
 def saved_job(out: Path) -> dict | None:
-    """OUT/job.json, the settings a run was started with (None for runs from before it was written)."""
+    """OUT/job.json, the settings a run was started with (None for runs from before it was written),
+    without its format number (`saved_format`)."""
     from .files import read_json
 
     path = out / JOB_FILE
-    return read_json(path) if path.exists() else None
+    return {k: v for k, v in read_json(path).items() if k != "format"} if path.exists() else None
+
+
+def saved_format(out: Path) -> int:
+    """The JOB_FORMAT of the bertkit that wrote OUT/job.json last (0: one from before the field)."""
+    from .files import read_json
+
+    value = read_json(out / JOB_FILE).get("format", 0)
+    return value if isinstance(value, int) else 0
 
 
 def _write_job(job: PretrainJob, out: Path) -> None:
+    """OUT/job.json: at the start, and again at each resume (the steps asked last, the corpus'
+    fingerprints, this version's format)."""
     if launch_rank() == 0:
         with writing("the run's settings (job.json)", out):
             out.mkdir(parents=True, exist_ok=True)
-            (out / JOB_FILE).write_text(json.dumps(job.record(), indent=2) + "\n")
+            (out / JOB_FILE).write_text(json.dumps({**job.record(), "format": JOB_FORMAT}, indent=2) + "\n")
 
 
 def _check_unchanged(job: PretrainJob, out: Path, settings) -> None:
@@ -451,7 +464,8 @@ def _check_unchanged(job: PretrainJob, out: Path, settings) -> None:
     saved = saved_job(out)
     if saved is None:  # the defaults would build another model and read other data, and fail much later
         raise BertkitError(f"{out / JOB_FILE}: missing, so --resume does not know the run's settings (every run "
-                           f"writes it when it starts); put it back to continue this run")
+                           f"writes it when it starts): put it back; a run of a bertkit from before job.json can "
+                           f"take the one a new run of the same command writes (--out elsewhere, then copy it here)")
     try:
         before = PretrainJob(**typed(PretrainJob, saved, str(out / JOB_FILE)))
         before_settings = before.settings()
@@ -469,6 +483,9 @@ def _check_unchanged(job: PretrainJob, out: Path, settings) -> None:
                            f"a resumed run keeps them (see {out / JOB_FILE}), or start a new run in another --out")
     if settings.steps != before_settings.steps and settings.steps is not None:
         say(f"steps {before_settings.steps} -> {settings.steps}: the learning-rate schedule stretches to the new length")
+    if saved_format(out) < JOB_FORMAT:
+        say(f"bertkit: warning: {out} was started by an older bertkit: resumed, it goes on with this version's "
+            "training examples, warm-up and held-out batches, which may differ from its first part's")
 
 
 def _loss_values(loss: dict | None) -> dict:
@@ -484,6 +501,8 @@ def _check_same_text(job: PretrainJob, out: Path, fingerprints: dict[str, str]) 
     job.json from before they were recorded is taken on trust."""
     then = (saved_job(out) or {}).get("fingerprints")
     if not isinstance(then, dict):
+        say(f"bertkit: warning: {out / JOB_FILE} holds no fingerprint of the corpus (an older bertkit's): the "
+            "corpus is taken as the one the run started on, and is fingerprinted from now on")
         return
     for key, what, name in (("corpus", "corpus", job.corpus), ("eval_corpus", "held-out corpus", job.eval_corpus)):
         if key in then and then[key] != fingerprints[key]:

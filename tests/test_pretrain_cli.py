@@ -376,6 +376,7 @@ def test_a_resumed_run_keeps_its_settings_and_must_have_steps_left(corpus, tmp_p
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["step"] == 6
     monkeypatch.chdir(corpus.parent)  # the same corpus, named from its own folder, is the same corpus
     assert pretrain("--corpus", corpus.name, "--out", out, "--resume", "--steps", "8") == 0
+    assert "steps 6 -> 8" in capsys.readouterr().err  # from the steps asked last (it said 4 -> 8)
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["step"] == 8
     (tmp_path / "run" / "job.json").unlink()  # it went on with the defaults: another model, another corpus
     assert pretrain("--out", out, "--resume", "--steps", "10") == 2
@@ -419,9 +420,19 @@ def test_resume_refuses_a_corpus_changed_since_the_run_started(corpus, tmp_path,
     assert pretrain("--corpus", str(tmp_path / "linking"), "--out", str(tmp_path / "texts" / "run"), "--steps", "1",
                     *TINY, *FAST) == 2
     assert "is inside the --corpus folder" in error_line(capsys)
-    del job["fingerprints"]  # as runs from before this check wrote it
+    del job["fingerprints"], job["format"]  # as runs of an older bertkit wrote it: taken on trust, said so
     (tmp_path / "run" / "job.json").write_text(json.dumps(job))
     assert pretrain("--out", out, "--resume", "--steps", "2") == 0
+    said = capsys.readouterr().err
+    assert "job.json holds no fingerprint of the corpus (an older bertkit's): the corpus is taken as the one the " \
+           "run started on, and is fingerprinted from now on" in said
+    assert "was started by an older bertkit: resumed, it goes on with this version's training examples" in said
+    job = json.loads((tmp_path / "run" / "job.json").read_text())  # and from now on it is checked (it was not)
+    assert set(job["fingerprints"]) == {"corpus", "eval_corpus"} and job["format"] >= 1 and job["train"]["steps"] == 2
+    with open(text, "a", encoding="utf-8") as f:
+        f.write("\nAnd another.\n")
+    assert pretrain("--out", out, "--resume", "--steps", "3") == 2
+    assert "changed since the run started" in error_line(capsys)
 
 
 def test_a_small_corpus_says_its_vocabulary_and_a_skipped_file_once(corpus, tmp_path, capsys, monkeypatch):
