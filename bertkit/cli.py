@@ -512,8 +512,8 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
                    help="held-out text; default the corpus's dev split (files: 1 document in 10, by hash)")
     g.add_argument("--tokenizer", default=S, help="tokenizer file or directory; default: trained on the corpus "
                                                   "with the model's vocabulary size (cached)")
-    g.add_argument("--max-length", dest="max_length", type=int, default=S, help="tokens per example (default 128 "
-                                                                               "or the model's maximum)")
+    g.add_argument("--max-length", dest="max_length", type=int, default=S,
+                   help="tokens per example (default 128, or the model's maximum if shorter: 64 for mini-bert)")
     g.add_argument("--batch-size", dest="batch_size", type=int, default=S, help="sequences per micro-batch (default 64)")
     g.add_argument("--mask-rate", dest="mask_rate", type=float, default=S, help="fraction of tokens predicted (0.15)")
     g.add_argument("--whole-word", dest="whole_word", action="store_true", default=S, help="mask whole words")
