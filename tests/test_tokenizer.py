@@ -1635,6 +1635,25 @@ def test_added_tokens_and_resized_embeddings_save_as_transformers_reads_them(min
         ours.add_tokens([""])
 
 
+@pytest.mark.parametrize("cls", ["BertTokenizer", "DistilBertTokenizer", "ElectraTokenizer", "PreTrainedTokenizerFast"])
+def test_a_call_returns_the_inputs_the_named_class_takes(minilm_dir, tmp_path, cls, corpus_texts):
+    """Without model_input_names in the files, the class decides (DistilBERT's and a generic
+    tokenizer.json's take no token_type_ids); a tokenizer bertkit trained gives all three, and
+    saved for a family, what that family's class gives."""
+    shutil.copytree(minilm_dir, tmp_path / "a", ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.onnx"))
+    config = json.loads((tmp_path / "a" / "tokenizer_config.json").read_text())
+    (tmp_path / "a" / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": cls}))
+    ours, theirs = bertkit.load_tokenizer(tmp_path / "a"), transformers.AutoTokenizer.from_pretrained(tmp_path / "a")
+    assert ours.model_input_names == list(theirs.model_input_names)
+    assert set(ours(["a text"], ["b"])) == set(theirs(["a text"], ["b"]))
+    trained = train_tokenizer(corpus_texts[:200], TokenizerSettings.for_family("roberta", vocab_size=400))
+    assert set(trained(["a text"])) == {"input_ids", "token_type_ids", "attention_mask"}
+    trained.save(tmp_path / "r", "RobertaTokenizer", 64)
+    saved = bertkit.load_tokenizer(tmp_path / "r")
+    reference = transformers.AutoTokenizer.from_pretrained(tmp_path / "r")
+    assert set(saved(["a text"], ["b"])) == set(reference(["a text"], ["b"])) == {"input_ids", "attention_mask"}
+
+
 def test_model_input_names_of_the_files_are_kept_and_saved(minilm_dir, tmp_path):
     """transformers reads them from tokenizer_config.json (a DistilBERT's have no token_type_ids);
     a folder saved by bertkit dropped them, so transformers then returned token_type_ids."""
