@@ -382,30 +382,37 @@ def build(name: str | EncoderConfig, head: str | None = None, num_labels: int | 
 STUDENT_SETTINGS = ("hidden_dropout", "attention_dropout")  # a student's own; its shape is the teacher's
 
 
+# the student each teacher family distills into: DistilBERT for BERT (Sanh et al., 2019); for RoBERTa
+# a RoBERTa of fewer blocks, as Hugging Face distilled distilroberta-base
+STUDENT_FAMILY = {"bert": "distilbert", "roberta": "roberta"}
+
+
 def student_from_teacher(teacher: Model, layers=None, head: str | None = "mlm", **dropout) -> Model:
-    """A DistilBERT student initialized from a BERT teacher (Sanh et al., 2019, sec. 3): same
-    widths, len(layers) blocks copied from the teacher's `layers` (default: half of its blocks,
-    spread evenly from the first to the last, 0, 2, 4, 7, 9, 11 of 12); `dropout`
-    (STUDENT_SETTINGS) replaces the teacher's dropout rates."""
-    from .models.distilbert import copy_from_teacher, default_teacher_layers, student_config
+    """A student initialized from its teacher (Sanh et al., 2019, sec. 3): a DistilBERT of a BERT,
+    a RoBERTa of a RoBERTa (STUDENT_FAMILY); same widths, len(layers) blocks copied from the
+    teacher's `layers` (default: half of its blocks, spread evenly from the first to the last, 0,
+    2, 4, 7, 9, 11 of 12); `dropout` (STUDENT_SETTINGS) replaces the teacher's dropout rates."""
+    from .models.distilbert import copy_blocks_from_teacher, copy_from_teacher, default_teacher_layers, student_config
 
     if not isinstance(teacher, Model):
         raise BertkitError(f"the teacher must be a Model (bertkit.from_pretrained(path, head='mlm')), "
                            f"not {type(teacher).__name__}")
-    if teacher.config.family != "bert":
-        raise BertkitError(f"a DistilBERT student is initialized from a BERT teacher, not {teacher.config.family}")
+    if teacher.config.family not in STUDENT_FAMILY:
+        raise BertkitError(f"a student is initialized from a BERT teacher (DistilBERT) or a RoBERTa one "
+                           f"(DistilRoBERTa), not from {teacher.config.family}")
     depth = teacher.config.num_layers
     layers = default_teacher_layers(depth) if layers is None else tuple(layers)
     if not layers or any(not 0 <= i < depth for i in layers) or list(layers) != sorted(set(layers)):
         raise BertkitError(f"teacher layers {','.join(map(str, layers)) or '(none)'}: give increasing block "
                            f"indices in 0..{depth - 1} (the teacher has {depth} blocks)")
-    config = student_config(teacher.config, len(layers))
     unknown = sorted(set(dropout) - set(STUDENT_SETTINGS))
     if unknown:
         raise BertkitError(f"a student takes its shape from its teacher; only {', '.join(STUDENT_SETTINGS)} "
                            f"are its own, not {', '.join(unknown)}")
+    bert = teacher.config.family == "bert"
+    config = student_config(teacher.config, len(layers)) if bert else teacher.config.replace(num_layers=len(layers))
     student = Model(config.replace(**dropout), head, tokenizer=teacher.tokenizer)
-    copy_from_teacher(student, teacher, layers)
+    (copy_from_teacher if bert else copy_blocks_from_teacher)(student, teacher, layers)
     return student
 
 

@@ -119,8 +119,30 @@ def test_student_refuses_bad_layer_lists(teacher):
         with pytest.raises(bertkit.BertkitError, match=fr"teacher layers {re.escape(shown)}: give increasing block "
                                                        r"indices in 0\.\.11 \(the teacher has 12 blocks\)$"):
             bertkit.student_from_teacher(teacher, layers=layers)
-    with pytest.raises(bertkit.BertkitError, match="BERT teacher"):
+    with pytest.raises(bertkit.BertkitError, match="from a BERT teacher .DistilBERT. or a RoBERTa one"):
         bertkit.student_from_teacher(bertkit.build("distilbert-base", num_layers=1))
+
+
+def test_a_roberta_teacher_gives_a_roberta_student_as_distilroberta(tmp_path):
+    """distilroberta-base is a RoBERTa of 6 blocks taken from roberta-base: the student of a
+    RoBERTa teacher is one (it was refused), equal to transformers' teacher cut to those blocks, and
+    saved as RobertaForMaskedLM."""
+    config = transformers.RobertaConfig(vocab_size=120, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+                                        intermediate_size=48, max_position_embeddings=40, pad_token_id=1,
+                                        type_vocab_size=1)
+    torch.manual_seed(0)
+    ref = transformers.RobertaForMaskedLM(config).eval()
+    ref.save_pretrained(tmp_path / "teacher")
+    student = bertkit.student_from_teacher(bertkit.from_pretrained(tmp_path / "teacher"), layers=[1, 3]).eval()
+    assert student.config.family == "roberta" and student.config.num_layers == 2
+    ref.roberta.encoder.layer = torch.nn.ModuleList([ref.roberta.encoder.layer[i] for i in (1, 3)])
+    ids = torch.randint(3, 120, (2, 10))
+    with torch.no_grad():
+        assert (student(ids).logits - ref(ids).logits).abs().max().item() <= 1e-5
+        student.save_pretrained(tmp_path / "student")
+        saved = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "student").eval()
+        assert type(saved).__name__ == "RobertaForMaskedLM" and saved.config.num_hidden_layers == 2
+        assert (saved(ids).logits - ref(ids).logits).abs().max().item() <= 1e-5
 
 
 def test_distillation_refuses_loss_weights_that_make_no_loss(teacher):

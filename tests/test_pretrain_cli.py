@@ -584,6 +584,26 @@ def test_demo_pretrains_on_imdb_then_shows_the_finished_run(tmp_path, capsys):
     assert json.loads((out / "sentiment" / "metrics.json").read_text()) == sentiment
 
 
+def test_distill_a_roberta_teacher_into_a_roberta_student(corpus, tmp_path, capsys):
+    """DistilRoBERTa's recipe: --model roberta-base names the student's family, its shape comes
+    from the teacher (it was refused: only DistilBERT students); a BERT-family preset is refused."""
+    from bertkit.data import TokenizerSettings, train_tokenizer
+
+    texts = corpus.read_text(encoding="utf-8").split("\n")
+    teacher = bertkit.build("roberta-base", head="mlm", num_layers=4, hidden_size=32, num_heads=2,
+                            intermediate_size=64, vocab_size=600)
+    teacher.tokenizer = train_tokenizer(texts, TokenizerSettings.for_family("roberta", vocab_size=600))
+    teacher.save_pretrained(tmp_path / "teacher")
+    args = ["--objective", "distill", "--teacher", str(tmp_path / "teacher"), "--corpus", str(corpus), *FAST]
+    assert pretrain("--model", "roberta-base", *args, "--out", str(tmp_path / "s"), "--steps", "2") == 0
+    assert "distill on a roberta student of 2 layers x 32" in capsys.readouterr().err
+    student = bertkit.from_pretrained(tmp_path / "s")
+    assert (student.config.family, student.config.num_layers, student.head_kind) == ("roberta", 2, "mlm")
+    assert json.loads((tmp_path / "s" / "config.json").read_text())["architectures"] == ["RobertaForMaskedLM"]
+    assert pretrain("--model", "distilbert-base", *args, "--out", str(tmp_path / "bad"), "--steps", "2") == 2
+    assert "is a roberta model, whose student is not a distilbert-base" in error_line(capsys)
+
+
 def test_distill_from_a_checkpoint_teacher_with_chosen_layers(corpus, tmp_path, minilm_dir, capsys):
     teacher = bertkit.build("bert-base", head="mlm", num_layers=4, hidden_size=32, num_heads=2,
                             intermediate_size=64)

@@ -58,7 +58,7 @@ def build_objective(name: str, preset: str, teacher: str | None = None,
     student copies the teacher's blocks `teacher_layers` (default: half of them, spread evenly from
     the first to the last, as student_from_teacher takes them); `loss` sets the
     objective's LossSettings (those LOSS_KEYS gives it)."""
-    from ..model import STUDENT_SETTINGS, build, build_electra_pair, student_from_teacher
+    from ..model import STUDENT_FAMILY, STUDENT_SETTINGS, build, build_electra_pair, student_from_teacher
 
     if name not in NAMES:
         raise BertkitError(f"unknown objective {name!r}; choose one of {', '.join(NAMES)}")
@@ -98,13 +98,18 @@ def build_objective(name: str, preset: str, teacher: str | None = None,
 
     from ..config import PRESETS, get_preset
 
-    if get_preset(preset).config.family != "distilbert":
-        raise BertkitError(f"objective distill trains a DistilBERT student; use a distilbert preset, not {preset}")
-    source = teacher or "bert-base"
+    family = get_preset(preset).config.family
+    if family not in STUDENT_FAMILY.values():
+        raise BertkitError(f"objective distill trains a DistilBERT student of a BERT teacher (a distilbert preset) or "
+                           f"a RoBERTa one of a RoBERTa teacher (a roberta preset), not {preset}")
+    source = teacher or ("roberta-base" if family == "roberta" else "bert-base")
     if source in PRESETS and not Path(source).is_dir():
         teacher_model = build(source, head="mlm", **overrides)  # an untrained teacher: for trying it out
     else:
         teacher_model = _trained_masked_lm(source)
+    if STUDENT_FAMILY.get(teacher_model.config.family) != family:
+        raise BertkitError(f"the teacher {source} is a {teacher_model.config.family} model, whose student is not "
+                           f"a {preset}: distill a BERT into a distilbert preset, a RoBERTa into a roberta one")
     own = {k: v for k, v in overrides.items() if k in STUDENT_SETTINGS}  # a checkpoint teacher's shape is fixed
     # student_from_teacher checks the layers; None: half of them, first to last, as DistilBERT's
     return Distillation(student_from_teacher(teacher_model, layers=teacher_layers, **own), teacher_model, **loss)
