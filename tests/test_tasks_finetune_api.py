@@ -701,3 +701,30 @@ def sentences_file(tmp_path, sentences):
     path = tmp_path / "gold.jsonl"
     path.write_text("".join(json.dumps({"tokens": list(s.words), "tags": list(s.tags)}) + "\n" for s in sentences))
     return path
+
+
+@pytest.mark.parametrize("grouping", [True, False])
+def test_length_grouping_can_be_turned_off_for_transformers_random_batches(tokenizer, sentiment, tmp_path,
+                                                                           monkeypatch, grouping):
+    """Batches of similar lengths pad less but mix examples otherwise than transformers' Trainer
+    (random batches by default); length_grouping=False (--no-length-grouping) draws them at random."""
+    import importlib
+
+    from bertkit.tasks.base import TrainBatches, feature_length
+
+    ft = importlib.import_module("bertkit.tasks.finetune")  # (the package's `finetune` is the function)
+
+    made = []
+
+    class Watched(TrainBatches):
+        def __post_init__(self):
+            super().__post_init__()
+            made.append(self)
+
+    monkeypatch.setattr(ft, "TrainBatches", Watched)
+    train, dev = sentiment
+    finetune("classification", tiny("classification", tokenizer), train, dev[:8], tmp_path / "run",
+             quiet(steps=1, length_grouping=grouping))
+    batches = made[0]._plan(0)
+    spread = np.mean([np.ptp([feature_length(made[0].features[i]) for i in b]) for b in batches])
+    assert (spread < 3) == grouping, spread  # lengths within a batch: close together only when grouped

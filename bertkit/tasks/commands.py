@@ -201,7 +201,7 @@ def _columns(args):
 SETTING_FLAGS = ("epochs", "steps", "batch_size", "accumulation", "lr", "weight_decay", "warmup", "schedule", "max_length",
                  "truncation", "eval_every", "patience", "metric", "seed", "eval_batch_size", "device", "doc_stride",
                  "max_query_length", "max_answer_length", "n_best", "null_answers", "null_threshold",
-                 "train_limit", "eval_limit", "pooling")
+                 "train_limit", "eval_limit", "pooling", "length_grouping")
 
 
 def _bf16(precision: str, device: str | None) -> bool:
@@ -471,6 +471,9 @@ def add_parsers(sub, predict_modes) -> None:
     g.add_argument("--max-length", dest="max_length", type=int, help="tokens per example (128, or the model's maximum if shorter; QA 384)")
     g.add_argument("--truncation", help="classification, regression, multiple choice: the part of a longer "
                    "text kept: head (default), tail, or head+tail (its first quarter and last three quarters)")
+    g.add_argument("--no-length-grouping", dest="length_grouping", action="store_false", default=None,
+                   help="training batches drawn at random, as transformers' Trainer draws them by default (else "
+                        "of similar lengths, which pads less: a little faster, a different mix per batch)")
     g.add_argument("--train-limit", dest="train_limit", type=int, metavar="N",
                    help="train on a seeded random sample of N examples")
     g.add_argument("--eval-limit", dest="eval_limit", type=int, metavar="N", help="early-stop on a sample of N dev examples")

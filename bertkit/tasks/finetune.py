@@ -64,7 +64,8 @@ class FinetuneSettings:
     default 3, `steps` or `time_budget`), batches (`batch_size`, `accumulation`), AdamW (`lr`
     5e-5, `weight_decay`, `clip_norm`), the schedule (`warmup` fraction, `schedule`), inputs
     (`max_length`: 128, QA 384; `truncation` head / tail / head+tail), early stopping on the dev
-    set (`eval_every`, `patience`, `metric`), `seed`, `bf16`, `device`, QA's windows and answers
+    set (`eval_every`, `patience`, `metric`), `seed`, `bf16`, `length_grouping` (batches of
+    similar lengths, else random ones), `device`, QA's windows and answers
     (`doc_stride`, `max_query_length`, `max_answer_length`, `n_best`, `null_answers`,
     `null_threshold`), the embedding task's `pooling`, and seeded samples of the data
     (`train_limit`, `eval_limit`). Every field is type-checked when the settings are made."""
@@ -86,6 +87,7 @@ class FinetuneSettings:
     metric: str | None = None            # dev score to follow; None: the task's (accuracy, pearson, f1)
     seed: int = 0
     bf16: bool = False
+    length_grouping: bool = True         # training batches of similar lengths (transformers' group_by_length)
     eval_batch_size: int = 64
     device: str | None = None            # None: cuda when available
     progress: bool = True
@@ -444,6 +446,7 @@ def _finetune(task: str, model, train, eval, out: Path, settings: FinetuneSettin
     features = job.features(train_examples, model.tokenizer, labels, max_length, str(train))
     processes = launch_processes()  # under torchrun each needs a row of every batch
     batches = TrainBatches(features, settings.batch_size, model.tokenizer.pad_token_id, settings.seed,
+                           window=TrainBatches.window if settings.length_grouping else 1,  # (1: sorts within a batch)
                            collate=job.collate, min_rows=processes)
     steps = settings.steps  # with a time budget too: whichever ends first
     per_epoch = max(1, round(batches.per_epoch / settings.accumulation))  # optimizer steps, for evaluations
