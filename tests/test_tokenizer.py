@@ -245,6 +245,14 @@ def test_a_legacy_max_len_and_a_float_length_are_read_as_transformers_reads_them
     assert transformers.AutoTokenizer.from_pretrained(tmp_path / "b").model_max_length == theirs.model_max_length
 
 
+def test_a_tokenizer_says_what_it_is(minilm_dir, reference, corpus_texts):
+    shown = repr(bertkit.load_tokenizer(minilm_dir))  # it was <bertkit.data.tokenizer.Tokenizer object at 0x...>
+    assert shown.startswith("Tokenizer(WordPiece, ") and f"{len(reference):,} tokens" in shown
+    assert f"BertTokenizer, model_max_length {reference.model_max_length}, padding right" in shown
+    trained = train_tokenizer(corpus_texts[:100], TokenizerSettings(kind="bpe", vocab_size=300))
+    assert "trained by bertkit, model_max_length none" in repr(trained)
+
+
 @pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
 def test_decode_cleans_up_tokenization_spaces_as_the_files_say(minilm_dir, roberta_files, tmp_path, kind):
     """Many folders saved by transformers 4 say clean_up_tokenization_spaces: true; transformers'

@@ -612,6 +612,13 @@ class Tokenizer:
     def __len__(self) -> int:
         return self.backend.get_vocab_size(with_added_tokens=True)
 
+    def __repr__(self) -> str:
+        length = self.model_max_length
+        return (f"Tokenizer({type(self.backend.model).__name__}, {len(self):,} tokens, "
+                f"{self.tokenizer_class or 'trained by bertkit'}, model_max_length "
+                f"{length if length < NO_LIMIT else 'none'}, padding {self.padding_side}, "
+                f"truncation {self.truncation_side}, special {self.special_tokens})")
+
     @property
     def model_input_names(self) -> list[str]:
         """The inputs the model takes, as tokenizer_config.json names them (kept when saved), else as
