@@ -209,6 +209,15 @@ def test_pad_to_multiple_of_and_lists_padded_to_max_length_as_transformers(minil
     assert all(got[k].tolist() == want[k].tolist() for k in want)
     with pytest.raises(bertkit.BertkitError, match="pad_to_multiple_of must be a whole number of tokens, at least 1"):
         ours(texts, pad_to_multiple_of=0)
+    # without padding the multiple is not used, rows of one length as tensors too (they were padded to 8)
+    same = ["a b c", "d e f"]
+    got = ours(same, padding=False, pad_to_multiple_of=8, return_tensors="pt")["input_ids"]
+    assert got.tolist() == theirs(same, padding=False, pad_to_multiple_of=8, return_tensors="pt")["input_ids"].tolist()
+    # truncation to a length the multiple does not divide: refused, as transformers refuses it (rows went past it)
+    with pytest.raises(bertkit.BertkitError, match="truncation to max_length 6 and padding to a multiple of 4"):
+        ours(texts, padding="max_length", max_length=6, truncation=True, pad_to_multiple_of=4)
+    with pytest.raises(ValueError, match="not a multiple of pad_to_multiple_of"):
+        theirs(texts, padding="max_length", max_length=6, truncation=True, pad_to_multiple_of=4)
 
 
 def test_a_bare_tokenizer_json_pads_with_its_own_pad_token(tmp_path):
@@ -330,6 +339,14 @@ def test_a_pad_token_set_to_null_stays_unnamed(minilm_dir, tmp_path, family):
     (folder / "special_tokens_map.json").unlink(missing_ok=True)
     for round_trip in ("loaded", "saved"):
         ours, reference = bertkit.load_tokenizer(folder), transformers.AutoTokenizer.from_pretrained(folder)
+        if family == "bert" and round_trip == "loaded":  # (an unknown token set to null: it was an error)
+            config = json.loads((folder / "tokenizer_config.json").read_text())
+            (tmp_path / "unk").mkdir(exist_ok=True)
+            shutil.copytree(folder, tmp_path / "unk", dirs_exist_ok=True)
+            (tmp_path / "unk" / "tokenizer_config.json").write_text(json.dumps({**config, "unk_token": None}))
+            unnamed = bertkit.load_tokenizer(tmp_path / "unk")
+            theirs = transformers.AutoTokenizer.from_pretrained(tmp_path / "unk")
+            assert unnamed.unk_token is theirs.unk_token is None and unnamed.encode("a text") == theirs.encode("a text")
         assert (ours.pad_token, len(ours)) == (reference.pad_token, len(reference)), round_trip
         assert ours.pad_token is None, round_trip
         assert ours("the movie")["input_ids"].tolist() == [reference("the movie")["input_ids"]]
@@ -1654,6 +1671,13 @@ def test_a_call_returns_the_inputs_the_named_class_takes(minilm_dir, tmp_path, c
     ours, theirs = bertkit.load_tokenizer(tmp_path / "a"), transformers.AutoTokenizer.from_pretrained(tmp_path / "a")
     assert ours.model_input_names == list(theirs.model_input_names)
     assert set(ours(["a text"], ["b"])) == set(theirs(["a text"], ["b"]))
+    # saved, even as a model of another class saves it, it still gives them (a save named all three for
+    # ALBERT and generic folders, and the saved model's pair logits changed)
+    for saved_as in ("BertTokenizer", "PreTrainedTokenizerFast"):
+        ours.save(tmp_path / saved_as, saved_as, 64)
+        again = transformers.AutoTokenizer.from_pretrained(tmp_path / saved_as)
+        assert set(again(["a text"], ["b"])) == set(bertkit.load_tokenizer(tmp_path / saved_as)(["a text"], ["b"])) \
+            == set(theirs(["a text"], ["b"])), saved_as
     trained = train_tokenizer(corpus_texts[:200], TokenizerSettings.for_family("roberta", vocab_size=400))
     assert set(trained(["a text"])) == {"input_ids", "token_type_ids", "attention_mask"}
     trained.save(tmp_path / "r", "RobertaTokenizer", 64)

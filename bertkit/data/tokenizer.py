@@ -381,6 +381,9 @@ class Tokenizer:
         if not isinstance(stride, int) or isinstance(stride, bool) or stride < 0:
             raise BertkitError(f"stride must be a whole number of tokens, at least 0, got {stride!r}")
         _check_multiple(pad_to_multiple_of)
+        if pad_to_multiple_of and strategy is not None and padding != "do_not_pad" and max_length % pad_to_multiple_of:
+            raise BertkitError(f"truncation to max_length {max_length} and padding to a multiple of "
+                               f"{pad_to_multiple_of} disagree: give a max_length that is a multiple of it")
         inputs = list(zip(texts, text_pairs)) if text_pairs is not None else list(texts)
         with self._lock:
             try:
@@ -413,7 +416,7 @@ class Tokenizer:
                 rows["overflow_to_sample_mapping"] = mapping
             return Encoded(rows, encodings, None, left, self.pad_token)
         target = max(lengths, default=0) if padding != "max_length" else max_length
-        if pad_to_multiple_of:
+        if pad_to_multiple_of and padding != "do_not_pad":  # (rows of one length, as tensors: not padded)
             target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
         T = max([target, *lengths])
         pads = {**self.PADDED, "input_ids": self.pad_token_id}
@@ -783,9 +786,13 @@ class Tokenizer:
                     for keep in (False, True)] if tokenizer_class == "AlbertTokenizer" else [config])
         config = next((c for c in choices if _rebuilds_alike(self.backend, tokenizer_class, c, self.special_tokens)),
                       {**config, "tokenizer_class": GENERIC_TOKENIZER_CLASS})
-        if config["tokenizer_class"] in (GENERIC_TOKENIZER_CLASS, "AlbertTokenizer") and self._pairs_have_segments():
-            # these classes (AlbertTokenizer too, in transformers 5) return no token_type_ids unless told to: a
-            # pair's second text would reach the model as segment 0 (an ALBERT pre-trained with SOP on segment 1)
+        if self.tokenizer_class is not None and "model_input_names" not in config:
+            config["model_input_names"] = self.model_input_names  # what its files gave, whatever class it is saved as
+        if config["tokenizer_class"] in (GENERIC_TOKENIZER_CLASS, "AlbertTokenizer") and self._pairs_have_segments() \
+                and "model_input_names" not in config:
+            # one bertkit trained: these classes (AlbertTokenizer too, in transformers 5) return no token_type_ids
+            # unless told to, and a pair's second text would reach the model as segment 0 (an ALBERT pre-trained
+            # with SOP on segment 1)
             config["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
         written[1].write_text(json.dumps(config, indent=2) + "\n")
         specials_map = {**self.special_tokens, **({"additional_special_tokens": extra} if extra else {})}
@@ -885,7 +892,7 @@ def wordpiece_pipeline(vocab: dict[str, int], config: dict) -> _Backend:
     """BERT's WordPiece pipeline around a vocabulary, cased or not as `do_lower_case` says (absent
     means uncased, the default of BERT's released tokenizer); accents follow `strip_accents`,
     which when absent follows the casing, as in BERT's BasicTokenizer."""
-    special = {k: config.get(k, default) for k, default in
+    special = {k: config.get(k) or default for k, default in  # (a key set to null: unnamed, not absent here)
                (("unk_token", "[UNK]"), ("cls_token", "[CLS]"), ("sep_token", "[SEP]"))}
     for key, token in special.items():
         if token not in vocab:
