@@ -369,12 +369,17 @@ def test_tagging_and_qa_through_the_command_line(capsys, encoder_dir, tmp_path):
     assert code == 0 and [r["tokens"] for r in json_lines(printed)] == [list(s.words)
                                                                        for s in tagged_sentences("train", 120)]
     # the word/TAG file evaluate reads: its words (its tags were read as words, '/' and all)
+    dev = tagged_sentences("dev", 3)
     slashed = tmp_path / "dev.txt"
-    slashed.write_text("He/PRP ate/VBD 1/2/CD of/IN it/PRP ./.\n\nGood/JJ ./.\n")
+    slashed.write_text("\n\n".join(" ".join(f"{w}/{t}" for w, t in zip(s.words, s.tags)) for s in dev) + "\n")
     code, printed, err = run(capsys, "predict", "tag", "--model", out, "--input", slashed)
-    assert code == 0 and [r["tokens"] for r in json_lines(printed)] == [["He", "ate", "1/2", "of", "it", "."],
-                                                                       ["Good", "."]]
+    assert code == 0 and [r["tokens"] for r in json_lines(printed)] == [list(s.words) for s in dev]
     assert "dev.txt holds word/TAG lines: tagging their words" in err
+    # ... but slashed text whose last parts are not the model's tags stays text (they were dropped)
+    slashed.write_text("and/or\n1/2/2020\nhttp://a.com/b\n")
+    code, printed, err = run(capsys, "predict", "tag", "--model", out, "--input", slashed)
+    assert code == 0 and [r["text"] for r in json_lines(printed)] == ["and/or", "1/2/2020", "http://a.com/b"]
+    assert "word/TAG" not in err
     for line, words_said in (({"tokens": "a b"}, "line 2: 'tokens' must be a list of strings"),
                              ({"words": ["a"]}, "line 2: the object needs 'text' or 'tokens'")):
         words.write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps(line) + "\n")

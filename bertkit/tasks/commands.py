@@ -91,12 +91,13 @@ def _data_file_records(path: str, fields: tuple[str, ...], columns) -> list[dict
 
 
 def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of: tuple[str, ...] = (),
-                lines: list[int] | None = None) -> list[dict]:
+                lines: list[int] | None = None, tags: set[str] | None = None) -> list[dict]:
     """One dict per input: a positional text is {fields[0]: text}; an input line is plain text the
     same way, or a JSON object whose keys among `fields` are kept (those in `required` must be
     there, and at least one of `any_of`). A line is taken for JSON when it opens an object with a
     key (`{"`): plain text may start with a brace. Bad lines are one error naming the file and line.
-    `lines`, if given, gets each input's line number in the file (empty lines are skipped)."""
+    `lines`, if given, gets each input's line number in the file (empty lines are skipped). A
+    tagger's file of word/TAG lines gives its words, when its tags are the model's `tags`."""
     if args.text and args.input:
         raise BertkitError("give texts as arguments or with --input, not both")
     if not args.text and not args.input:
@@ -110,7 +111,7 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of
 
         return _data_file_records(args.input, fields, Columns(keys["text"], keys["text_pair"], choices=keys["choices"]))
     if args.input != "-" and "tokens" in fields:
-        tagged = _word_tag_records(Path(args.input), lines)
+        tagged = _word_tag_records(Path(args.input), lines, tags)
         if tagged is not None:
             return tagged
     named = {key: field for field, key in keys.items() if key is not None}  # {named key: its field}
@@ -152,19 +153,47 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of
     return records
 
 
-def _word_tag_records(path: Path, lines: list[int] | None) -> list[dict] | None:
+def _word_tag_records(path: Path, lines: list[int] | None, tags: set[str] | None) -> list[dict] | None:
     """A tagger's input file of word/TAG lines (the data finetune and evaluate read) as its
-    sentences' words, or None for other text: read line by line, the tags were taken for words."""
+    sentences' words, or None for other text: read line by line, the tags were taken for words.
+    Lines of slashed items that are not word/TAG (dates, URLs, "and/or") stay text: most of what
+    follows the last slash must be among the model's `tags` (when known)."""
     from .readers import _looks_tagged, read_tagged
 
     text = read_text(path)
     if not _looks_tagged(text):
         return None
+    sentences = read_tagged(path) if tags is None else _tagged_or_none(path, tags)
+    if sentences is None:
+        return None
     print(f"bertkit: {shell_path(path)} holds word/TAG lines: tagging their words (the file's tags are not "
           "used here; bertkit evaluate scores them)", file=sys.stderr)
     if lines is not None:
         lines.extend(n for n, line in enumerate(text_lines(text), 1) if line.strip())
-    return [{"tokens": list(s.words)} for s in read_tagged(path)]
+    return [{"tokens": list(s.words)} for s in sentences]
+
+
+def _tagged_or_none(path: Path, tags: set[str]):
+    """The file's word/TAG sentences when at least 90% of their tags are the model's, else None."""
+    from .readers import read_tagged
+
+    try:
+        sentences = read_tagged(path)
+    except BertkitError:  # an item without a slash: text after all
+        return None
+    given = [t for s in sentences for t in s.tags]
+    return sentences if sum(t in tags for t in given) >= 0.9 * len(given) else None
+
+
+def _model_tags(model) -> set[str] | None:
+    """The labels config.json of a tagger's folder names (None where it cannot be read here)."""
+    from ..files import read_json
+
+    try:
+        labels = read_json(Path(str(model)).expanduser() / "config.json").get("id2label")
+    except (BertkitError, OSError):
+        return None
+    return set(map(str, labels.values())) if isinstance(labels, dict) else None
 
 
 def _write_lines(results) -> None:
@@ -316,7 +345,8 @@ def cmd_tag(args) -> None:
     from .finetune import tag
 
     # (read_inputs has checked that tokens are lists of strings, and texts strings)
-    inputs = [r.get("tokens", r.get("text")) for r in read_inputs(args, ("text", "tokens"), (), ("text", "tokens"))]
+    inputs = [r.get("tokens", r.get("text")) for r in read_inputs(args, ("text", "tokens"), (), ("text", "tokens"),
+                                                                   tags=_model_tags(args.model))]
     _write_lines(map(_printed_tags, tag(args.model, inputs, stream=True, **_common(args, len(inputs)))))
 
 
