@@ -356,6 +356,9 @@ def _pretrain(job: PretrainJob) -> Path:
         fingerprints["teacher"] = _teacher_fingerprint(job.teacher)
     if job.resume:
         _check_same_text(job, out, fingerprints)
+        before = saved_job(out)["train"].get("steps")  # (said once the run is known to go on)
+        if settings.steps is not None and settings.steps != before:
+            say(f"steps {before} -> {settings.steps}: the learning-rate schedule stretches to the new length")
     job = dataclasses.replace(job, fingerprints=fingerprints)  # what job.json records
     tokenizer = _tokenizer(job, preset, train_corpus, checkpoints)
     architecture = dict(job.architecture)
@@ -481,8 +484,6 @@ def _check_unchanged(job: PretrainJob, out: Path, settings) -> None:
     if changed:
         raise BertkitError(f"--resume: this run was started with other settings ({'; '.join(changed)}); "
                            f"a resumed run keeps them (see {out / JOB_FILE}), or start a new run in another --out")
-    if settings.steps != before_settings.steps and settings.steps is not None:
-        say(f"steps {before_settings.steps} -> {settings.steps}: the learning-rate schedule stretches to the new length")
     if saved_format(out) < JOB_FORMAT:
         say(f"bertkit: warning: {out} was started by an older bertkit: resumed, it goes on with this version's "
             "training examples, warm-up and held-out batches, which may differ from its first part's")

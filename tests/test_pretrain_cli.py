@@ -432,7 +432,8 @@ def test_resume_refuses_a_corpus_changed_since_the_run_started(corpus, tmp_path,
     with open(text, "a", encoding="utf-8") as f:
         f.write("\nAnd another.\n")
     assert pretrain("--out", out, "--resume", "--steps", "3") == 2
-    assert "changed since the run started" in error_line(capsys)
+    said = capsys.readouterr().err
+    assert "changed since the run started" in said and "steps 2 -> 3" not in said  # (a run that does not go on)
 
 
 def test_a_small_corpus_says_its_vocabulary_and_a_skipped_file_once(corpus, tmp_path, capsys, monkeypatch):
