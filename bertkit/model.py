@@ -188,10 +188,8 @@ class Model(nn.Module):
         word = self.backbone.embeddings.word
         if new_num_tokens is None and pad_to_multiple_of is None:
             return word
-        if getattr(self.backbone.embeddings, "shared", False):
-            raise BertkitError("this model shares its embeddings with another (an ELECTRA or DeBERTa-v3 generator / "
-                               "discriminator pair): resizing one would split the pair; build the pair with "
-                               "vocab_size=len(tokenizer) instead, or save a trained model and resize it loaded alone")
+        self._refuse_if_shared("resizing one would split the pair; build the pair with vocab_size=len(tokenizer) "
+                               "instead, or save a trained model and resize it loaded alone")
         n = word.num_embeddings if new_num_tokens is None else new_num_tokens
         for name, value in (("new_num_tokens", n), ("pad_to_multiple_of", pad_to_multiple_of)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
@@ -237,11 +235,15 @@ class Model(nn.Module):
             shape = tuple(value.weight.shape) if isinstance(value, nn.Embedding) else type(value).__name__
             raise BertkitError(f"set_input_embeddings takes an nn.Embedding of shape {tuple(word.weight.shape)}, "
                                f"got {shape} (another vocabulary size: resize_token_embeddings)")
-        if getattr(self.backbone.embeddings, "shared", False):
-            raise BertkitError("this model shares its embeddings with another (an ELECTRA or DeBERTa-v3 generator / "
-                               "discriminator pair): replacing them in one would split the pair")
+        self._refuse_if_shared("replacing them in one would split the pair")
         self.backbone.embeddings.word = value
         self.tie_weights()
+
+    def _refuse_if_shared(self, why: str) -> None:
+        """The embedding table of an ELECTRA or GDES pair is both models': one alone may not change it."""
+        if getattr(self.backbone.embeddings, "shared", False):
+            raise BertkitError("this model shares its embeddings with another (an ELECTRA or DeBERTa-v3 generator / "
+                               f"discriminator pair): {why}")
 
     def tie_weights(self) -> None:
         """Point a tied MLM decoder (config.tie_word_embeddings) at the word embeddings again, as
