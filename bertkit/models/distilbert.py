@@ -119,8 +119,13 @@ def copy_from_teacher(student: nn.Module, teacher: nn.Module, layers: Sequence[i
         position = position + t.embeddings.token_type.weight[0]
     s.embeddings.position.weight.copy_(position[: s.embeddings.position.num_embeddings])
     s.embeddings.norm.load_state_dict(t.embeddings.norm.state_dict())
+    _copy_blocks_and_head(student, teacher, layers)
+
+
+def _copy_blocks_and_head(student: nn.Module, teacher: nn.Module, layers: Sequence[int]) -> None:
+    """Teacher block `layers[k]` into student block k, and the MLM head when both have one."""
     for k, i in enumerate(layers):
-        s.encoder.layer_for(k).load_state_dict(t.encoder.layer_for(i).state_dict())
+        student.backbone.encoder.layer_for(k).load_state_dict(teacher.backbone.encoder.layer_for(i).state_dict())
     teacher_mlm = {"mlm": teacher.head, "pretraining": getattr(teacher.head, "mlm", None)}.get(teacher.head_kind)
     if student.head_kind == "mlm" and teacher_mlm is not None:
         student.head.load_state_dict(teacher_mlm.state_dict())
@@ -131,10 +136,5 @@ def copy_blocks_from_teacher(student: nn.Module, teacher: nn.Module, layers: Seq
     """Initialize a student of the teacher's own family and widths (DistilRoBERTa: a RoBERTa of
     fewer blocks) from it: the embeddings whole, teacher block `layers[k]` into student block k,
     and the MLM head when both have one."""
-    s, t = student.backbone, teacher.backbone
-    s.embeddings.load_state_dict(t.embeddings.state_dict())
-    for k, i in enumerate(layers):
-        s.encoder.layer_for(k).load_state_dict(t.encoder.layer_for(i).state_dict())
-    teacher_mlm = {"mlm": teacher.head, "pretraining": getattr(teacher.head, "mlm", None)}.get(teacher.head_kind)
-    if student.head_kind == "mlm" and teacher_mlm is not None:
-        student.head.load_state_dict(teacher_mlm.state_dict())
+    student.backbone.embeddings.load_state_dict(teacher.backbone.embeddings.state_dict())
+    _copy_blocks_and_head(student, teacher, layers)
