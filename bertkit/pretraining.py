@@ -345,7 +345,7 @@ def _pretrain(job: PretrainJob) -> Path:
         raise BertkitError(f"{out} already holds a run; pass --resume to continue it, or choose another --out")
     output_dir(out, keep=() if job.resume else RESULT_FILES, run_logs=not job.resume)  # (an unfinished run's kept)
     if job.resume:
-        _check_unchanged(job, out, settings)
+        steps_before = _check_unchanged(job, out, settings)
 
     if job.backend == "torch" and not (job.objective == "distill" and _teacher_is_checkpoint(job)):
         _check_fits(job)  # before minutes of tokenizer training and tokenizing
@@ -356,9 +356,8 @@ def _pretrain(job: PretrainJob) -> Path:
         fingerprints["teacher"] = _teacher_fingerprint(job.teacher)
     if job.resume:
         _check_same_text(job, out, fingerprints)
-        before = saved_job(out)["train"].get("steps")  # (said once the run is known to go on)
-        if settings.steps is not None and settings.steps != before:
-            say(f"steps {before} -> {settings.steps}: the learning-rate schedule stretches to the new length")
+        if settings.steps is not None and settings.steps != steps_before:  # (said once the run is known to go on)
+            say(f"steps {steps_before} -> {settings.steps}: the learning-rate schedule stretches to the new length")
     job = dataclasses.replace(job, fingerprints=fingerprints)  # what job.json records
     tokenizer = _tokenizer(job, preset, train_corpus, checkpoints)
     architecture = dict(job.architecture)
@@ -459,11 +458,11 @@ def _write_job(job: PretrainJob, out: Path) -> None:
             (out / JOB_FILE).write_text(json.dumps({**job.record(), "format": JOB_FORMAT}, indent=2) + "\n")
 
 
-def _check_unchanged(job: PretrainJob, out: Path, settings) -> None:
+def _check_unchanged(job: PretrainJob, out: Path, settings) -> int | None:
     """A resumed run continues the saved one only if it reads the same data in the same batches
     into the same model with the same optimizer: any other setting that differs from OUT/job.json
     is named and refused (the batches would silently differ from an uninterrupted run's, or the
-    checkpoint would not fit the model)."""
+    checkpoint would not fit the model). Returns the steps job.json asked for."""
     saved = saved_job(out)
     if saved is None:  # the defaults would build another model and read other data, and fail much later
         raise BertkitError(f"{out / JOB_FILE}: missing, so --resume does not know the run's settings (every run "
@@ -487,6 +486,7 @@ def _check_unchanged(job: PretrainJob, out: Path, settings) -> None:
     if saved_format(out) < JOB_FORMAT:
         say(f"bertkit: warning: {out} was started by an older bertkit: resumed, it goes on with this version's "
             "training examples, warm-up and held-out batches, which may differ from its first part's")
+    return before_settings.steps
 
 
 def _loss_values(loss: dict | None) -> dict:
