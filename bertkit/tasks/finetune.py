@@ -672,15 +672,16 @@ def tag(model, inputs: list[str] | list[list[str]], batch_size: int = 64, max_le
             spans.append(None)
     results = _predicted(job, model, sentences, batch_size, length, settings.bf16, progress)
     labels = model.config.labels
-    return _delivered((_tagged(item, r, s, labels) for item, r, s in zip(inputs, results, spans)), stream)
+    entities = labels if is_bio(labels) else None  # (the scheme read once, not per input)
+    return _delivered((_tagged(item, r, s, entities) for item, r, s in zip(inputs, results, spans)), stream)
 
 
-def _tagged(item, result: dict, offsets, labels: tuple[str, ...]) -> dict:
-    """tag()'s record of one input: a text's own characters and, with entity tags, the entities."""
+def _tagged(item, result: dict, offsets, labels: tuple[str, ...] | None) -> dict:
+    """tag()'s record of one input: a text's own characters and, given entity `labels`, the entities."""
     record = {**({"text": item} if offsets is not None else {}), **result}
     if offsets is not None:
         record["offsets"] = [list(o) for o in offsets]
-    if is_bio(labels):
+    if labels is not None:
         record["entities"] = [_entity(result, offsets, item, kind, start, end)
                               for kind, start, end in entity_spans(result["tags"], labels)]
     return record
