@@ -147,7 +147,8 @@ class Model(nn.Module):
         bf16). A weight replaced, moved or changed in place afterwards serves unpacked again
         (edits through `.data`, or in place on weights made under torch.inference_mode, are not
         seen: prepack again); `train()` drops the copies, as does prepack(False). On other
-        devices and dtypes it does nothing. dtype=torch.bfloat16 on an fp32 model packs bf16
+        devices and dtypes it does nothing, bf16 included on a CPU whose oneDNN has no bf16
+        matmul (AVX2 only). dtype=torch.bfloat16 on an fp32 model packs bf16
         copies instead, which serve only under CPU autocast to bf16, computing what autocast
         would without casting the weights on each call. Returns the model."""
         if enabled and self.training:

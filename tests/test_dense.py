@@ -10,6 +10,10 @@ from bertkit.layers.activations import activation
 
 pytestmark = pytest.mark.skipif(not D.ONEDNN, reason="this torch has no oneDNN (mkldnn) build")
 
+# The dtypes oneDNN's matmul runs in on this CPU: bf16 only with AVX-512 / AMX (an AVX2-only CPU
+# takes torch's own bf16 linear, test_bf16_without_onednn_support_takes_torchs_linear).
+ONEDNN_DTYPES = [torch.float32, *([torch.bfloat16] if D.ONEDNN_BF16 else [])]
+
 
 def layer(bias: bool = True, dtype=torch.float32) -> nn.Linear:
     torch.manual_seed(0)
@@ -17,7 +21,7 @@ def layer(bias: bool = True, dtype=torch.float32) -> nn.Linear:
 
 
 @pytest.mark.parametrize("act", [None, *D.FUSED_ACTIVATIONS])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", ONEDNN_DTYPES)
 def test_inference_matches_linear_and_activation(act, dtype):
     """The fused bias and activation give F.linear's numbers (rounding apart) on (B, T, in)."""
     lin = layer(dtype=dtype)
@@ -146,7 +150,7 @@ def served_weights(monkeypatch) -> list[bool]:
     return seen
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", ONEDNN_DTYPES)
 def test_prepacked_weights_serve_every_linear_with_the_same_numbers(dtype, monkeypatch):
     """Model.prepack(): every linear of the blocks and the MLM head runs on its packed weight,
     and the outputs are the unpacked ones exactly (the same products)."""
@@ -245,6 +249,7 @@ def test_a_prepacked_model_compiles_and_traces_on_its_plain_weights():
     assert (got - want).abs().max().item() <= 1e-5
 
 
+@pytest.mark.skipif(not D.ONEDNN_BF16, reason="oneDNN has no bf16 matmul on this CPU (AVX2 only)")
 @pytest.mark.parametrize("name", ["mini-bert", "modernbert-base"])
 def test_bf16_copies_packed_for_autocast_serve_every_block_linear_with_autocasts_numbers(name, monkeypatch):
     """prepack(dtype=bf16) on an fp32 model: under CPU autocast to bf16 every linear of the
@@ -276,14 +281,15 @@ def test_bf16_copies_packed_for_autocast_serve_every_block_linear_with_autocasts
     assert torch.equal(run(False), exact) and not any(seen)  # fp32: the plain weights
 
 
-def test_prepacked_for_a_block_drops_the_copies_and_keeps_a_users_own(monkeypatch):
+@pytest.mark.parametrize("bf16", [False, *([True] if D.ONEDNN_BF16 else [])])
+def test_prepacked_for_a_block_drops_the_copies_and_keeps_a_users_own(bf16):
     """Model.prepacked(): packed inside the `with`, unpacked after (even when it raises); a model
     the user prepacked keeps its copies."""
     import bertkit
 
     model = bertkit.build("mini-bert").eval()
     linears = [m for m in model.modules() if type(m) is nn.Linear]
-    with model.prepacked(bf16=True):
+    with model.prepacked(bf16=bf16):
         assert all(D.packed(m) for m in linears)
     assert not any(D.packed(m) for m in linears)
     with pytest.raises(ValueError), model.prepacked():
@@ -291,6 +297,39 @@ def test_prepacked_for_a_block_drops_the_copies_and_keeps_a_users_own(monkeypatc
         raise ValueError
     assert not any(D.packed(m) for m in linears)
     model.prepack()
-    with model.prepacked(bf16=True):
+    with model.prepacked(bf16=bf16):
         pass
     assert all(D.packed(m) for m in linears)
+
+
+def test_bf16_without_onednn_support_takes_torchs_linear(monkeypatch):
+    """On a CPU whose oneDNN has no bf16 matmul (AVX2 only: its op fails there), bf16 linears
+    go through torch's own, activations unfused, nothing packs in bf16, and a bf16 model and
+    an autocast one run, with F.linear's numbers exactly."""
+    import bertkit
+
+    def refuse(*args):
+        raise AssertionError("oneDNN's matmul called in bf16")
+
+    monkeypatch.setattr(D, "ONEDNN_BF16", False)
+    monkeypatch.setattr(D, "_onednn", refuse)
+    lin, fp32 = layer(dtype=torch.bfloat16), layer()
+    x = torch.randn(3, 7, 48).bfloat16()
+    with torch.inference_mode():
+        assert torch.equal(D.dense(x, lin), nn.functional.linear(x, lin.weight, lin.bias))
+        assert D.dense_act(x, lin, "gelu") is None  # the caller applies it
+    D.pack(lin)
+    D.pack(fp32, torch.bfloat16)
+    assert not D.packed(lin) and not D.packed(fp32)
+    torch.manual_seed(0)
+    model = bertkit.build("mini-bert", head="mlm").eval()
+    linears = [m for m in model.modules() if type(m) is nn.Linear]
+    ids, mask = torch.randint(5, 1000, (3, 20)), torch.ones(3, 20, dtype=torch.long)
+    mask[1, 9:] = 0
+    with torch.inference_mode():
+        with model.prepacked(bf16=True), torch.autocast("cpu", torch.bfloat16):
+            assert not any(D.packed(m) for m in linears)
+            assert model(ids, mask).logits.dtype == torch.bfloat16
+        model.to(torch.bfloat16).prepack()
+        assert not any(D.packed(m) for m in linears)
+        assert model(ids, mask).logits.dtype == torch.bfloat16

@@ -34,11 +34,19 @@ from torch.nn.modules import module as module_hooks
 from .scratch import func_transforming
 
 ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+# oneDNN's bf16 matmul needs AVX-512 (or AMX, AVX2-VNNI-2); elsewhere (an AVX2-only CPU) the op
+# fails ("could not create a primitive descriptor"), and torch's own bf16 linear serves.
+ONEDNN_BF16 = ONEDNN and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+def onednn_dtype(dtype: torch.dtype) -> bool:
+    """Whether oneDNN's matmul runs in this dtype on this CPU: fp32, and bf16 where supported."""
+    return ONEDNN and (dtype == torch.float32 or dtype == torch.bfloat16 and ONEDNN_BF16)
 
 
 def onednn_tensor(t: torch.Tensor) -> bool:
-    """Whether oneDNN's matmul takes this tensor: on CPU, in fp32 or bf16."""
-    return ONEDNN and t.device.type == "cpu" and t.dtype in (torch.float32, torch.bfloat16)
+    """Whether oneDNN's matmul takes this tensor: on CPU, in a dtype `onednn_dtype` allows."""
+    return t.device.type == "cpu" and onednn_dtype(t.dtype)
 
 
 # Config activation names -> oneDNN's post-op (name, algorithm).
@@ -80,11 +88,11 @@ _PACKED: "weakref.WeakKeyDictionary[nn.Linear, tuple]" = weakref.WeakKeyDictiona
 
 def pack(layer: nn.Linear, dtype: torch.dtype | None = None) -> None:
     """Keep `layer`'s weight packed for oneDNN as well (see the module's doc), where oneDNN
-    serves it (CPU, fp32 or bf16); `dtype` bf16 on an fp32 weight packs a bf16 copy, which
+    serves it (CPU, `onednn_dtype`); `dtype` bf16 on an fp32 weight packs a bf16 copy, which
     serves under autocast to bf16 only."""
     w = layer.weight
     dtype = dtype or w.dtype
-    if onednn_tensor(w) and dtype in (w.dtype, torch.bfloat16):
+    if onednn_tensor(w) and dtype in (w.dtype, torch.bfloat16) and onednn_dtype(dtype):
         packed = torch.ops.mkldnn._reorder_linear_weight(w.detach().to(dtype))
         _PACKED[layer] = (packed, dtype, weakref.ref(w), w.data_ptr(), _version(w))
 
