@@ -124,7 +124,9 @@ def decode_text(data: bytes, source: str) -> str:
         return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        raise BertkitError(f"{source}, line {line}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+        column = e.start - data.rfind(b"\n", 0, e.start)  # 1-based, in bytes
+        raise BertkitError(f"{source}, line {line}: not UTF-8 text at byte {column} of the line (byte {e.start} "
+                           "of the file); save it as UTF-8") from None
 
 
 def read_plain(path: str | Path, what: str = "file") -> str:
