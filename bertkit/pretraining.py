@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import sys
+import time
 import warnings
 import dataclasses
 from dataclasses import asdict, dataclass
@@ -298,17 +299,24 @@ def corpora(job: PretrainJob):
 def pretrain(job: PretrainJob) -> Path:
     """Run the job; returns the output directory (final model at its root). Another run writing
     the same folder meanwhile is refused (files.run_lock)."""
+    started = time.time()
     with run_lock(job.out_dir):
         try:
             return _pretrain(job)
         except KeyboardInterrupt as e:
             if str(e):  # (the NumPy backend's says what it keeps)
                 raise
-            raise KeyboardInterrupt(_what_was_kept(job.out_dir)) from None
+            raise KeyboardInterrupt(_what_was_kept(job.out_dir, started)) from None
 
 
-def _what_was_kept(out: Path) -> str:
-    """What an interrupted run leaves to continue from, for the 'interrupted' line."""
+def _what_was_kept(out: Path, started: float) -> str:
+    """What an interrupted run leaves to continue from, for the 'interrupted' line; a run whose
+    metrics.json was written since it `started` had finished (--resume would call it so)."""
+    summary = out / "metrics.json"
+    if summary.exists() and summary.stat().st_mtime >= started:
+        curve = "" if (out / "loss_curve.png").exists() else (
+            f"; its loss curve was not drawn: bertkit visualize curves {out} --out {out} draws it")
+        return f"after the run finished: its final model and metrics.json are saved in {out}{curve}"
     kept = checkpoint_folders(out)
     if not kept:
         return f"before the first checkpoint; nothing in {out} to resume from: start the run again"

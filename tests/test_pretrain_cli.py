@@ -163,6 +163,38 @@ def test_resume_continues_bit_for_bit(corpus, tmp_path, monkeypatch, capsys):
     assert [r["step"] for r in log if r["split"] == "train"] == list(range(1, 9))  # no step twice
 
 
+def test_a_run_interrupted_at_its_end_says_what_it_takes_to_finish(corpus, tmp_path, monkeypatch, capsys):
+    """Ctrl-C while the final model is saved: --resume finishes it, its final evaluation logged
+    once (it was twice); Ctrl-C once metrics.json is written: the run is finished, and the line
+    says so (it advised a --resume that then said the run had finished)."""
+    from bertkit.train import checkpoint, loop
+
+    common = ["--corpus", str(corpus), "--steps", "4", "--save-every", "2", "--eval-every", "2", *TINY, *FAST]
+    assert pretrain("--out", str(tmp_path / "whole"), *common) == 0
+    real_save = checkpoint.save_final
+    monkeypatch.setattr(checkpoint, "save_final", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt))
+    out = tmp_path / "cut"
+    capsys.readouterr()
+    assert pretrain("--out", str(out), *common) == 130
+    assert capsys.readouterr().err.splitlines()[-1].startswith("bertkit: interrupted at or after step 4: ")
+    monkeypatch.setattr(checkpoint, "save_final", real_save)
+    assert pretrain("--out", str(out), "--resume") == 0
+
+    def logged(run):
+        return [(r["step"], r["split"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+
+    assert logged(out) == logged(tmp_path / "whole")
+    assert logged(out).count((4, "eval")) == 1
+    monkeypatch.setattr(loop, "plot_curves", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt))
+    out = tmp_path / "drawing"
+    capsys.readouterr()
+    assert pretrain("--out", str(out), *common) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"bertkit: interrupted after the run finished: its final model and metrics.json are saved in {out}; its "
+        f"loss curve was not drawn: bertkit visualize curves {out} --out {out} draws it")
+    assert bertkit.from_pretrained(out).config.num_layers == 1
+
+
 @pytest.mark.parametrize("preset, objective, extra", [
     ("bert-base", "mlm+nsp", []),
     ("albert-base", "mlm+sop", ["--override", "embedding_size=16"]),

@@ -206,8 +206,11 @@ class Trainer:
         if self.rank >= len(streams):
             torch.manual_seed(process_seed(self.settings.seed, self.rank, self.step))
         if self.is_main and self.log_path.exists():  # drop log lines written after this checkpoint
+            # A checkpoint at the run's end follows its final evaluation, which fit() runs and logs
+            # again (it was cut off while saving the final model): its first line goes.
+            final = (self.step, "eval") if self.done() else None
             kept = [line for line in self.log_path.read_text().splitlines()
-                    if _logged_step(line) <= self.step]
+                    if _logged(line)[0] <= self.step and _logged(line) != final]
             self.log_path.write_text("".join(line + "\n" for line in kept))
         return True
 
@@ -477,13 +480,14 @@ def lost_process(error: Exception) -> bool:
     return isinstance(error, dist.DistError) or any(s in str(error) for s in PEER_GONE)
 
 
-def _logged_step(line: str) -> float:
-    """The step of a metrics.jsonl line; a line the stop cut off (a kill or a full disk while it
-    was written) counts as after every checkpoint, so resuming drops it."""
+def _logged(line: str) -> tuple[float, str | None]:
+    """The step and split of a metrics.jsonl line; a line the stop cut off (a kill or a full disk
+    while it was written) counts as after every checkpoint, so resuming drops it."""
     try:
-        return json.loads(line)["step"]
-    except (json.JSONDecodeError, KeyError, TypeError):
-        return math.inf
+        record = json.loads(line)
+        return record["step"], record.get("split")
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        return math.inf, None
 
 
 def process_seed(seed: int, rank: int, *more: int) -> int:
