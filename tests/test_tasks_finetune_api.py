@@ -290,10 +290,27 @@ def test_an_interrupt_while_the_best_model_is_saved_leaves_no_finished_looking_r
 
     monkeypatch.setattr(bertkit.Model, "save_pretrained", interrupted)
     train, dev = sentiment
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt, match=r"^at step 2, while the best model \(step \d\) was being saved: "
+                                                r"it was not saved in "):
         finetune("classification", tiny("classification", tokenizer), train, dev, tmp_path, quiet(steps=2))
     assert not any((tmp_path / name).exists() for name in ("metrics.json", "task.json", "model.safetensors",
                                                            "config.json", "checkpoints"))
+    # A second Ctrl-C, during the save the first one started, said only 'interrupted'.
+    from bertkit.tasks.finetune import EarlyStopping
+
+    evaluate_dev = EarlyStopping.__call__
+
+    def interrupted_after_two(self, step, metrics):
+        evaluate_dev(self, step, metrics)
+        if step >= 4:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(EarlyStopping, "__call__", interrupted_after_two)
+    with pytest.raises(KeyboardInterrupt, match=r"^at step 4, then again while the best model \(step [24]\) was being "
+                                                r"saved: it was not saved in "):
+        finetune("classification", tiny("classification", tokenizer), train, dev, tmp_path / "twice",
+                 quiet(steps=40, eval_every=2))
+    assert not (tmp_path / "twice" / "config.json").exists()
 
 
 def test_a_pre_training_run_or_checkpoints_folder_is_never_fine_tuned_into(tokenizer, sentiment, tmp_path, capsys):

@@ -477,21 +477,26 @@ def _finetune(task: str, model, train, eval, out: Path, settings: FinetuneSettin
         interrupted = trainer.step
 
     with _finishing():
-        if interrupted is not None and trainer.is_main:
-            with contextlib.suppress(OSError):  # the run's end would have drawn it; the model matters more
-                plot_curves(trainer.log_path, out / "loss_curve.png")
-        job.restore(model, stopper.best_state)
-        metrics = {**stopper.best, "eval_examples": len(eval_examples), "train_examples": len(train_examples),
-                   "best_step": stopper.best_step, "steps": trainer.step,
-                   **({"interrupted": True} if interrupted is not None else {})}
-        saved = {"task": task, "metric": metric, "max_length": max_length, "labels": list(labels),
-                 **({"null_answers": bool(null_answers)} if task == "qa" else {}),
-                 "settings": {k: v for k, v in asdict(settings).items() if k not in ("progress", "device")}}
-        if trainer.is_main:  # under torchrun the first process writes; the others hold the same model
-            with writing("the fine-tuned model", out):  # metrics.json last: it marks a finished run
-                model.save_pretrained(out)
-                (out / TASK_FILE).write_text(json.dumps(saved, indent=2) + "\n")
-                (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        try:
+            if interrupted is not None and trainer.is_main:
+                with contextlib.suppress(OSError):  # the run's end would have drawn it; the model matters more
+                    plot_curves(trainer.log_path, out / "loss_curve.png")
+            job.restore(model, stopper.best_state)
+            metrics = {**stopper.best, "eval_examples": len(eval_examples), "train_examples": len(train_examples),
+                       "best_step": stopper.best_step, "steps": trainer.step,
+                       **({"interrupted": True} if interrupted is not None else {})}
+            saved = {"task": task, "metric": metric, "max_length": max_length, "labels": list(labels),
+                     **({"null_answers": bool(null_answers)} if task == "qa" else {}),
+                     "settings": {k: v for k, v in asdict(settings).items() if k not in ("progress", "device")}}
+            if trainer.is_main:  # under torchrun the first process writes; the others hold the same model
+                with writing("the fine-tuned model", out):  # metrics.json last: it marks a finished run
+                    model.save_pretrained(out)
+                    (out / TASK_FILE).write_text(json.dumps(saved, indent=2) + "\n")
+                    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        except KeyboardInterrupt:  # (a second Ctrl-C said only 'interrupted', as if the first one's model were kept)
+            when = f"at step {interrupted}, then again" if interrupted is not None else f"at step {trainer.step},"
+            raise KeyboardInterrupt(f"{when} while the best model (step {stopper.best_step}) was being saved: "
+                                    f"it was not saved in {out}") from None
         if interrupted is not None:
             kept = f"the best model so far (step {stopper.best_step}, {metric} {stopper.best[metric]:.4f}) is saved in {out}"
             if lost is not None:
