@@ -599,7 +599,11 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
         print(f"bertkit: warning: {message}", file=file)
 
 
+_TERMINATED = []  # SIGTERM received: the exit is 143 (128 + 15), as the shell reports such a kill
+
+
 def _terminated(signum, frame) -> None:
+    _TERMINATED.append(signum)
     raise KeyboardInterrupt
 
 
@@ -668,6 +672,7 @@ def main(argv: list[str] | None = None) -> int:
     rank = launch_rank()
     main_thread = threading.current_thread() is threading.main_thread()  # where handlers may be set
     previous = signal.signal(signal.SIGTERM, _terminated) if main_thread and rank == 0 else None
+    _TERMINATED.clear()
     stdout, stderr = sys.stdout, sys.stderr
     if rank != 0:
         sys.stdout = sys.stderr = open(os.devnull, "w")
@@ -693,7 +698,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             previous = None
         print("bertkit: interrupted" + (f" {e}" if str(e) else ""), file=sys.stderr)
-        return 130
+        return 128 + signal.SIGTERM if _TERMINATED else 130
     except BrokenPipeError:  # e.g. `bertkit embed ... | head`
         return 0
     except (MemoryError, RuntimeError, OSError) as e:

@@ -251,8 +251,9 @@ def test_ctrl_c_while_the_commands_load_is_one_line(monkeypatch, capsys):
 
 
 def test_sigterm_stops_a_command_as_ctrl_c_does(monkeypatch, capsys):
-    """`kill` (or a scheduler ending the job) gets the same one line and exit as Ctrl-C, and so
-    the same saving of what Ctrl-C keeps; the handler before main is put back after it."""
+    """`kill` (or a scheduler ending the job) gets the same one line as Ctrl-C, and so the same
+    saving of what Ctrl-C keeps, with the exit a shell gives a SIGTERM (143; it was Ctrl-C's 130);
+    the handler before main is put back after it."""
     import os
     import signal
 
@@ -260,9 +261,11 @@ def test_sigterm_stops_a_command_as_ctrl_c_does(monkeypatch, capsys):
 
     monkeypatch.setattr(bertkit.cli, "cmd_models", lambda args: os.kill(os.getpid(), signal.SIGTERM))
     before = signal.getsignal(signal.SIGTERM)
-    assert main(["models"]) == 130
+    assert main(["models"]) == 143
     assert capsys.readouterr().err == "bertkit: interrupted\n"
     assert signal.getsignal(signal.SIGTERM) is before
+    monkeypatch.setattr(bertkit.cli, "cmd_models", lambda args: (_ for _ in ()).throw(KeyboardInterrupt))
+    assert main(["models"]) == 130  # a Ctrl-C after it in the same process
 
 
 def test_a_second_ctrl_c_while_the_program_ends_is_ignored():
