@@ -330,10 +330,23 @@ def test_failed_save_leaves_the_earlier_checkpoint_intact(good):
 
 
 def test_save_overwrites_cleanly_and_reloads(good):
+    import os
+    import time
+
+    from bertkit.interop.hf import STALE_STAGING_S
+
     model = bertkit.from_pretrained(good)
     randomize(model, seed=11)
+    killed, writing = good / ".saving-killed", good / ".saving-now"  # a killed save's leftover, and one in progress
+    for folder in (killed, writing):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"partial")
+    old = time.time() - STALE_STAGING_S - 60
+    os.utime(killed, (old, old))
     model.save_pretrained(good)
-    assert not [f for f in good.iterdir() if f.name.startswith(".saving-")]
+    assert [f.name for f in good.iterdir() if f.name.startswith(".saving-")] == [writing.name]
+    writing.joinpath("model.safetensors").unlink()
+    writing.rmdir()
     again = bertkit.from_pretrained(good)
     for (n, a), (_, b) in zip(model.named_parameters(), again.named_parameters()):
         assert torch.equal(a, b), n

@@ -13,7 +13,9 @@ import functools
 import json
 import os
 import re
+import shutil
 import tempfile
+import time
 import warnings
 import weakref
 import zipfile
@@ -807,6 +809,19 @@ def _warn_enhanced_mask_decoder(model: Model, target: Path) -> None:
                   stacklevel=outside_stacklevel())  # (where Model.save_pretrained was called)
 
 
+STALE_STAGING_S = 3600  # a staging folder untouched this long is no save in progress
+
+
+def _remove_stale_staging(target: Path) -> None:
+    """The staging folders a killed save left behind (a partial model.safetensors each), once an
+    hour old: a save still writing elsewhere into the same folder touched its own more lately."""
+    now = time.time()
+    for leftover in target.glob(".saving-*"):
+        with contextlib.suppress(OSError):
+            if leftover.is_dir() and now - leftover.stat().st_mtime > STALE_STAGING_S:
+                shutil.rmtree(leftover)
+
+
 def save_pretrained(model: Model, path: str | os.PathLike) -> None:
     """Write config.json, model.safetensors and the tokenizer files. Files are written to a
     temporary directory first and moved into place, so a failure leaves any earlier save intact.
@@ -829,6 +844,7 @@ def save_pretrained(model: Model, path: str | os.PathLike) -> None:
     state = hf_state_dict(model)
     stored = next((t.dtype for t in state.values() if t.is_floating_point()), torch.float32)
     hf["dtype"] = str(stored).removeprefix("torch.")  # what transformers 5 loads by default
+    _remove_stale_staging(target)
     with tempfile.TemporaryDirectory(dir=target, prefix=".saving-") as tmp:
         tmp = Path(tmp)
         (tmp / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
