@@ -389,6 +389,16 @@ def checkpoint_folders(out: Path) -> list[Path]:
     return sorted(p for p in found if re.fullmatch(r"step-\d{8}", p.name) and p.is_dir())
 
 
+def no_config(directory: Path) -> BertkitError:
+    """The error for a model folder without config.json; a pre-training run's folder, interrupted
+    before its final model, names its newest checkpoint, which loads."""
+    message = f"{directory}: no config.json (not a Hugging Face model directory)"
+    kept = checkpoint_folders(directory)
+    if kept:
+        message += f"; a pre-training run without its final model: its newest checkpoint, {kept[-1]}, loads"
+    return BertkitError(message)
+
+
 @contextlib.contextmanager
 def run_lock(out: str | Path, flag: str = "--out"):
     """Hold OUT for one run: a second run writing the same folder at once (its log, checkpoints and

@@ -27,7 +27,7 @@ from typing import Any, Iterator
 from .data import check_vocab_fits
 from .data.corpora import Corpus
 from .errors import BertkitError, first_line
-from .files import RESULT_FILES, checkpoint_folders, launch_rank, output_dir, run_lock, staging_dir, writing
+from .files import RESULT_FILES, checkpoint_folders, launch_rank, no_config, output_dir, run_lock, staging_dir, writing
 from .options import seconds, typed
 from .schedules import check_seed
 
@@ -603,7 +603,7 @@ def _tokenizer(job: PretrainJob, preset, train_corpus, checkpoints: list[Path]):
 
         folder = resolve(job.teacher)
         if not (folder / transformer_folder(folder) / "config.json").is_file():  # before blaming its tokenizer
-            raise BertkitError(f"{job.teacher}: no config.json (not a Hugging Face model directory)")
+            raise no_config(folder / transformer_folder(folder))
         if not any((folder / name).exists() for name in TOKENIZER_FILES):
             raise BertkitError(f"{job.teacher}: the teacher has no tokenizer files; pass --tokenizer")
         return load_tokenizer(folder)

@@ -5,6 +5,7 @@ errors for bad input."""
 import errno
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -147,6 +148,11 @@ def test_resume_continues_bit_for_bit(corpus, tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().err.splitlines()[-1] == (  # what survived, and how to go on
         f"bertkit: interrupted at or after step 4: {checkpoint} is intact; continue with bertkit pretrain "
         f"--out {tmp_path / 'split'} --resume")
+    with pytest.raises(bertkit.BertkitError, match=re.escape(  # loading the run's folder names what does load
+            f"{tmp_path / 'split'}: no config.json (not a Hugging Face model directory); a pre-training run without "
+            f"its final model: its newest checkpoint, {checkpoint}, loads")):
+        bertkit.from_pretrained(tmp_path / "split")
+    assert bertkit.from_pretrained(checkpoint).config.num_layers == 1
     monkeypatch.setattr(Trainer, "train_step", lambda self: (_ for _ in ()).throw(KeyboardInterrupt))
     assert pretrain("--out", str(tmp_path / "early"), *common) == 130
     assert capsys.readouterr().err.splitlines()[-1] == (

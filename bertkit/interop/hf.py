@@ -27,7 +27,7 @@ from torch import nn
 
 from ..config import EncoderConfig, FieldTypeError
 from ..errors import BertkitError, first_line, outside_stacklevel, refused_global
-from ..files import decode_text, parse_json, read_json, shard_files, within_folder
+from ..files import decode_text, no_config, parse_json, read_json, shard_files, within_folder
 from ..hub import resolve
 from ..model import Model, check_num_labels
 from ..models import get_family
@@ -553,7 +553,7 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
     directory = root / inner
     config_path = directory / "config.json"
     if not config_path.exists():
-        raise BertkitError(f"{directory}: no config.json (not a Hugging Face model directory)")
+        raise no_config(directory)
     hf = read_json(config_path)
     config = config_from_hf(hf, config_path)
     carried = carried_keys(hf, config, config_path)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..config import EncoderConfig
 from ..errors import BertkitError
-from ..files import output_dir, read_json, shard_files
+from ..files import no_config, output_dir, read_json, shard_files
 from ..interop.bert_names import BERT_BLOCK, BERT_EMBEDDINGS, BERT_KEYS, BERT_MLM
 from .model import BertForMaskedLM, compute_dtype, parameter_shapes
 from .safetensors import SafetensorsFile, save_file
@@ -112,7 +112,7 @@ def from_pretrained(path: str | os.PathLike, dtype=np.float32) -> BertForMaskedL
         raise BertkitError(f"{directory}: no such directory")
     config_path = directory / "config.json"
     if not config_path.exists():
-        raise BertkitError(f"{directory}: no config.json (not a Hugging Face model directory)")
+        raise no_config(directory)
     hf = read_json(config_path)
     config = config_from_hf(hf, config_path)
     archs = hf.get("architectures") or []
