@@ -24,6 +24,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 import zlib
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -124,9 +125,9 @@ def decode_text(data: bytes, source: str) -> str:
         return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        column = e.start - data.rfind(b"\n", 0, e.start)  # 1-based, in bytes
-        raise BertkitError(f"{source}, line {line}: not UTF-8 text at byte {column} of the line (byte {e.start} "
-                           "of the file); save it as UTF-8") from None
+        column = e.start - data.rfind(b"\n", 0, e.start)  # 1-based, in bytes, as the count from the start
+        raise BertkitError(f"{source}, line {line}: not UTF-8 text at byte {column} of the line (byte {e.start + 1} "
+                           "from the start); save it as UTF-8") from None
 
 
 def read_plain(path: str | Path, what: str = "file") -> str:
@@ -387,6 +388,20 @@ def checkpoint_folders(out: Path) -> list[Path]:
     folder = Path(out) / "checkpoints"
     found = folder.glob("step-*") if folder.is_dir() else []
     return sorted(p for p in found if re.fullmatch(r"step-\d{8}", p.name) and p.is_dir())
+
+
+STALE_STAGING_S = 3600  # a staging folder untouched this long is no save in progress
+
+
+def remove_stale_staging(target: Path) -> None:
+    """The staging folders a killed save_pretrained left in `target` (.saving-*, a partial
+    model.safetensors each), once an hour old: a save still writing elsewhere into the same
+    folder touched its own more lately."""
+    now = time.time()
+    for leftover in target.glob(".saving-*"):
+        with contextlib.suppress(OSError):
+            if leftover.is_dir() and now - leftover.stat().st_mtime > STALE_STAGING_S:
+                shutil.rmtree(leftover)
 
 
 def no_config(directory: Path) -> BertkitError:

@@ -315,7 +315,8 @@ def _what_was_kept(out: Path, started: float) -> str:
     summary = out / "metrics.json"
     if summary.exists() and summary.stat().st_mtime >= started:
         curve = "" if (out / "loss_curve.png").exists() else (
-            f"; its loss curve was not drawn: bertkit visualize curves {out} --out {out} draws it")
+            f"; loss_curve.png was not drawn: bertkit visualize curves {out} --out {out} draws the run's curves "
+            "(curves.png)")
         return f"after the run finished: its final model and metrics.json are saved in {out}{curve}"
     kept = checkpoint_folders(out)
     if not kept:

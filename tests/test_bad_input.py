@@ -333,7 +333,7 @@ def test_save_overwrites_cleanly_and_reloads(good):
     import os
     import time
 
-    from bertkit.interop.hf import STALE_STAGING_S
+    from bertkit.files import STALE_STAGING_S
 
     model = bertkit.from_pretrained(good)
     randomize(model, seed=11)

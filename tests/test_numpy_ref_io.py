@@ -2,6 +2,8 @@
 safetensors format read and written without the safetensors package."""
 
 import json
+import os
+import time
 
 import numpy as np
 import pytest
@@ -113,7 +115,11 @@ def test_saved_checkpoint_loads_in_bertkit_and_transformers(tmp_path):
     rng = np.random.default_rng(3)
     for v in ref.params.values():
         v += rng.standard_normal(v.shape) * 0.05
+    killed = tmp_path / ".saving-killed"  # what a killed save left, two hours ago: removed, as bertkit's save does
+    killed.mkdir(parents=True)
+    os.utime(killed, (time.time() - 7200,) * 2)
     ref.save_pretrained(tmp_path, dtype="float64")
+    assert not killed.exists()
     ids, mask = batch(SMALL)
     got = ref.forward(ids.numpy(), mask.numpy())
     real = mask.bool().numpy()

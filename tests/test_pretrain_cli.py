@@ -196,8 +196,10 @@ def test_a_run_interrupted_at_its_end_says_what_it_takes_to_finish(corpus, tmp_p
     capsys.readouterr()
     assert pretrain("--out", str(out), *common) == 130
     assert capsys.readouterr().err.splitlines()[-1] == (
-        f"bertkit: interrupted after the run finished: its final model and metrics.json are saved in {out}; its "
-        f"loss curve was not drawn: bertkit visualize curves {out} --out {out} draws it")
+        f"bertkit: interrupted after the run finished: its final model and metrics.json are saved in {out}; "
+        f"loss_curve.png was not drawn: bertkit visualize curves {out} --out {out} draws the run's curves (curves.png)")
+    assert main(["visualize", "curves", str(out), "--out", str(out)]) == 0  # the advice works
+    assert (out / "curves.png").stat().st_size > 0
     assert bertkit.from_pretrained(out).config.num_layers == 1
 
 

@@ -290,7 +290,8 @@ def test_standard_input_is_read_as_utf8_files_are(capsys, classifier, monkeypatc
     assert code == 0 and [r["text"] for r in json_lines(out)] == ["a fine film", "the second"]
     stdin("fine\ncaf\u00e9\n".encode("latin-1"))
     code, _, err = run(capsys, "predict", "classify", "--model", classifier, "--input", "-")
-    assert code == 2 and "standard input, line 2: not UTF-8 text at byte 4 of the line (byte 8 of" in one_error(err)
+    assert code == 2 and "standard input, line 2: not UTF-8 text at byte 4 of the line (byte 9 from the start)" \
+        in one_error(err)
     code, _, err = run(capsys, "evaluate", "--model", classifier, "--data", "-")  # predict reads it; evaluate does not
     assert code == 2 and "not standard input ('-'); save it to a file" in one_error(err)
 

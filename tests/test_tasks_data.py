@@ -201,7 +201,7 @@ def test_files_that_are_not_utf8_are_one_line_naming_the_byte(tmp_path, task, na
     offset = body.encode("latin-1").index(b"\xe9")
     line, column = body.count("\n", 0, offset) + 1, offset - body.rfind("\n", 0, offset)  # 1-based
     with pytest.raises(BertkitError, match=rf"{name}, line {line}: not UTF-8 text at byte {column} of the line "
-                                           rf"\(byte {offset} of the file\)") as e:
+                                           rf"\(byte {offset + 1} from the start\)") as e:
         load_examples(task, path)
     one_line(e)
     path.write_bytes(body.encode("utf-16"))  # Windows tools' "Unicode": said "not UTF-8 text (byte 0)"

@@ -13,9 +13,7 @@ import functools
 import json
 import os
 import re
-import shutil
 import tempfile
-import time
 import warnings
 import weakref
 import zipfile
@@ -27,7 +25,7 @@ from torch import nn
 
 from ..config import EncoderConfig, FieldTypeError
 from ..errors import BertkitError, first_line, outside_stacklevel, refused_global
-from ..files import decode_text, no_config, parse_json, read_json, shard_files, within_folder
+from ..files import decode_text, no_config, parse_json, read_json, remove_stale_staging, shard_files, within_folder
 from ..hub import resolve
 from ..model import Model, check_num_labels
 from ..models import get_family
@@ -809,19 +807,6 @@ def _warn_enhanced_mask_decoder(model: Model, target: Path) -> None:
                   stacklevel=outside_stacklevel())  # (where Model.save_pretrained was called)
 
 
-STALE_STAGING_S = 3600  # a staging folder untouched this long is no save in progress
-
-
-def _remove_stale_staging(target: Path) -> None:
-    """The staging folders a killed save left behind (a partial model.safetensors each), once an
-    hour old: a save still writing elsewhere into the same folder touched its own more lately."""
-    now = time.time()
-    for leftover in target.glob(".saving-*"):
-        with contextlib.suppress(OSError):
-            if leftover.is_dir() and now - leftover.stat().st_mtime > STALE_STAGING_S:
-                shutil.rmtree(leftover)
-
-
 def save_pretrained(model: Model, path: str | os.PathLike) -> None:
     """Write config.json, model.safetensors and the tokenizer files. Files are written to a
     temporary directory first and moved into place, so a failure leaves any earlier save intact.
@@ -844,7 +829,7 @@ def save_pretrained(model: Model, path: str | os.PathLike) -> None:
     state = hf_state_dict(model)
     stored = next((t.dtype for t in state.values() if t.is_floating_point()), torch.float32)
     hf["dtype"] = str(stored).removeprefix("torch.")  # what transformers 5 loads by default
-    _remove_stale_staging(target)
+    remove_stale_staging(target)
     with tempfile.TemporaryDirectory(dir=target, prefix=".saving-") as tmp:
         tmp = Path(tmp)
         (tmp / "config.json").write_text(json.dumps(hf, indent=2) + "\n")

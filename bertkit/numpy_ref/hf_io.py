@@ -18,7 +18,7 @@ import numpy as np
 
 from ..config import EncoderConfig
 from ..errors import BertkitError
-from ..files import no_config, output_dir, read_json, shard_files
+from ..files import no_config, output_dir, read_json, remove_stale_staging, shard_files
 from ..interop.bert_names import BERT_BLOCK, BERT_EMBEDDINGS, BERT_KEYS, BERT_MLM
 from .model import BertForMaskedLM, compute_dtype, parameter_shapes
 from .safetensors import SafetensorsFile, save_file
@@ -172,6 +172,7 @@ def save_pretrained(model: BertForMaskedLM, path: str | os.PathLike, dtype: str 
     target.mkdir(parents=True, exist_ok=True)
     state = {to_hf(name): value for name, value in model.params.items()}
     state[DECODER_BIAS] = state["cls.predictions.bias"]
+    remove_stale_staging(target)
     with tempfile.TemporaryDirectory(dir=target, prefix=".saving-") as tmp:
         tmp = Path(tmp)
         (tmp / "config.json").write_text(json.dumps(config_to_hf(model.config), indent=2) + "\n")

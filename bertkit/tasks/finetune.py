@@ -495,8 +495,10 @@ def _finetune(task: str, model, train, eval, out: Path, settings: FinetuneSettin
                     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         except KeyboardInterrupt:  # (a second Ctrl-C said only 'interrupted', as if the first one's model were kept)
             when = f"at step {interrupted}, then again" if interrupted is not None else f"at step {trainer.step},"
+            kept = (f"{out} holds its weights but not its task.json and metrics.json: delete the folder before "
+                    "running again" if (out / "config.json").exists() else f"it was not saved in {out}")
             raise KeyboardInterrupt(f"{when} while the best model (step {stopper.best_step}) was being saved: "
-                                    f"it was not saved in {out}") from None
+                                    f"{kept}") from None
         if interrupted is not None:
             kept = f"the best model so far (step {stopper.best_step}, {metric} {stopper.best[metric]:.4f}) is saved in {out}"
             if lost is not None:
