@@ -314,8 +314,8 @@ def test_an_interrupt_while_the_best_model_is_saved_leaves_no_finished_looking_r
     assert not (tmp_path / "twice" / "config.json").exists()
     # Ctrl-C just after the weights landed, before task.json and metrics.json: not "not saved"
     monkeypatch.setattr(bertkit.Model, "save_pretrained", lambda self, path: save(self, path) or interrupted())
-    with pytest.raises(KeyboardInterrupt, match=r"was being saved: .*landed holds its weights but not its task.json and "
-                                                r"metrics.json: delete the folder before running again$"):
+    with pytest.raises(KeyboardInterrupt, match=r"was being saved: .*landed holds its weights but not its task.json "
+                                                r"and metrics.json: delete the folder before running again$"):
         finetune("classification", tiny("classification", tokenizer), train, dev, tmp_path / "landed",
                  quiet(steps=40, eval_every=2))
     assert (tmp_path / "landed" / "config.json").exists() and not (tmp_path / "landed" / "metrics.json").exists()
