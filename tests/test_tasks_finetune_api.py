@@ -239,9 +239,8 @@ def test_early_stopping_counts_evaluations_without_improvement(tokenizer, sentim
     assert [r["step"] for r in evals] == [2, 4, 6] and all("accuracy" in r for r in evals)
 
 
-def test_ctrl_c_keeps_the_best_model_so_far(tokenizer, sentiment, tmp_path, monkeypatch):
-    """Interrupted after its second evaluation, a run still leaves the best model, metrics.json
-    (marked interrupted) and task.json, and says so; interrupted before any, it keeps nothing."""
+def interrupt_at_step_4(monkeypatch) -> None:
+    """Ctrl-C once the dev evaluation at step 4 (the second, with eval_every=2) is done."""
     from bertkit.tasks.finetune import EarlyStopping
 
     evaluate_dev = EarlyStopping.__call__
@@ -252,6 +251,14 @@ def test_ctrl_c_keeps_the_best_model_so_far(tokenizer, sentiment, tmp_path, monk
             raise KeyboardInterrupt
 
     monkeypatch.setattr(EarlyStopping, "__call__", interrupted_after_two)
+
+
+def test_ctrl_c_keeps_the_best_model_so_far(tokenizer, sentiment, tmp_path, monkeypatch):
+    """Interrupted after its second evaluation, a run still leaves the best model, metrics.json
+    (marked interrupted) and task.json, and says so; interrupted before any, it keeps nothing."""
+    from bertkit.tasks.finetune import EarlyStopping
+
+    interrupt_at_step_4(monkeypatch)
     train, dev = sentiment
     with pytest.raises(KeyboardInterrupt, match=r"at step 4; the best model so far \(step [24], accuracy [0-9.]+\)"):
         finetune("classification", tiny("classification", tokenizer), train, dev, tmp_path, quiet(steps=40, eval_every=2))
@@ -297,16 +304,7 @@ def test_an_interrupt_while_the_best_model_is_saved_leaves_no_finished_looking_r
     assert not any((tmp_path / name).exists() for name in ("metrics.json", "task.json", "model.safetensors",
                                                            "config.json", "checkpoints"))
     # A second Ctrl-C, during the save the first one started, said only 'interrupted'.
-    from bertkit.tasks.finetune import EarlyStopping
-
-    evaluate_dev = EarlyStopping.__call__
-
-    def interrupted_after_two(self, step, metrics):
-        evaluate_dev(self, step, metrics)
-        if step >= 4:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(EarlyStopping, "__call__", interrupted_after_two)
+    interrupt_at_step_4(monkeypatch)
     with pytest.raises(KeyboardInterrupt, match=r"^at step 4, then again while the best model \(step [24]\) was being "
                                                 r"saved: it was not saved in "):
         finetune("classification", tiny("classification", tokenizer), train, dev, tmp_path / "twice",
