@@ -206,13 +206,13 @@ class Trainer:
         if self.rank >= len(streams):
             torch.manual_seed(process_seed(self.settings.seed, self.rank, self.step))
         if self.is_main and self.log_path.exists():  # drop log lines written after this checkpoint
-            # A checkpoint at the run's end follows its final evaluation, which fit() runs and logs
-            # again (it was cut off while saving the final model): its first line goes.
-            final = (self.step, "eval") if self.done() else None
-            kept = [line for line in self.log_path.read_text().splitlines()
-                    if _logged(line)[0] <= self.step and _logged(line) != final]
-            self.log_path.write_text("".join(line + "\n" for line in kept))
+            self._keep_logged(lambda step, split: step <= self.step)
         return True
+
+    def _keep_logged(self, keep: Callable[[float, str | None], bool]) -> None:
+        """Rewrite the log with the lines whose (step, split) `keep` accepts."""
+        kept = [line for line in self.log_path.read_text().splitlines() if keep(*_logged(line))]
+        self.log_path.write_text("".join(line + "\n" for line in kept))
 
     # ---- the loop -------------------------------------------------------------------------
     def _to_device(self, batch: dict) -> dict:
@@ -399,6 +399,10 @@ class Trainer:
         self.out.mkdir(parents=True, exist_ok=True)
         if self.step == 0 and self.is_main:
             self.log_path.unlink(missing_ok=True)  # a fresh run does not append to an old run's log
+        elif self.done() and self.is_main and self.log_path.exists():
+            # Resumed at its end (cut off while saving the final model): the final evaluation, logged
+            # before that checkpoint, runs and is logged again below; its first line goes.
+            self._keep_logged(lambda step, split: (step, split) != (self.step, "eval"))
         self.objective.train()
         timed = s.time_budget is not None  # then the bar counts training seconds against the budget
         bar = tqdm(total=s.time_budget if timed else s.steps,
