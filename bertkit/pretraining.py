@@ -201,13 +201,17 @@ def native_bf16(device) -> bool:
     return any(flag in flags.split() for flag in ("avx512_bf16", "amx_bf16"))
 
 
-def warn_if_emulated(device) -> None:
-    """One warning where bf16 is asked for on hardware that only emulates it (a fine-tune on an
-    AVX2-only CPU ran 12x slower than in fp32, without a word)."""
+def bf16_for(precision: str, device) -> bool:
+    """Whether a precision setting (auto, fp32, bf16) runs bf16 autocast on `device`: `auto` where
+    the hardware multiplies bf16 natively. An explicit bf16 where it is only emulated warns once (a
+    fine-tune on an AVX2-only CPU ran 12x slower than in fp32, without a word)."""
+    if precision != "bf16":
+        return precision == "auto" and native_bf16(device)
     if not native_bf16(device):
         where = "CPU (no AVX512-BF16 or AMX)" if device.type == "cpu" else f"{device.type} device (no bf16 hardware)"
         warnings.warn(f"bf16 on this {where} is emulated: several times slower than fp32 here; --precision auto "
                       "picks fp32 on such hardware")
+    return True
 
 
 def tokenizer_family(family: str) -> str:
@@ -406,9 +410,7 @@ def _pretrain(job: PretrainJob) -> Path:
     from .train import Trainer
 
     device = pick_device(job.device)
-    if job.precision == "bf16":
-        warn_if_emulated(device)
-    if job.precision == "bf16" or (job.precision == "auto" and native_bf16(device)):
+    if bf16_for(job.precision, device):
         settings = dataclasses.replace(settings, bf16=True)
     torch.manual_seed(settings.seed)  # the initial weights
     objective = build_objective(job.objective, job.model, teacher=job.teacher, teacher_layers=job.teacher_layers,

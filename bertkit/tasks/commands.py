@@ -234,13 +234,11 @@ SETTING_FLAGS = ("epochs", "steps", "batch_size", "accumulation", "lr", "weight_
 
 
 def _bf16(precision: str, device: str | None) -> bool:
-    from ..pretraining import native_bf16, pick_device, warn_if_emulated
+    from ..pretraining import bf16_for, pick_device
 
     if precision not in ("auto", "fp32", "bf16"):
         raise BertkitError(f"unknown precision {precision!r}; choose auto, fp32 or bf16")
-    if precision == "bf16":
-        warn_if_emulated(pick_device(device or "auto"))
-    return precision == "bf16" or (precision == "auto" and native_bf16(pick_device(device or "auto")))
+    return precision != "fp32" and bf16_for(precision, pick_device(device or "auto"))
 
 
 def finetune_settings(args):
