@@ -598,12 +598,21 @@ def test_tag_groups_entities_as_transformers_pipeline_does_with_first_strategy(m
     assert all(text[e["start"]:e["end"]] == e["text"] for e in result["entities"])
 
 
-def test_predictions_run_in_fp32_unless_asked_while_evaluate_reproduces_the_run(tokenizer, sentiment, tmp_path):
+def test_predictions_run_in_fp32_unless_asked_while_evaluate_reproduces_the_run(tokenizer, sentiment, tmp_path,
+                                                                                monkeypatch):
     train, dev = sentiment
     scored = [type(e)(e.text, None, float(e.label == "positive")) for e in train]
     metrics = finetune("regression", tiny("classification", tokenizer, num_labels=1), scored, scored[:20], tmp_path,
                        quiet(steps=2, bf16=True))
-    assert evaluate(tmp_path, None, scored[:20])["pearson"] == pytest.approx(metrics["pearson"], abs=1e-9)  # bf16
+    emulated = "the model was fine-tuned in bf16, which this cpu device only emulates"
+    for native in (True, False):  # reproducing a bf16 run where bf16 is emulated (5-12x slower) is said
+        monkeypatch.setattr("bertkit.pretraining.native_bf16", lambda device: native)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            assert evaluate(tmp_path, None, scored[:20])["pearson"] == pytest.approx(metrics["pearson"], abs=1e-9)
+            evaluate(tmp_path, None, scored[:4], bf16=False)  # fp32 asked for: nothing to say
+        assert [w for w in seen if "bf16" in str(w.message)] == [w for w in seen if str(w.message).startswith(emulated)]
+        assert len([w for w in seen if "bf16" in str(w.message)]) == (0 if native else 1)
     texts = [e.text for e in dev[:8]]
     fp32 = classify(tmp_path, texts, bf16=False)
     assert classify(tmp_path, texts) == fp32  # not task.json's bf16: its values are rounded to bf16's 8 bits
