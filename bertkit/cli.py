@@ -178,7 +178,7 @@ def print_fill_mask(results) -> None:
 def cmd_fill_mask(args) -> None:
     if args.top_k < 1:
         raise BertkitError(f"--top-k must be at least 1, got {args.top_k}")
-    from .tasks.commands import read_inputs, shows_progress
+    from .tasks.commands import precision_bf16, read_inputs, shows_progress
     from .tasks.fillmask import fill_mask
 
     texts = [r["text"] for r in read_inputs(args, ("text",), ("text",))]
@@ -186,7 +186,7 @@ def cmd_fill_mask(args) -> None:
     if targets is not None and not all(targets):
         raise BertkitError(f"--targets: an empty word in {args.targets!r} (comma-separated words)")
     results = fill_mask(args.model, texts, args.top_k, targets, args.batch_size, progress=shows_progress(len(texts)),
-                        tokenizer=args.tokenizer, stream=True)
+                        tokenizer=args.tokenizer, stream=True, bf16=precision_bf16(args.precision, None))
     if args.json:
         for r in results:
             for p in r["predictions"]:
@@ -582,7 +582,8 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
     m.add_argument("--tokenizer", help="a tokenizer file or directory, if the model directory has none")
     m.add_argument("--json", action="store_true", help="write JSON lines instead of a table")
     m.set_defaults(func=cmd_fill_mask)
-    from .tasks.commands import add_parsers as task_parsers, input_column_flags
+    from .tasks.commands import add_parsers as task_parsers, autocast_flag, input_column_flags
+    autocast_flag(m)
     input_column_flags(m, ("text",))
     task_parsers(sub, modes)  # finetune, evaluate, predict ...
     return p

@@ -62,6 +62,20 @@ def test_fill_mask_table_and_json(mlm_dir, capsys):
     assert scores == sorted(scores, reverse=True)
 
 
+def test_fill_mask_takes_a_precision_as_the_other_predict_modes_do(mlm_dir, capsys):
+    def scores(*precision):
+        assert main(["predict", "fill-mask", "--model", str(mlm_dir), "--json", "--top-k", "1000", *precision,
+                     "Paris is the [MASK] of France."]) == 0
+        record = json.loads(capsys.readouterr().out)
+        return {p["id"]: p["score"] for p in record["predictions"]}
+
+    fp32, bf16 = scores(), scores("--precision", "bf16")  # rounded in bf16: the same to two digits, not equal
+    assert fp32 == scores("--precision", "fp32") and fp32 != bf16
+    assert max(abs(bf16[i] / fp32[i] - 1) for i in fp32.keys() & bf16.keys()) < 0.05
+    assert main(["predict", "fill-mask", "--model", str(mlm_dir), "--precision", "fp16", "a [MASK]"]) == 2
+    assert "unknown precision 'fp16'" in capsys.readouterr().err
+
+
 def test_fill_mask_gives_the_token_text_transformers_pipeline_gives(tmp_path, reviews, capsys):
     # A byte-level BPE vocabulary's entries ("Ġgood") are not text: token_str is the decoded
     # text, as in transformers' fill-mask pipeline, and the table shows it.

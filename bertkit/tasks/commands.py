@@ -233,7 +233,8 @@ SETTING_FLAGS = ("epochs", "steps", "batch_size", "accumulation", "lr", "weight_
                  "train_limit", "eval_limit", "pooling", "length_grouping")
 
 
-def _bf16(precision: str, device: str | None) -> bool:
+def precision_bf16(precision: str, device: str | None) -> bool:
+    """Whether a --precision value runs bf16 autocast on --device (checked; bf16 warns where emulated)."""
     from ..pretraining import bf16_for, pick_device
 
     if precision not in ("auto", "fp32", "bf16"):
@@ -250,7 +251,7 @@ def finetune_settings(args):
         values.update(typed(FinetuneSettings, {"clip_norm": args.clip_norm}, "--clip-norm"))
     if args.time_budget is not None:
         values["time_budget"] = seconds(args.time_budget)
-    values["bf16"] = _bf16(args.precision, args.device)
+    values["bf16"] = precision_bf16(args.precision, args.device)
     values["progress"] = args.progress
     given = typed(FinetuneSettings, key_values(args.set or [], "--set"), "--set")
     values.update(given)
@@ -298,7 +299,7 @@ def cmd_evaluate(args) -> None:
     overrides = {"max_length": args.max_length, "eval_batch_size": args.batch_size, "device": args.device,
                  "progress": args.progress}
     if args.precision is not None:
-        overrides["bf16"] = _bf16(args.precision, args.device)
+        overrides["bf16"] = precision_bf16(args.precision, args.device)
     if args.limit is not None and args.limit < 1:
         raise BertkitError(f"--limit must be at least 1, got {args.limit}")
     out = output_file(args.out, reads=(args.data,)) if args.out else None
@@ -314,7 +315,7 @@ def cmd_evaluate(args) -> None:
 def _common(args, inputs: int) -> dict:
     if args.batch_size < 1:
         raise BertkitError(f"--batch-size must be at least 1, got {args.batch_size}")
-    bf16 = None if args.precision is None else _bf16(args.precision, None)
+    bf16 = None if args.precision is None else precision_bf16(args.precision, None)
     return {"batch_size": args.batch_size, "max_length": args.max_length, "bf16": bf16, "tokenizer": args.tokenizer,
             "progress": shows_progress(inputs)}
 
@@ -399,7 +400,7 @@ def cmd_embed(args) -> None:
         raise BertkitError("--prompt-name is for embedding; with --query the model's query and document prompts "
                            "are used where it has them")
     options = {"batch_size": args.batch_size, "max_length": args.max_length, "pooling": args.pooling,
-               "progress": shows_progress(len(texts)), "bf16": _bf16(args.precision, None),
+               "progress": shows_progress(len(texts)), "bf16": precision_bf16(args.precision, None),
                "tokenizer": args.tokenizer}
     if args.query:
         hits = search(args.model, args.query, texts, args.top_k, **options)
@@ -449,6 +450,12 @@ def input_column_flags(m, columns: tuple[str, ...]) -> None:
     g = m.add_argument_group("columns of a CSV / TSV / JSON --input file")
     for column in columns:
         _column_flag(g, column)
+
+
+def autocast_flag(m) -> None:
+    """--precision of the commands whose outputs are a model's raw numbers (embed, fill-mask)."""
+    m.add_argument("--precision", default="fp32", help="fp32 (default: the checkpoint's numbers), bf16 "
+                   "(autocast: faster where the hardware has bf16, to two or three digits) or auto")
 
 
 def _predict_flags(m, what: str, precision: bool = True, columns: tuple[str, ...] = ("text",)) -> None:
@@ -606,8 +613,7 @@ def add_parsers(sub, predict_modes) -> None:
                               "scored as sentence-transformers scores them).")
         _predict_flags(m, "model", precision=False)
         m.set_defaults(batch_size=32)
-        m.add_argument("--precision", default="fp32", help="fp32 (default: the checkpoint's numbers), bf16 "
-                       "(autocast: faster where the hardware has bf16, to two or three digits) or auto")
+        autocast_flag(m)
         m.add_argument("--pooling", choices=("mean", "cls"), help="mean or cls (default: the model's "
                        "sentence-transformers Pooling module, else mean; given, it replaces the folder's, with a "
                        "warning: the vectors are then not sentence-transformers')")
