@@ -619,6 +619,23 @@ def test_predictions_run_in_fp32_unless_asked_while_evaluate_reproduces_the_run(
     assert classify(tmp_path, texts, bf16=True) != fp32
 
 
+def test_training_weights_held_in_bf16_is_warned_of(tokenizer, sentiment, tmp_path):
+    """A model loaded with dtype=torch.bfloat16 trains its bf16 weights in place, most updates
+    rounding away: said, and fp32 weights (under autocast or not) train without a word."""
+    train, dev = sentiment
+    both = train[:8] + train[-8:]  # (grouped by label)
+    for dtype, bf16 in ((torch.bfloat16, False), (torch.float16, False), (torch.float32, True), (torch.float32, False)):
+        model = tiny("classification", tokenizer).to(dtype)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            finetune("classification", model, both, both, tmp_path / f"{dtype}-{bf16}", quiet(steps=1, bf16=bf16))
+        said = [str(w.message) for w in seen if "trained weights" in str(w.message)]
+        kind = str(dtype).removeprefix("torch.")
+        assert len(said) == (dtype != torch.float32), said
+        assert all(s.startswith(f"the model's trained weights are {kind}: AdamW's updates smaller") for s in said)
+        assert all(w.filename == __file__ for w in seen if "trained weights" in str(w.message))
+
+
 def test_a_classifier_without_label_names_scores_data_labelled_by_index(tokenizer, tmp_path):
     """transformers names unnamed classes LABEL_0, LABEL_1, ...; data labelled 0 and 1 means them."""
     import transformers
