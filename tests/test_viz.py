@@ -538,6 +538,7 @@ def test_bench_picture_refuses_bad_records_in_one_line(content, message, tmp_pat
 def test_cli_bad_input_is_one_line(argv, message, tmp_path, capsys):
     assert main(argv + ["--out", str(tmp_path / "o")]) == 2
     assert message in one_error_line(capsys)
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())  # a folder's pictures untouched
 
 
 def test_cli_out_naming_a_file_is_one_line_before_any_work(bert, tmp_path, capsys):

@@ -113,14 +113,15 @@ def cmd_attention(args) -> None:
             bad = [i for i in layers if not 0 <= i < L]
             if bad:
                 raise BertkitError(f"--layers: {bad} out of range; the model has layers 0..{L - 1}")
-        written = write_pngs(maps, out, layers)
-        written.append(write_explorer(maps, out / "attention.html"))
-        if args.deberta_components:
+        if args.deberta_components:  # scored (and --layer, --head checked) before any file is written
             from .deberta import plot_components, score_components
 
             layer = L - 1 if args.layer is None else args.layer
             head = args.head or 0
             components = score_components(model, encoded, layer, head, description)
+        written = write_pngs(maps, out, layers)
+        written.append(write_explorer(maps, out / "attention.html"))
+        if args.deberta_components:
             written.append(plot_components(components, out / f"deberta_components_l{layer}_h{head}.png"))
     _wrote(written)
     print(f"{L} layers x {maps.num_heads} heads, {len(maps.tokens)} tokens; "
