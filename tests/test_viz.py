@@ -466,21 +466,35 @@ def test_bench_picture_draws_each_records_ratio_and_ceiling(tmp_path, capsys, mo
     records = [asdict(bench.inference("mini-bert", [5, 9, 3], "fp32", 1, "tiny inference")),
                asdict(bench.mlm_training_step("mini-bert", 2, 16, "fp32", 1, "tiny step"))]
     records.append({**records[0], "dtype": "bf16", "ratio": 0.5, "ceiling": None})
+    machine = ("a test machine, 2 cores (1 torch thread), bf16 emulated (no AVX512-BF16 or AMX: bf16 rows time the "
+               "emulation, several times slower than fp32), torch 2.13.0+cpu, transformers 5.23.0")  # a real length
     for r in records:
-        r["machine"] = "a test machine"  # bench.run fills it in; the picture's subtitle shows it
+        r["machine"] = machine  # bench.run fills it in; the picture's subtitle shows it
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(records))
     drawn, save = [], F.save
     monkeypatch.setattr(F, "save", lambda fig, p: drawn.append(fig) or save(fig, p))
     assert main(["visualize", "bench", str(path), "--out", str(tmp_path / "o")]) == 0
     assert_picture(tmp_path / "o" / "bench.png")
-    assert "a test machine" in drawn[0]._suptitle.get_text()
+    assert " ".join(drawn[0]._suptitle.get_text().split()).endswith(machine)
+    inside_the_picture(drawn[0])  # the subtitle and the axis label were cut off at both edges
     ax = drawn[0].axes[0]
     bars = [p for p in ax.patches if p.get_height() > 0]
     assert [b.get_width() for b in bars] == pytest.approx([r["ratio"] for r in records])
     marks = [line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == "-"]
     assert marks == pytest.approx([r["ceiling"] for r in records if r["ceiling"]])
     assert records[0]["ceiling"] and not records[1]["ceiling"]  # inference has one, training none
+
+
+def inside_the_picture(fig) -> None:
+    """Everything a figure draws (titles, labels, ticks) lies within its edges."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    drawn = fig.get_tightbbox(renderer)  # in inches
+    width, height = fig.get_size_inches()
+    assert drawn.x0 >= -0.01 and drawn.y0 >= -0.01 and drawn.x1 <= width + 0.01 and drawn.y1 <= height + 0.01, \
+        (drawn, width, height)
 
 
 @pytest.mark.parametrize("content, message", [

@@ -35,6 +35,15 @@ def plain(text: str) -> str:
     return text.replace("$", r"\$")
 
 
+def wrapped(text: str, inches: float, fontsize: float) -> str:
+    """`text` broken at spaces into lines that fit `inches` at `fontsize` points (an average
+    character taken as 0.6 em, wide enough for capitals and digits): a machine line or an axis
+    label longer than the figure was cut off at both edges."""
+    import textwrap
+
+    return "\n".join(textwrap.fill(line, max(20, int(inches * 72 / (0.6 * fontsize)))) for line in text.split("\n"))
+
+
 def short(label: str) -> str:
     """A token label, cut to MAX_LABEL characters, drawn as it is (`plain`)."""
     return plain(label if len(label) <= MAX_LABEL else label[: MAX_LABEL - 1] + "\u2026")
