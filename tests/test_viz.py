@@ -10,6 +10,7 @@ import math
 import os
 import re
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -282,6 +283,34 @@ def test_training_curves_from_run_directories(tmp_path):
     (tmp_path / "bad" / "metrics.jsonl").write_text('nonsense\n{"step": 1, "split": "train", "loss": 1}\n')
     with pytest.raises(BertkitError, match=r"metrics.jsonl:1: not a metrics record"):
         read_log(tmp_path / "bad")
+
+
+def test_steps_without_a_finite_value_are_marked_and_said(tmp_path, monkeypatch):
+    """A NaN, infinity or null (as json_safe writes them) or a skipped step was left out and the
+    curve drawn across it, without a word."""
+    run = write_run(tmp_path / "run")
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for r in records:  # a held-out loss and its one term, averaged in different orders
+        if r["split"] == "eval":
+            r["loss"] = r["mlm_loss"] * (1 + 4e-8)
+    records[4].update(loss=float("nan"), mlm_loss=float("nan"))  # step 5
+    records[5]["grad_norm"] = None  # step 6
+    records[6] = {"step": 7, "split": "train", "lr": 1e-3, "skipped": True}
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    drawn, save = [], F.save
+    monkeypatch.setattr(F, "save", lambda fig, p: drawn.append(fig) or save(fig, p))
+    with pytest.warns(UserWarning, match=r"run: 3 step\(s\) logged no finite value \(step 5, 6, 7\)"):
+        plot_curves([run], tmp_path / "c.png")
+    for ax in drawn[0].axes:
+        if ax.get_visible():
+            red = [line.get_xdata()[0] for line in ax.lines if line.get_color() == "red"]
+            assert red == [5, 6, 7], ax.get_title()
+    losses = next(ax for ax in drawn[0].axes if ax.get_title() == "loss")
+    assert [t.get_text() for t in losses.get_legend().get_texts()] == ["mlm_loss (train)", "mlm_loss (held out)",
+                                                                       "no finite value"]  # "loss" is the same
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plot_curves([write_run(tmp_path / "clean")], tmp_path / "d.png")  # nothing to say
 
 
 def test_compare_counts_exactly_and_measures(tmp_path):

@@ -7,7 +7,9 @@ Panels, each drawn only when some record has its keys:
 - scores: accuracies and task scores (accuracy, f1, mcc, exact_match, pearson, spearman, ...);
 - learning rate; gradient norm.
 Train records are noisy, so their curves are drawn faint as logged and solid after an
-exponential moving average; held-out ("eval") records are points joined by dashed lines.
+exponential moving average; held-out ("eval") records are points joined by dashed lines. A step
+with no finite number where one belongs (skipped for a non-finite loss, or NaN, infinity, null)
+is a red line across every panel, with a warning: a curve drawn across it would hide it.
 `train.loop.plot_curves` keeps the one-panel loss picture each run writes for itself.
 """
 
@@ -66,13 +68,33 @@ def panels(records: list[dict]) -> dict[str, list[str]]:
                  and not isinstance(v, bool)]
     losses = [k for k in keys if k.endswith("loss")]
     terms = [k for k in losses if k != "loss"]
-    if "loss" in losses and len(terms) == 1 and all(r.get("loss") == r.get(terms[0]) for r in records):
+    if "loss" in losses and len(terms) == 1 and all(_same(r.get("loss"), r.get(terms[0])) for r in records):
         losses.remove("loss")
     out = {"loss": losses,
            "scores": [k for k in keys if k.endswith(SCORE_SUFFIXES)],
            "learning rate": [k for k in keys if k == "lr"],
            "gradient norm": [k for k in keys if k == "grad_norm"]}
     return {title: ks for title, ks in out.items() if ks}
+
+
+def _same(a, b) -> bool:
+    """Two logged values equal up to float rounding (a held-out loss and its one term are averaged
+    in different orders: 9.14756576 and 9.14756536), or either missing."""
+    if not (_finite(a) and _finite(b)):
+        return True
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def broken_steps(records: list[dict], keys: list[str]) -> list[int]:
+    """The steps of records with no finite number for one of the plotted `keys` they hold (NaN,
+    infinity and null, as json_safe writes them, or a non-number), or skipped for a non-finite
+    loss (`skipped: true`)."""
+    steps = {r["step"] for r in records if r.get("skipped") is True or any(k in r and not _finite(r[k]) for k in keys)}
+    return sorted(s for s in steps if _finite(s))
 
 
 def smooth(values: np.ndarray) -> np.ndarray:
@@ -88,8 +110,7 @@ def smooth(values: np.ndarray) -> np.ndarray:
 
 
 def series(records: list[dict], split: str, key: str) -> tuple[np.ndarray, np.ndarray]:
-    points = [(r["step"], r[key]) for r in records if r.get("split") == split and isinstance(r.get(key), (int, float))
-              and math.isfinite(r[key])]
+    points = [(r["step"], r[key]) for r in records if r.get("split") == split and _finite(r.get(key))]
     if not points:
         return np.empty(0), np.empty(0)
     steps, values = zip(*points)
@@ -107,10 +128,18 @@ def plot_curves(runs: list[Path], path: Path) -> Path:
         for title, keys in panels(records).items():
             shown.setdefault(title, [])
             shown[title] += [k for k in keys if k not in shown[title]]
+    names = {run: F.plain(name) for run, name in _run_names(runs).items()}
+    broken = {run: broken_steps(records, [k for keys in shown.values() for k in keys]) for run, records in logs.items()}
+    for run, steps in broken.items():
+        if steps:
+            listed = ", ".join(map(str, steps[:5])) + (", ..." if len(steps) > 5 else "")
+            warnings.warn(f"{names[run]}: {len(steps)} step(s) logged no finite value (step {listed}): skipped for a "
+                          "non-finite loss, or NaN, infinity or null; marked by red lines",
+                          stacklevel=outside_stacklevel())
+    marked = sorted({s for steps in broken.values() for s in steps})
     columns = 2 if len(shown) > 1 else 1
     rows = -(-len(shown) // columns)
     fig = F.figure(6.2 * columns + 0.4, 3.6 * rows + 0.7)
-    names = {run: F.plain(name) for run, name in _run_names(runs).items()}
     axes = fig.subplots(rows, columns, squeeze=False)
     styles = ("-", "-.", ":", (0, (5, 1)))
     markers = ("o", "s", "^", "D")
@@ -132,6 +161,8 @@ def plot_curves(runs: list[Path], path: Path) -> Path:
                 if len(steps):
                     ax.plot(steps, values, ls="--", marker=markers[k % len(markers)], color=c, ms=4, lw=1.0,
                             label=f"{label} (held out)")
+        for n, step in enumerate(marked):
+            ax.axvline(step, color="red", alpha=0.5, lw=0.9, label="no finite value" if n == 0 else None)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
