@@ -9,6 +9,9 @@ PYTHON      ?= python3
 VENV        ?= .venv
 TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
+# Test processes: one per core (pytest-xdist; each gets its share of the cores' threads, conftest.py);
+# `make test TEST_WORKERS=0` runs the suite in this one process.
+TEST_WORKERS ?= auto
 BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.bertkit-installed
 TORCH_STAMP := $(VENV)/.torch-spec
@@ -38,7 +41,7 @@ demo: $(STAMP)
 	$(BIN)/bertkit demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -12,6 +12,21 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach a hub
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def _share_the_cores() -> None:
+    """Under pytest-xdist (make test: a process per core) each process computes on its share of
+    the cores: torch's default of every core per process put 4 busy threads on 2 cores. The
+    commands tests start in a subprocess inherit the share. OMP_NUM_THREADS set by hand wins."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        threads = max(1, cores // workers)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        torch.set_num_threads(threads)
+
+
+_share_the_cores()
+
+
 def randomize(module: torch.nn.Module, seed: int) -> None:
     """Give every parameter a distinct random value: transformers initializes biases to 0 and
     LayerNorms to 1/0, which would let a swapped weight/bias or a missed bias pass a parity test."""
