@@ -9,8 +9,10 @@ PYTHON      ?= python3
 VENV        ?= .venv
 TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
-# Test processes: one per core (pytest-xdist; each gets its share of the cores' threads, conftest.py);
-# `make test TEST_WORKERS=0` runs the suite in this one process.
+# Test processes: one per core, at most 4 (pytest-xdist; each gets its share of the cores' threads,
+# conftest.py; a worker holds torch, transformers and models of up to bert-base's size, so one per
+# core of a large machine could run out of memory); `make test TEST_WORKERS=0` runs the suite in
+# this one process, TEST_WORKERS=8 in eight.
 TEST_WORKERS ?= auto
 BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.bertkit-installed
@@ -41,7 +43,7 @@ demo: $(STAMP)
 	$(BIN)/bertkit demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4
 
 clean:
 	rm -rf $(VENV) build *.egg-info
