@@ -5,6 +5,7 @@ import io
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 import bertkit
 from conftest import randomize
-from test_hf_parity import hf_model, tiny_hf_config
+from test_hf_parity import hf_config, hf_model, tiny_hf_config
 
 
 @pytest.fixture
@@ -486,3 +487,24 @@ def test_info_names_the_tokenizer_s_size_and_a_tokenizer_that_is_not_the_model_s
         assert json.loads(out)["tokenizer_vocab"] == 30522
         assert json.loads(out)["dtype"] == ("bfloat16" if warned else "float32")  # as stored
         assert ("the tokenizer has 30,522 tokens but the model's vocabulary 99" in err) is warned, err
+
+
+@pytest.mark.parametrize("family, variant, fused", [
+    ("modernbert", "no-bias-window4", "model.layers.1.attn.Wqkv.weight"),  # (3H, H): Q, K, V one after another
+    ("deberta", "both-clamped", "deberta.encoder.layer.1.attention.self.in_proj.weight"),  # v1: interleaved per head
+])
+def test_a_fused_tensor_of_the_wrong_shape_or_missing_is_named_as_the_file_names_it(family, variant, fused, tmp_path):
+    """A file's fused Q, K, V of the wrong shape was split first: ModernBERT's was then named as
+    a 'query' tensor of a made-up shape, DeBERTa v1's a RuntimeError from a reshape. Missing, they
+    were named as the three pieces no file holds."""
+    path = tmp_path / family
+    cls = {"modernbert": "ModernBertForMaskedLM", "deberta": "DebertaForMaskedLM"}[family]
+    hf_model(cls, hf_config(family, variant, cls)).save_pretrained(path)
+    H = json.loads((path / "config.json").read_text())["hidden_size"]
+    edit_weights(path, lambda s: s.update({fused: s[fused][: 2 * H].clone()}))
+    with pytest.raises(bertkit.BertkitError, match=rf"tensor '{re.escape(fused)}' has shape \({2 * H}, {H}\) but the "
+                                                   rf"config needs \({3 * H}, {H}\)"):
+        bertkit.from_pretrained(path)
+    edit_weights(path, lambda s: s.pop(fused))
+    with pytest.raises(bertkit.BertkitError, match=rf"missing 1 tensor\(s\): {re.escape(fused.split('.', 1)[1])}$"):
+        bertkit.from_pretrained(path)

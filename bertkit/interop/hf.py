@@ -383,7 +383,16 @@ def match_state(model: Model, state: dict[str, torch.Tensor], source: Path,
     ignored = [re.compile(p + "$") for p in spec.ignored]
     parts = _parts_not_built(spec)
 
+    fused: dict[str, tuple[int, ...]] = {}  # the file's fused tensors (name without prefix -> shape)
+    pieces: set[str] = set()  # the names they are split into
+    held = {_old_tf_names(n).removeprefix(spec.encoder_prefix) for n in state}
     if spec.to_common is not None:
+        fused, pieces = _fused_shapes(spec, config.num_heads, names, params)
+        for raw_name, tensor in state.items():  # checked as the file holds them: split, they had made-up names
+            needed = fused.get(_old_tf_names(raw_name).removeprefix(spec.encoder_prefix))
+            if needed is not None and tuple(tensor.shape) != needed:
+                raise BertkitError(f"{source}: tensor {raw_name!r} has shape {tuple(tensor.shape)} but the config "
+                                   f"needs {needed}")
         state = spec.to_common(state, config.num_heads)
     loaded: dict[str, torch.Tensor] = {}
     for raw_name, tensor in _mlm_output_bias(state, spec).items():
@@ -449,9 +458,20 @@ def match_state(model: Model, state: dict[str, torch.Tensor], source: Path,
     missing_head = [n for n in missing if not (model.head_kind is None and n.startswith("backbone.pooler."))]
     if missing_encoder or (missing_head and head_from_file):
         shown = [names.to_hf(n) or n for n in missing_encoder or missing_head]
+        if pieces & set(shown):  # a fused tensor (ModernBERT's Wqkv) named as the file names it
+            shown = [n for n in shown if n not in pieces] + [n for n in fused if n not in held]
         raise BertkitError(f"{source}: missing {len(shown)} tensor(s): {', '.join(shown[:5])}"
                            + (" ..." if len(shown) > 5 else ""))
     return loaded, missing
+
+
+def _fused_shapes(spec, num_heads: int, names: NameMap, params: dict) -> tuple[dict[str, tuple[int, ...]], set[str]]:
+    """The tensors a family's files hold fused (ModernBERT's Wqkv, DeBERTa v1's in_proj): their
+    names in the file with the shapes the model needs, and the names of the pieces they split into.
+    Our parameters' shapes put through spec.from_common on the meta device."""
+    common = {names.to_hf(n): torch.empty(p.shape, device="meta") for n, p in params.items() if names.to_hf(n)}
+    layout = spec.from_common(common, num_heads)
+    return {n: tuple(t.shape) for n, t in layout.items() if n not in common}, set(common) - set(layout)
 
 
 def load_state(model: Model, state: dict[str, torch.Tensor], source: Path, head_from_file: bool) -> None:
