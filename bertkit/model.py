@@ -197,6 +197,7 @@ class Model(nn.Module):
                 raise BertkitError(f"{name} must be a whole number of at least 1, got {value!r}")
         if pad_to_multiple_of:
             n = -(-n // pad_to_multiple_of) * pad_to_multiple_of
+        config = self.config.replace(vocab_size=n)  # checked (a pad id past the cut) before any table changes
         self.prepack(False)  # the serving copies are of the old tables
         std = self.config.initializer_range
         padding = word.padding_idx if word.padding_idx is not None and word.padding_idx < n else None
@@ -216,7 +217,7 @@ class Model(nn.Module):
                 head.bias = nn.Parameter(_resized(head.bias, n, mean_resizing and not tied, 0.0),
                                          requires_grad=head.bias.requires_grad)
         self.backbone.embeddings.word = new
-        self.config = self.config.replace(vocab_size=n)
+        self.config = config
         return new
 
     # transformers' names, for tools written against its models (PEFT, training scripts)
@@ -225,8 +226,11 @@ class Model(nn.Module):
         return self.backbone.embeddings.word
 
     def get_output_embeddings(self) -> nn.Linear | None:
-        """An MLM head's decoder (the word embeddings' weight where tied), else None."""
-        return getattr(self.head, "decoder", None)
+        """An MLM head's decoder (the word embeddings' weight where tied), the pre-training head's
+        too (MLM + NSP/SOP, whose decoder sits in its MLM part), else None."""
+        from .layers.heads import MLMHead
+
+        return next((m.decoder for m in self.head.modules() if isinstance(m, MLMHead)), None) if self.head else None
 
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         """Put another word-embedding table of the same shape in; a tied MLM decoder follows it
@@ -280,9 +284,13 @@ class Model(nn.Module):
         """The parameters' floating-point dtype."""
         return next(p.dtype for p in self.parameters() if p.is_floating_point())
 
-    def num_parameters(self) -> int:
-        """Unique parameters (a tied decoder counts once), as `transformers` counts them."""
-        return sum(p.numel() for p in self.parameters())
+    def num_parameters(self, only_trainable: bool = False, exclude_embeddings: bool = False) -> int:
+        """Unique parameters (a tied decoder counts once), as `transformers` counts them:
+        `only_trainable` those with requires_grad, `exclude_embeddings` without the weights of the
+        embedding tables (words, positions, token types; a decoder tied to the words with them)."""
+        tables = {id(m.weight) for m in self.modules() if isinstance(m, nn.Embedding)}
+        return sum(p.numel() for p in self.parameters() if (p.requires_grad or not only_trainable)
+                   and not (exclude_embeddings and id(p) in tables))
 
     def save_pretrained(self, path: str | Path) -> None:
         """Write Hugging Face format: config.json, model.safetensors, tokenizer files."""

@@ -924,12 +924,40 @@ def test_resize_token_embeddings_grows_as_transformers_grows(family, variant, tm
     assert_same(ours(ids, mask, types), reference_outputs(ref, ids, mask, types), mask)
 
 
-@pytest.mark.parametrize("tied", [True, False])
-def test_set_input_embeddings_and_tie_weights_as_transformers(tied, tmp_path):
+@pytest.mark.parametrize("family, variant", MASKED_LM)
+def test_num_parameters_counts_trainable_and_non_embedding_ones_as_transformers(family, variant, tmp_path):
+    """num_parameters(only_trainable=..., exclude_embeddings=...), transformers' keywords (a
+    TypeError before), on the encoder and the MLM model, with the word table frozen."""
+    for cls_name in (FAMILIES[family][0] + "Model", FAMILIES[family][0] + "ForMaskedLM"):
+        ref = hf_model(cls_name, hf_config(family, variant, cls_name))
+        ours = bertkit.from_pretrained(_saved(ref, tmp_path / cls_name))
+        word = ref.get_input_embeddings().weight
+        for model in (ref, ours):
+            model.get_input_embeddings().weight.requires_grad_(False)
+        # transformers excludes a table by the name named_parameters gives it first: XLM-R's and
+        # CamemBERT's MLM models list their head first, so a tied word table counts as the decoder
+        first = next(n for n, p in ref.named_parameters() if p is word)
+        as_decoder = not isinstance(ref.get_submodule(first.rpartition(".")[0]), nn.Embedding)
+        for only_trainable in (False, True):
+            for exclude_embeddings in (False, True):
+                kw = dict(only_trainable=only_trainable, exclude_embeddings=exclude_embeddings)
+                quirk = word.numel() if as_decoder and exclude_embeddings and not only_trainable else 0
+                assert ours.num_parameters(**kw) == ref.num_parameters(**kw) - quirk, (cls_name, kw)
+        assert ours.num_parameters(only_trainable=True) < ours.num_parameters()
+
+
+@pytest.mark.parametrize("cls_name, tied", [("BertForMaskedLM", True), ("BertForMaskedLM", False),
+                                           ("BertForPreTraining", True), ("AlbertForPreTraining", True)])
+def test_set_input_embeddings_and_tie_weights_as_transformers(cls_name, tied, tmp_path):
     """A replaced word table: a tied decoder follows it (transformers' set_input_embeddings then
-    tie_weights), an untied one keeps its own; the logits are transformers' with the same table."""
-    ref = hf_model("BertForMaskedLM", tiny_hf_config(tie_word_embeddings=tied))
+    tie_weights), an untied one keeps its own; the logits are transformers' with the same table.
+    The pre-training head (MLM + NSP / SOP) has its decoder one level down: get_output_embeddings
+    gave None there, so the decoder stayed on the old table."""
+    config = tiny_hf_config(tie_word_embeddings=tied) if cls_name.startswith("Bert") else hf_config(
+        "albert", "one-shared-block", cls_name)
+    ref = hf_model(cls_name, config)
     ours = bertkit.from_pretrained(_saved(ref, tmp_path / "a")).eval()
+    assert tuple(ours.get_output_embeddings().weight.shape) == tuple(ref.get_output_embeddings().weight.shape)
     table = torch.randn(ref.get_input_embeddings().weight.shape, generator=torch.Generator().manual_seed(3))
     ref.set_input_embeddings(nn.Embedding.from_pretrained(table.clone(), freeze=False))
     ref.tie_weights()
@@ -954,6 +982,20 @@ def test_resize_token_embeddings_without_mean_draws_from_the_initializer_and_ref
     for bad in (0, -3, 2.5, True):
         with pytest.raises(BertkitError, match=f"new_num_tokens must be a whole number of at least 1, got {bad}"):
             model.resize_token_embeddings(bad)
+
+
+def test_a_refused_resize_leaves_the_model_as_it_was():
+    """A cut past the padding id is refused by the config: the tables had been cut already, so the
+    next save wrote a vocabulary of one size beside tables of another (loadable by neither)."""
+    model = bertkit.build("roberta-base", head="mlm", num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64,
+                          vocab_size=50, pad_token_id=40)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(BertkitError, match=r"pad_token_id 40 is outside the vocabulary \(size 30\)"):
+        model.resize_token_embeddings(30)
+    after = model.state_dict()
+    assert model.config.vocab_size == 50 and after.keys() == before.keys()
+    assert all(torch.equal(after[k], v) for k, v in before.items())
+    assert model.head.decoder.weight is model.backbone.embeddings.word.weight
 
 
 def test_saving_a_model_with_an_unmerged_adapter_says_to_merge_it(tmp_path):
