@@ -10,9 +10,10 @@ VENV        ?= .venv
 TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
 # Test processes: one per core, at most 4 (pytest-xdist; each gets its share of the cores' threads,
-# conftest.py; a worker holds torch, transformers and models of up to bert-base's size, so one per
-# core of a large machine could run out of memory); `make test TEST_WORKERS=0` runs the suite in
-# this one process, TEST_WORKERS=8 in eight.
+# conftest.py, unless OMP_NUM_THREADS is set; a worker holds torch, transformers and models of up
+# to bert-base's size, so one per core of a large machine could run out of memory); `make test
+# TEST_WORKERS=0` runs the suite in this one process, TEST_WORKERS=8 in eight (xdist caps any -n
+# at --maxprocesses, so the cap is given only to auto).
 TEST_WORKERS ?= auto
 BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.bertkit-installed
@@ -43,7 +44,7 @@ demo: $(STAMP)
 	$(BIN)/bertkit demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(if $(filter auto,$(TEST_WORKERS)),--maxprocesses 4)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
