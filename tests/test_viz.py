@@ -311,6 +311,17 @@ def test_steps_without_a_finite_value_are_marked_and_said(tmp_path, monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         plot_curves([write_run(tmp_path / "clean")], tmp_path / "d.png")  # nothing to say
+    drawn.clear()  # overlaid: the marks are the broken run's, in its colour, and say whose
+    with pytest.warns(UserWarning, match=r"run: 3 step\(s\) .* marked by dotted lines of the run's colour"):
+        plot_curves([tmp_path / "clean", run], tmp_path / "e.png")
+    losses = next(ax for ax in drawn[0].axes if ax.get_title() == "loss")
+    marks = [(line.get_xdata()[0], line.get_color(), line.get_label()) for line in losses.lines
+             if line.get_linestyle() == ":" and len(set(line.get_xdata())) == 1]
+    assert [m[:2] for m in marks] == [(5, "C1"), (6, "C1"), (7, "C1")] and marks[0][2] == "run: no finite value"
+    records[4].update(loss=float("nan"), mlm_loss=3.0)  # only the total not finite: still said
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.warns(UserWarning, match=r"run: 3 step\(s\) logged no finite value \(step 5, 6, 7\)"):
+        plot_curves([run], tmp_path / "f.png")
 
 
 def test_compare_counts_exactly_and_measures(tmp_path):

@@ -9,7 +9,8 @@ Panels, each drawn only when some record has its keys:
 Train records are noisy, so their curves are drawn faint as logged and solid after an
 exponential moving average; held-out ("eval") records are points joined by dashed lines. A step
 with no finite number where one belongs (skipped for a non-finite loss, or NaN, infinity, null)
-is a red line across every panel, with a warning: a curve drawn across it would hide it.
+is a red line across every panel (several runs: a dotted line of its run's colour), with a warning: a
+curve drawn across it would hide it.
 `train.loop.plot_curves` keeps the one-panel loss picture each run writes for itself.
 """
 
@@ -79,9 +80,10 @@ def panels(records: list[dict]) -> dict[str, list[str]]:
 
 def _same(a, b) -> bool:
     """Two logged values equal up to float rounding (a held-out loss and its one term are averaged
-    in different orders: 9.14756576 and 9.14756536), or either missing."""
+    in different orders: 9.14756576 and 9.14756536), or neither a finite number (both missing, as
+    in a skipped step's record, or both NaN)."""
     if not (_finite(a) and _finite(b)):
-        return True
+        return not _finite(a) and not _finite(b)
     return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
 
 
@@ -133,10 +135,10 @@ def plot_curves(runs: list[Path], path: Path) -> Path:
     for run, steps in broken.items():
         if steps:
             listed = ", ".join(map(str, steps[:5])) + (", ..." if len(steps) > 5 else "")
+            mark = "red lines" if len(runs) == 1 else "dotted lines of the run's colour"
             warnings.warn(f"{names[run]}: {len(steps)} step(s) logged no finite value (step {listed}): skipped for a "
-                          "non-finite loss, or NaN, infinity or null; marked by red lines",
+                          f"non-finite loss, or NaN, infinity or null; marked by {mark}",
                           stacklevel=outside_stacklevel())
-    marked = sorted({s for steps in broken.values() for s in steps})
     columns = 2 if len(shown) > 1 else 1
     rows = -(-len(shown) // columns)
     fig = F.figure(6.2 * columns + 0.4, 3.6 * rows + 0.7)
@@ -161,8 +163,11 @@ def plot_curves(runs: list[Path], path: Path) -> Path:
                 if len(steps):
                     ax.plot(steps, values, ls="--", marker=markers[k % len(markers)], color=c, ms=4, lw=1.0,
                             label=f"{label} (held out)")
-        for n, step in enumerate(marked):
-            ax.axvline(step, color="red", alpha=0.5, lw=0.9, label="no finite value" if n == 0 else None)
+        for r, (run, steps) in enumerate(broken.items()):  # one run: red; several: each its own colour
+            colour, style = ("red", "-") if len(runs) == 1 else (f"C{r % 10}", ":")
+            for n, step in enumerate(steps):
+                ax.axvline(step, color=colour, ls=style, alpha=0.6, lw=0.9, label=None if n else (
+                    "no finite value" if len(runs) == 1 else f"{names[run]}: no finite value"))
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
