@@ -37,11 +37,11 @@ def plain(text: str) -> str:
 
 def wrapped(text: str, inches: float, fontsize: float) -> str:
     """`text` broken at spaces into lines that fit `inches` at `fontsize` points (an average
-    character taken as 0.6 em, wide enough for capitals and digits): a centred title longer than
-    the figure, such as bench's machine line, was cut off at both edges."""
+    character taken as 0.7 em, as wide as a capital X): a centred title longer than the figure,
+    such as bench's machine line, was cut off at both edges."""
     import textwrap
 
-    return "\n".join(textwrap.fill(line, max(20, int(inches * 72 / (0.6 * fontsize)))) for line in text.split("\n"))
+    return "\n".join(textwrap.fill(line, max(20, int(inches * 72 / (0.7 * fontsize)))) for line in text.split("\n"))
 
 
 def short(label: str) -> str:
