@@ -324,6 +324,28 @@ def test_steps_without_a_finite_value_are_marked_and_said(tmp_path, monkeypatch)
         plot_curves([run], tmp_path / "f.png")
 
 
+def test_each_runs_own_loss_picture_marks_steps_without_a_finite_loss(tmp_path, monkeypatch):
+    """loss_curve.png, drawn at the end of every run, left a gap at a null loss (a NaN as
+    json_safe writes it) and drew the line across a skipped step, with nothing marking either."""
+    import matplotlib.pyplot as plt
+
+    from bertkit.train import loop
+
+    records = [{"step": s, "split": "train", "loss": 5.0 - s / 10} for s in range(1, 9)]
+    records[2]["loss"] = None  # step 3
+    records[5] = {"step": 6, "split": "train", "skipped": True}
+    records.append({"step": 8, "split": "eval", "loss": float("inf")})
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    drawn, close = [], plt.close
+    monkeypatch.setattr(plt, "close", lambda fig: drawn.append(fig) or close(fig))
+    loop.plot_curves(tmp_path / "metrics.jsonl", tmp_path / "loss_curve.png")
+    (ax,) = drawn[0].axes
+    assert [line.get_xdata()[0] for line in ax.lines if line.get_color() == "red"] == [3, 6, 8]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["train loss", "no finite loss"]
+    train = next(line for line in ax.lines if line.get_label() == "train loss")
+    assert list(train.get_xdata()) == [1, 2, 4, 5, 7, 8]  # only finite points, joined
+
+
 def test_compare_counts_exactly_and_measures(tmp_path):
     rows = compare(["mini-bert", "electra-small"], batch_size=1, length=16, repeats=1)
     assert [r.length for r in rows] == [16, 16]

@@ -536,19 +536,25 @@ def _distributed(device: torch.device) -> tuple[int, int]:
 
 
 def plot_curves(log: Path, png: Path) -> None:
-    """Training and held-out loss against step, from a metrics.jsonl log."""
+    """Training and held-out loss against step, from a metrics.jsonl log. A step with no finite
+    loss (skipped, NaN, infinity, null) is a red line, as `visualize curves` draws it: the curve
+    would otherwise be drawn across it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ..viz.curves import broken_steps, finite
+
     records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
     for split, style in (("train", "-"), ("eval", "o-")):
-        points = [(r["step"], r["loss"]) for r in records if r["split"] == split and "loss" in r]
+        points = [(r["step"], r["loss"]) for r in records if r["split"] == split and finite(r.get("loss"))]
         if points:
             ax.plot(*zip(*points), "o-" if len(points) == 1 else style,  # one point: a line would not show
                     label=f"{split} loss", alpha=0.8 if split == "train" else 1.0)
+    for n, step in enumerate(broken_steps(records, ["loss"])):
+        ax.axvline(step, color="red", alpha=0.6, lw=0.9, label=None if n else "no finite loss")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss")
     ax.set_title(f"training curve: {log.parent.name}".replace("$", r"\$"))  # a '$' in the name is no math

@@ -11,7 +11,7 @@ exponential moving average; held-out ("eval") records are points joined by dashe
 with no finite number where one belongs (skipped for a non-finite loss, or NaN, infinity, null)
 is a red line across every panel (several runs: a dotted line of its run's colour), with a warning: a
 curve drawn across it would hide it.
-`train.loop.plot_curves` keeps the one-panel loss picture each run writes for itself.
+`train.loop.plot_curves` keeps the one-panel loss picture each run writes for itself (marking such steps the same way).
 """
 
 from __future__ import annotations
@@ -82,12 +82,12 @@ def _same(a, b) -> bool:
     """Two logged values equal up to float rounding (a held-out loss and its one term are averaged
     in different orders: 9.14756576 and 9.14756536), or neither a finite number (both missing, as
     in a skipped step's record, or both NaN)."""
-    if not (_finite(a) and _finite(b)):
-        return not _finite(a) and not _finite(b)
+    if not (finite(a) and finite(b)):
+        return not finite(a) and not finite(b)
     return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
 
 
-def _finite(value) -> bool:
+def finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -95,8 +95,8 @@ def broken_steps(records: list[dict], keys: list[str]) -> list[int]:
     """The steps of records with no finite number for one of the plotted `keys` they hold (NaN,
     infinity and null, as json_safe writes them, or a non-number), or skipped for a non-finite
     loss (`skipped: true`)."""
-    steps = {r["step"] for r in records if r.get("skipped") is True or any(k in r and not _finite(r[k]) for k in keys)}
-    return sorted(s for s in steps if _finite(s))
+    steps = {r["step"] for r in records if r.get("skipped") is True or any(k in r and not finite(r[k]) for k in keys)}
+    return sorted(s for s in steps if finite(s))
 
 
 def smooth(values: np.ndarray) -> np.ndarray:
@@ -112,7 +112,7 @@ def smooth(values: np.ndarray) -> np.ndarray:
 
 
 def series(records: list[dict], split: str, key: str) -> tuple[np.ndarray, np.ndarray]:
-    points = [(r["step"], r[key]) for r in records if r.get("split") == split and _finite(r.get(key))]
+    points = [(r["step"], r[key]) for r in records if r.get("split") == split and finite(r.get(key))]
     if not points:
         return np.empty(0), np.empty(0)
     steps, values = zip(*points)
