@@ -257,6 +257,22 @@ class Model(nn.Module):
         if decoder is not None and self.config.tie_word_embeddings:
             decoder.weight = self.get_input_embeddings().weight
 
+    def enable_input_require_grads(self) -> None:
+        """Make the word embeddings' output require grad even when the table is frozen, as
+        transformers does for adapters (PEFT, LoRA) on a frozen model: the gradient then reaches
+        the trainable parts inside the stack through every path. (transformers' checkpointing switch
+        turns this on too, for its reentrant checkpoints; bertkit's are non-reentrant and need not.)"""
+        def require_grads(module, inputs, output):
+            output.requires_grad_(True)
+
+        self.disable_input_require_grads()
+        self._input_grads_hook = self.get_input_embeddings().register_forward_hook(require_grads)
+
+    def disable_input_require_grads(self) -> None:
+        hook = self.__dict__.pop("_input_grads_hook", None)
+        if hook is not None:
+            hook.remove()
+
     def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None) -> None:
         """Activation checkpointing in training (the encoder's `checkpointing`): each block's
         activations are recomputed in the backward pass. Non-reentrant whatever the kwargs say."""

@@ -946,6 +946,49 @@ def test_num_parameters_counts_trainable_and_non_embedding_ones_as_transformers(
         assert ours.num_parameters(only_trainable=True) < ours.num_parameters()
 
 
+@pytest.mark.parametrize("family, variant", MASKED_LM)
+def test_enable_input_require_grads_as_transformers(family, variant, tmp_path):
+    """PEFT's switch for adapters on a frozen model (an AttributeError before): with every weight
+    frozen the outputs require grad only between enable and disable, as transformers' do (ours under
+    activation checkpointing: transformers' own checkpointing switch also enables the hook, which
+    non-reentrant checkpointing does not need); the gradient reaching the input embeddings is
+    transformers'."""
+    cls_name = FAMILIES[family][0] + "Model"
+    ref = hf_model(cls_name, hf_config(family, variant, cls_name))
+    ours = bertkit.from_pretrained(_saved(ref, tmp_path)).train(False)
+    ids, mask, types = batch_for(ref.config)
+    for model in (ref, ours):
+        model.requires_grad_(False)
+    ours.gradient_checkpointing_enable()
+    states = {}
+    for step in ("before", "enabled", "again", "disabled"):
+        if step in ("enabled", "again"):  # enabling twice hooks once (transformers' second call
+            ours.enable_input_require_grads()  # loses the first hook, which disable then leaves on)
+            if step == "enabled":
+                ref.enable_input_require_grads()
+        elif step == "disabled":
+            ours.disable_input_require_grads(), ref.disable_input_require_grads()
+        words = {}
+
+        def keep(name, out):
+            if out.requires_grad:
+                out.retain_grad()
+            words[name] = out
+
+        for name, model in (("ours", ours), ("ref", ref)):
+            handle = model.get_input_embeddings().register_forward_hook(lambda m, i, out, name=name: keep(name, out))
+            out = model(input_ids=ids, attention_mask=mask, token_type_ids=types)
+            handle.remove()
+            states[step, name] = out.last_hidden_state.requires_grad
+            if out.last_hidden_state.requires_grad:
+                (out.last_hidden_state * mask[..., None]).square().sum().backward()
+        if step == "enabled":
+            torch.testing.assert_close(words["ours"].grad * mask[..., None], words["ref"].grad * mask[..., None],
+                                       atol=1e-4, rtol=1e-4)
+    assert states == {(step, name): step in ("enabled", "again") for step in ("before", "enabled", "again", "disabled")
+                      for name in ("ours", "ref")}
+
+
 @pytest.mark.parametrize("cls_name, tied", [("BertForMaskedLM", True), ("BertForMaskedLM", False),
                                            ("BertForPreTraining", True), ("AlbertForPreTraining", True)])
 def test_set_input_embeddings_and_tie_weights_as_transformers(cls_name, tied, tmp_path):
