@@ -168,7 +168,8 @@ def print_fill_mask(results) -> None:
     from .files import shown
 
     for r in results:
-        print(f"{shown(r['text'], 10**9)}  (mask at token {r['position'] + 1})")  # counted from 1, as errors count
+        line = f"line {r['line']}, " if "line" in r else ""
+        print(f"{shown(r['text'], 10**9)}  ({line}mask at token {r['position'] + 1})")  # from 1, as errors count
         # a vocabulary's tokens are the file's: an escape sequence in one must not reach the terminal
         rows = [["rank", "token", "score"]] + [[str(k + 1), shown(p["token_str"].strip() or p["token"]),
                                                 f"{p['score']:.4f}"] for k, p in enumerate(r["predictions"])]
@@ -181,12 +182,15 @@ def cmd_fill_mask(args) -> None:
     from .tasks.commands import precision_bf16, read_inputs, shows_progress
     from .tasks.fillmask import fill_mask
 
-    texts = [r["text"] for r in read_inputs(args, ("text",), ("text",))]
+    lines = []
+    texts = [r["text"] for r in read_inputs(args, ("text",), ("text",), lines=lines)]
     targets = args.targets.split(",") if args.targets is not None else None  # spaces kept: " good" is BPE's Ġgood
     if targets is not None and not all(targets):
         raise BertkitError(f"--targets: an empty word in {args.targets!r} (comma-separated words)")
     results = fill_mask(args.model, texts, args.top_k, targets, args.batch_size, progress=shows_progress(len(texts)),
                         tokenizer=args.tokenizer, stream=True, bf16=precision_bf16(args.precision, None))
+    if lines:
+        results = with_lines(results, lines)
     if args.json:
         for r in results:
             for p in r["predictions"]:
@@ -194,6 +198,18 @@ def cmd_fill_mask(args) -> None:
             print(json.dumps(r, ensure_ascii=False), flush=True)
     else:
         print_fill_mask(results)
+
+
+def with_lines(results, lines: list[int]):
+    """Each fill-mask record with its text's line in --input first: a text's records (one per
+    mask, every text has one) come together, their positions rising, so the next text starts
+    where the text changes or the position does not rise (the same text on two lines)."""
+    n, last = -1, None
+    for r in results:
+        if last is None or r["text"] != last["text"] or r["position"] <= last["position"]:
+            n += 1
+        last = r
+        yield {"line": lines[n], **r}
 
 
 # Sentences to show what a masked LM learned at the end of `bertkit pretrain` (movie-review

@@ -62,6 +62,19 @@ def test_fill_mask_table_and_json(mlm_dir, capsys):
     assert scores == sorted(scores, reverse=True)
 
 
+def test_fill_mask_records_name_their_input_line(mlm_dir, tmp_path, capsys):
+    """Empty lines of --input are skipped, and a text gives a record per mask: the records could
+    not be matched to lines. Each now starts with its text's line, the same text twice included."""
+    given = tmp_path / "in.txt"
+    given.write_text("a [MASK] b [MASK]\n\na [MASK] b [MASK]\nthe [MASK]\n\n\nthe [MASK]\nthe [MASK]\n")
+    assert main(["predict", "fill-mask", "--model", str(mlm_dir), "--json", "--input", str(given)]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["line"] for r in records] == [1, 1, 3, 3, 4, 7, 8]
+    assert all(given.read_text().splitlines()[r["line"] - 1] == r["text"] for r in records)
+    assert main(["predict", "fill-mask", "--model", str(mlm_dir), "--input", str(given)]) == 0
+    assert "the [MASK]  (line 7, mask at token 3)" in capsys.readouterr().out
+
+
 def test_fill_mask_takes_a_precision_as_the_other_predict_modes_do(mlm_dir, capsys):
     def scores(*precision):
         assert main(["predict", "fill-mask", "--model", str(mlm_dir), "--json", "--top-k", "1000", *precision,

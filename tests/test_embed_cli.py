@@ -357,6 +357,8 @@ def test_search_results_name_each_texts_line_in_the_input_file(minilm_dir, tmp_p
     assert sorted(h["line"] for h in hits) == [1, 3, 6]
     assert all(lines[h["line"] - 1] == h["text"] for h in hits)
     assert hits[0]["text"] == "A documentary about space travel."
+    assert main(["embed", "--model", str(minilm_dir), "--input", str(corpus)]) == 0  # and so does each vector
+    assert [json.loads(line)["line"] for line in capsys.readouterr().out.splitlines()] == [1, 3, 6]
 
 
 def test_a_saved_copy_keeps_only_the_modules_own_files(minilm_dir, tmp_path):

@@ -164,9 +164,10 @@ def test_predict_choose_from_arguments_and_json_lines(trained, tmp_path, capsys)
     line = json.loads(capsys.readouterr().out)
     assert line["choices"] == list(e.choices) and line["answer"] == e.choices[line["choice"]]
     inputs = tmp_path / "in.jsonl"
-    inputs.write_text("".join(json.dumps({"text": x.text, "choices": list(x.choices)}) + "\n" for x in dev[:5]))
+    inputs.write_text("\n".join(json.dumps({"text": x.text, "choices": list(x.choices)}) + "\n" for x in dev[:5]))
     assert main(["predict", "choose", "--model", str(out), "--input", str(inputs)]) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["line"] for x in lines] == [1, 3, 5, 7, 9]  # an empty line between inputs
     assert [x["choice"] for x in lines] == [p["choice"] for p in choose(out, [x.text for x in dev[:5]],
                                                                         [list(x.choices) for x in dev[:5]])]
     assert main(["predict", "choose", "--model", str(out), "a context", "--choice", "only one"]) == 2

@@ -252,6 +252,8 @@ def test_predict_classify_from_arguments_and_files_agree(capsys, classifier, tmp
     assert code == 0 and "skipped 1 empty line" in err
     assert [(r["label"], round(r["score"], 4)) for r in json_lines(out)] == \
         [(r["label"], round(r["score"], 4)) for r in from_args]
+    # each record says its line: with the empty line skipped, record 2 is line 3 (none from arguments)
+    assert [r["line"] for r in json_lines(out)] == [1, 3, 4] and not any("line" in r for r in from_args)
     table = tmp_path / "test.csv"  # the file evaluate reads: its text column, not its lines
     write_csv(table, [type("Row", (), {"text": t, "label": "positive"})() for t in texts])
     table.write_text(table.read_text().replace(texts[1], texts[1].replace(", ", ",\n")))  # a quoted newline
@@ -369,12 +371,14 @@ def test_tagging_and_qa_through_the_command_line(capsys, encoder_dir, tmp_path):
     code, printed, _ = run(capsys, "predict", "tag", "--model", out, "--input", conll)  # its sentences, not lines
     assert code == 0 and [r["tokens"] for r in json_lines(printed)] == [list(s.words)
                                                                        for s in tagged_sentences("train", 120)]
+    assert not any("line" in r for r in json_lines(printed))  # a data file's sentences span lines
     # the word/TAG file evaluate reads: its words (its tags were read as words, '/' and all)
     dev = tagged_sentences("dev", 3)
     slashed = tmp_path / "dev.txt"
     slashed.write_text("\n\n".join(" ".join(f"{w}/{t}" for w, t in zip(s.words, s.tags)) for s in dev) + "\n")
     code, printed, err = run(capsys, "predict", "tag", "--model", out, "--input", slashed)
     assert code == 0 and [r["tokens"] for r in json_lines(printed)] == [list(s.words) for s in dev]
+    assert [r["line"] for r in json_lines(printed)] == [1, 3, 5]  # each sentence's line, the empty ones between
     assert "dev.txt holds word/TAG lines: tagging their words" in err
     # ... but slashed text whose last parts are not the model's tags stays text (they were dropped)
     slashed.write_text("and/or\n1/2/2020\nhttp://a.com/b\n")
@@ -409,6 +413,10 @@ def test_tagging_and_qa_through_the_command_line(capsys, encoder_dir, tmp_path):
     assert code == 0 and context[result["start"]:result["end"]] == result["answer"]
     code, _, err = run(capsys, "predict", "answer", "--model", out, "Who?")
     assert code == 2 and "no context" in err
+    asked = tmp_path / "questions.txt"
+    asked.write_text(f"\n{questions[0].question}\n\n{json.dumps({'question': questions[1].question})}\n")
+    code, printed, _ = run(capsys, "predict", "answer", "--model", out, "--context", context, "--input", asked)
+    assert code == 0 and [r["line"] for r in json_lines(printed)] == [2, 4]
 
 
 def test_embed_and_cosine_search(capsys, minilm_dir, tmp_path, monkeypatch):

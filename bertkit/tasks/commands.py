@@ -196,10 +196,12 @@ def _model_tags(model) -> set[str] | None:
     return set(map(str, labels.values())) if isinstance(labels, dict) else None
 
 
-def _write_lines(results) -> None:
-    """One JSON line per result, each out as soon as it is made: the predict commands stream."""
-    for r in results:
-        print(json.dumps(r, ensure_ascii=False), flush=True)
+def _write_lines(results, lines: list[int] | None = None) -> None:
+    """One JSON line per result, each out as soon as it is made: the predict commands stream.
+    With `lines` (each input's line in a --input file, read_inputs fills it), each record starts
+    with its input's `line`: empty lines are skipped, so the n-th record need not be line n."""
+    for n, r in enumerate(results):
+        print(json.dumps({"line": lines[n], **r} if lines else r, ensure_ascii=False), flush=True)
 
 
 def _six(score: float | None) -> float | None:
@@ -328,7 +330,8 @@ def shows_progress(inputs: int) -> bool:
 def cmd_classify(args) -> None:
     from .finetune import classify
 
-    records = read_inputs(args, ("text", "text_pair"), ("text",))
+    lines = []
+    records = read_inputs(args, ("text", "text_pair"), ("text",), lines=lines)
     if args.text_pair is not None:
         if args.input or len(records) != 1:
             raise BertkitError("--text-pair goes with one positional text; for many pairs use --input with "
@@ -339,16 +342,17 @@ def cmd_classify(args) -> None:
     if args.top_k is not None and args.top_k < 1:
         raise BertkitError(f"--top-k must be at least 1, got {args.top_k}")
     _write_lines(classify(args.model, [r["text"] for r in records], pairs, top_k=args.top_k, stream=True,
-                          **_common(args, len(records))))
+                          **_common(args, len(records))), lines)
 
 
 def cmd_tag(args) -> None:
     from .finetune import tag
 
     # (read_inputs has checked that tokens are lists of strings, and texts strings)
+    lines = []
     inputs = [r.get("tokens", r.get("text")) for r in read_inputs(args, ("text", "tokens"), (), ("text", "tokens"),
-                                                                   tags=_model_tags(args.model))]
-    _write_lines(map(_printed_tags, tag(args.model, inputs, stream=True, **_common(args, len(inputs)))))
+                                                                   lines=lines, tags=_model_tags(args.model))]
+    _write_lines(map(_printed_tags, tag(args.model, inputs, stream=True, **_common(args, len(inputs)))), lines)
 
 
 def cmd_answer(args) -> None:
@@ -359,7 +363,8 @@ def cmd_answer(args) -> None:
     context = args.context
     if args.context_file is not None:
         context = read_text(args.context_file)
-    records = read_inputs(args, ("question", "context"), ("question",))
+    lines = []
+    records = read_inputs(args, ("question", "context"), ("question",), lines=lines)
     for n, r in enumerate(records, 1):
         r.setdefault("context", context)
         if r["context"] is None:
@@ -370,26 +375,27 @@ def cmd_answer(args) -> None:
         args.model, [r["question"] for r in records], [r["context"] for r in records], top_k=args.top_k,
         null_answers=True if args.null_answers else None, max_answer_length=args.max_answer_length,
         doc_stride=args.doc_stride, max_query_length=args.max_query_length, stream=True,
-        **_common(args, len(records)))))
+        **_common(args, len(records)))), lines)
 
 
 def cmd_choose(args) -> None:
     from .finetune import choose
 
-    records = read_inputs(args, ("text", "choices"), ("text",))
+    lines = []
+    records = read_inputs(args, ("text", "choices"), ("text",), lines=lines)
     for n, r in enumerate(records, 1):
         if "choices" not in r:
             if not args.choice:
                 raise BertkitError(f"input {n} has no choices (--choice, repeated, or a \"choices\" list)")
             r["choices"] = args.choice
     _write_lines(choose(args.model, [r["text"] for r in records], [r["choices"] for r in records], stream=True,
-                        **_common(args, len(records))))
+                        **_common(args, len(records))), lines)
 
 
 def cmd_embed(args) -> None:
     from .embedding import embed, search
 
-    lines = []  # each text's line in --input: search results name it beside the index
+    lines = []  # each text's line in --input: records and search results name it
     texts = [r["text"] for r in read_inputs(args, ("text",), ("text",), lines=lines)]
     if args.batch_size < 1:
         raise BertkitError(f"--batch-size must be at least 1, got {args.batch_size}")
@@ -411,7 +417,7 @@ def cmd_embed(args) -> None:
         return
     vectors = embed(args.model, texts, normalize=False if args.no_normalize else None, prompt_name=args.prompt_name,
                     stream=True, **options)
-    _write_lines({"text": t, "embedding": float32_list(v)} for t, v in zip(texts, vectors))
+    _write_lines(({"text": t, "embedding": float32_list(v)} for t, v in zip(texts, vectors)), lines)
 
 
 def float32_list(vector) -> list[float]:
