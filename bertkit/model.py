@@ -18,6 +18,20 @@ from .layers.dense import pack, packed, unpack
 from .models import assemble
 
 
+# the dtypes a model computes in (float8 and the like load, then fail in the first addition)
+RUNNABLE_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def model_dtype(value, what: str = "dtype", also: str = "") -> torch.dtype:
+    """A dtype the models run in, from a torch dtype or its name ("bfloat16", "torch.float16",
+    "half", as transformers takes them), else one error naming `what` and `also`, what else it takes."""
+    found = getattr(torch, value.removeprefix("torch."), None) if isinstance(value, str) else value
+    if not any(found is d for d in RUNNABLE_DTYPES):
+        raise BertkitError(f"{what} must be float32, float64, float16 or bfloat16 (a torch dtype or its name)"
+                           f"{also}, got {value!r}")
+    return found
+
+
 class Model(nn.Module):
     """An encoder of any family (`config.family`) with an optional head (`head`: None, "mlm",
     "pretraining", "classification", "token-classification", "qa", "multiple-choice") and the
@@ -151,6 +165,11 @@ class Model(nn.Module):
         matmul (AVX2 only). dtype=torch.bfloat16 on an fp32 model packs bf16
         copies instead, which serve only under CPU autocast to bf16, computing what autocast
         would without casting the weights on each call. Returns the model."""
+        if dtype is not None:
+            given, dtype = dtype, model_dtype(dtype, "prepack's dtype")
+            if dtype not in (torch.bfloat16, self.dtype):
+                raise BertkitError(f"prepack's dtype is bfloat16 (copies for autocast) or the model's own "
+                                   f"{self.dtype}, got {given!r}: cast the model (model.to(dtype)) to run in another")
         if enabled and self.training:
             raise BertkitError("prepack() is for inference: call model.eval() first")
         for module in self.modules():

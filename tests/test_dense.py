@@ -5,6 +5,7 @@ import pytest
 import torch
 from torch import nn
 
+from bertkit.errors import BertkitError
 from bertkit.layers import dense as D
 from bertkit.layers.activations import activation
 
@@ -279,6 +280,28 @@ def test_bf16_copies_packed_for_autocast_serve_every_block_linear_with_autocasts
     assert (got - want).abs().max() <= 2 * (want - exact).abs().max() + 1e-6
     seen.clear()
     assert torch.equal(run(False), exact) and not any(seen)  # fp32: the plain weights
+
+
+def test_prepack_takes_dtype_names_and_refuses_a_dtype_it_would_not_pack():
+    """prepack(dtype=...) took anything: "bfloat16" (a name, as from_pretrained takes it) packed
+    no bf16 copies, and float16, "fp16" or int8 did nothing without a word."""
+    import bertkit
+
+    model = bertkit.build("mini-bert").eval()
+    linears = [m for m in model.modules() if type(m) is nn.Linear]
+    for named, given in (("bfloat16", torch.bfloat16), ("torch.float32", torch.float32)):
+        packs = []
+        for dtype in (given, named):
+            model.prepack(dtype=dtype)
+            packs.append([(D.packed(m), D._PACKED[m][1] if D.packed(m) else None) for m in linears])
+            model.prepack(False)
+        assert packs[0] == packs[1], named
+    assert all(p for p, _ in packs[0]) == D.onednn_dtype(torch.float32)  # the fp32 copies, where oneDNN serves
+    for wrong, said in ((torch.float16, "model's own torch.float32, got torch.float16"), ("fp16", "got 'fp16'"),
+                        (torch.int8, "got torch.int8")):
+        with pytest.raises(BertkitError, match=f"^prepack's dtype .*{said}"):
+            model.prepack(dtype=wrong)
+    assert not any(D.packed(m) for m in linears)
 
 
 @pytest.mark.parametrize("bf16", [False, *([True] if D.ONEDNN_BF16 else [])])

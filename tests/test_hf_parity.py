@@ -577,11 +577,14 @@ def test_dtype_auto_keeps_the_files_dtype_as_transformers_does(tmp_path):
     config.pop("dtype", None), config.pop("torch_dtype", None)
     (path / "config.json").write_text(json.dumps(config))  # no dtype named: the tensors tell
     assert {p.dtype for p in bertkit.from_pretrained(path, dtype="auto").parameters()} == {torch.bfloat16}
-    (path / "config.json").write_text(json.dumps({**config, "torch_dtype": "int8"}))
-    with pytest.raises(BertkitError, match="dtype 'int8' is not a floating-point torch dtype"):
-        bertkit.from_pretrained(path, dtype="auto")
-    with pytest.raises(BertkitError, match="dtype must be a floating-point torch dtype \\(or its name\\), or \"auto\""):
-        bertkit.from_pretrained(path, dtype="float12")
+    runnable = "must be float32, float64, float16 or bfloat16 \\(a torch dtype or its name\\)"
+    for stored in ("int8", "float8_e4m3fn"):  # float8 loaded, then failed in the first forward (torch's error)
+        (path / "config.json").write_text(json.dumps({**config, "torch_dtype": stored}))
+        with pytest.raises(BertkitError, match=f"config.json: dtype {runnable}, got '{stored}'"):
+            bertkit.from_pretrained(path, dtype="auto")
+    for asked in ("float12", torch.float8_e5m2, "float8_e4m3fn", torch.int8, torch.Tensor):
+        with pytest.raises(BertkitError, match=f"^dtype {runnable}, or \"auto\", got "):
+            bertkit.from_pretrained(path, dtype=asked)
     assert bertkit.from_pretrained(path, dtype="half").dtype == torch.float16  # torch's names, as transformers takes them
 
 

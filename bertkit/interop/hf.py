@@ -27,7 +27,7 @@ from ..config import EncoderConfig, FieldTypeError
 from ..errors import BertkitError, first_line, outside_stacklevel, refused_global
 from ..files import decode_text, no_config, parse_json, read_json, remove_stale_staging, shard_files, within_folder
 from ..hub import resolve
-from ..model import Model, check_num_labels
+from ..model import Model, check_num_labels, model_dtype
 from ..models import get_family
 from .hf_names import FAMILIES, HEAD_SUFFIX, HFFamily, deberta_version_of
 
@@ -543,11 +543,9 @@ def file_dtype(hf: dict, state: dict[str, torch.Tensor], source: Path) -> torch.
     dtype (torch_dtype before transformers 5), else the first floating tensor's."""
     name = hf.get("dtype") or hf.get("torch_dtype")
     if name is not None:
-        found = getattr(torch, str(name).removeprefix("torch."), None)
-        if not (isinstance(found, torch.dtype) and found.is_floating_point):
-            raise BertkitError(f"{source}: dtype {name!r} is not a floating-point torch dtype")
-        return found
-    return next((t.dtype for t in state.values() if t.is_floating_point()), torch.float32)
+        return model_dtype(str(name), f"{source}: dtype")
+    stored = next((t.dtype for t in state.values() if t.is_floating_point()), torch.float32)
+    return model_dtype(stored, f"{source}: the tensors' dtype")
 
 
 def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_labels: int | None = None,
@@ -583,12 +581,10 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
         config = config.replace(num_labels=num_labels, label_names=())
         head_from_file = False  # the file's head has other shapes: it starts fresh, with a warning
     state, weights_path = read_weights(directory)
-    if isinstance(dtype, str) and dtype != "auto":  # "bfloat16", "torch.float16", as transformers takes them
-        dtype = getattr(torch, dtype.removeprefix("torch."), dtype)
     if dtype == "auto":
         dtype = file_dtype(hf, state, config_path)
-    elif dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise BertkitError(f"dtype must be a floating-point torch dtype (or its name), or \"auto\", got {dtype!r}")
+    elif dtype is not None:
+        dtype = model_dtype(dtype, also=', or "auto"')
 
     check_depth(FAMILIES[config.family], config, state, weights_path)
 
