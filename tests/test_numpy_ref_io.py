@@ -126,6 +126,9 @@ def test_saved_checkpoint_loads_in_bertkit_and_transformers(tmp_path):
 
     ours = bertkit.from_pretrained(tmp_path)
     assert ours.head_kind == "mlm"
+    assert json.loads((tmp_path / "config.json").read_text())["dtype"] == "float64"  # as transformers writes it
+    ref.save_pretrained(tmp_path / "half", dtype="bfloat16")
+    assert json.loads((tmp_path / "half" / "config.json").read_text())["dtype"] == "bfloat16"
     theirs = transformers.BertForMaskedLM.from_pretrained(tmp_path, torch_dtype=torch.float64).eval()
     with torch.no_grad():
         theirs_logits = theirs(input_ids=ids, attention_mask=mask).logits.numpy()

@@ -172,10 +172,11 @@ def save_pretrained(model: BertForMaskedLM, path: str | os.PathLike, dtype: str 
     target.mkdir(parents=True, exist_ok=True)
     state = {to_hf(name): value for name, value in model.params.items()}
     state[DECODER_BIAS] = state["cls.predictions.bias"]
+    stored = dtype or next(iter(state.values())).dtype.name  # config.json names it, as transformers writes it
     remove_stale_staging(target)
     with tempfile.TemporaryDirectory(dir=target, prefix=".saving-") as tmp:
         tmp = Path(tmp)
-        (tmp / "config.json").write_text(json.dumps(config_to_hf(model.config), indent=2) + "\n")
+        (tmp / "config.json").write_text(json.dumps({**config_to_hf(model.config), "dtype": stored}, indent=2) + "\n")
         save_file(state, tmp / "model.safetensors", dtype=dtype, metadata={"format": "pt"})
         for f in tmp.iterdir():
             os.replace(f, target / f.name)
