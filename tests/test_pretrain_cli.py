@@ -250,7 +250,7 @@ def test_numpy_backend_writes_a_checkpoint_torch_loads(corpus, tmp_path):
     assert pretrain("--backend", "numpy", "--corpus", str(corpus), "--out", str(out), "--steps", "3",
                     *TINY, *FAST) == 0
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["backend"] == "numpy" and metrics["step"] == 3
+    assert metrics["backend"] == "numpy" and metrics["step"] == 3 and metrics["processes"] == 1
     model = bertkit.from_pretrained(out)
     assert model.head_kind == "mlm" and model.tokenizer is not None and (out / "loss_curve.png").is_file()
     assert json.loads((out / "job.json").read_text())["backend"] == "numpy"  # its settings, as a torch run's

@@ -179,7 +179,7 @@ class Trainer:
         if self.out is not None:
             self.model.save_pretrained(self.out)
             summary = {"step": self.step, "tokens": self.tokens, "train_seconds": round(self.elapsed, 1),
-                       "backend": "numpy", **final}
+                       "processes": 1, "backend": "numpy", **final}  # keys of a torch run's metrics.json
             (self.out / "metrics.json").write_text(json.dumps(json_safe(summary), indent=2) + "\n")
         return history
 
