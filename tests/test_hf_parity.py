@@ -424,8 +424,10 @@ def test_a_file_that_names_no_architecture_loads_as_the_encoder_with_a_fresh_poo
         expected = ref(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
     assert max_diff_on_real(ours(ids, mask, types).last_hidden_state, expected, mask) <= TOL
     (path / "config.json").write_text(json.dumps({**config, "architectures": ["BertForSequenceClassification"]}))
-    with pytest.raises(BertkitError, match="missing 4 tensor"):  # pooler and classifier
+    with pytest.raises(BertkitError, match="missing 4 tensor.* of the head config.json's architectures name; "
+                       r"from_pretrained\(\.\.\., head='classification'\) starts it fresh$"):  # pooler and classifier
         bertkit.from_pretrained(path)
+    assert bertkit.from_pretrained(path, head="classification").head_kind == "classification"  # as it says
 
 
 def test_a_classifier_re_headed_for_another_label_count_keeps_its_encoder(tmp_path):

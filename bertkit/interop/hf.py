@@ -460,8 +460,11 @@ def match_state(model: Model, state: dict[str, torch.Tensor], source: Path,
         shown = [names.to_hf(n) or n for n in missing_encoder or missing_head]
         if pieces & set(shown):  # a fused tensor (ModernBERT's Wqkv) named as the file names it
             shown = [n for n in shown if n not in pieces] + [n for n in fused if n not in held]
+        fresh = "" if missing_encoder else (  # transformers' Auto classes start it fresh with a warning
+            f" of the head config.json's architectures name; from_pretrained(..., head={model.head_kind!r}) starts "
+            "it fresh")
         raise BertkitError(f"{source}: missing {len(shown)} tensor(s): {', '.join(shown[:5])}"
-                           + (" ..." if len(shown) > 5 else ""))
+                           + (" ..." if len(shown) > 5 else "") + fresh)
     return loaded, missing
 
 
