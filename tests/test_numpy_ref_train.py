@@ -336,7 +336,8 @@ def test_a_model_that_cannot_be_saved_is_refused_before_training(tmp_path):
 
 def test_out_that_is_a_file_is_the_save_error(tmp_path):
     """A file where the run folder (or one above it) would go: the one-line error save_pretrained
-    gives, before training; an existing folder is written into (train's docstring)."""
+    gives, before training; an existing folder is written into, but not one holding a finished
+    run (train's docstring; a second run wrote over the first)."""
     model = numpy_ref.build(TINY)
     batches = [as_numpy(b) for b in tiny_batches(1)]
     file = tmp_path / "file.txt"
@@ -347,9 +348,17 @@ def test_out_that_is_a_file_is_the_save_error(tmp_path):
         with pytest.raises(BertkitError) as at_train:
             numpy_ref.train(model, batches, steps=1, out=out)
         assert str(at_train.value) == str(at_save.value)
-    for _ in range(2):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 1, "split": "train", "loss": 9.0}\n')  # a cut run's
+    (tmp_path / "run" / "notes.txt").write_text("mine")
+    numpy_ref.train(model, batches, steps=1, out=tmp_path / "run")
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1  # the new run's own log
+    finished = {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()}
+    assert finished["notes.txt"] == b"mine" and "metrics.json" in finished
+    with pytest.raises(BertkitError, match="run already holds metrics.json, config.json, model.safetensors, which "
+                                           "this run would overwrite; choose another folder or delete them$"):
         numpy_ref.train(model, batches, steps=1, out=tmp_path / "run")
-    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1  # the second run's own log
+    assert {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()} == finished
 
 
 def test_interrupt_says_no_model_was_saved(tmp_path):

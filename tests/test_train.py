@@ -3,6 +3,7 @@ the real MiniLM vocabulary) and tiny models."""
 
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -264,8 +265,9 @@ def test_resumed_run_equals_an_uninterrupted_one_bit_for_bit(reviews, tokenizer,
         trainer.fit()
         return model
 
-    run(tmp_path / "full", batch_at)
-    full = run(tmp_path / "full", batch_at)  # a fresh run over an old one's directory starts its own log
+    (tmp_path / "full").mkdir()  # a run cut before its first checkpoint left its log: a fresh run starts its own
+    (tmp_path / "full" / "metrics.jsonl").write_text('{"step": 1, "split": "train", "loss": 9.0}\n')
+    full = run(tmp_path / "full", batch_at)
     log = [json.loads(line) for line in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log if r["split"] == "train"] == list(range(1, 11))
     with pytest.raises(KeyboardInterrupt):
@@ -278,6 +280,31 @@ def test_resumed_run_equals_an_uninterrupted_one_bit_for_bit(reviews, tokenizer,
     for (name, a), b in zip(full.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(a, b), name
     assert len(list((tmp_path / "full" / "checkpoints").glob("step-*"))) == 2  # keep=2
+
+
+def test_a_fresh_run_into_another_runs_folder_is_refused_and_leaves_it_whole(reviews, tokenizer, tmp_path):
+    """fit() without resume() into a folder holding a run's checkpoints, a finished run or a model
+    wrote over them (a second run's model and metrics beside the first one's checkpoints, which a
+    later resume() then continued); `bertkit pretrain` refused it, as the README says."""
+    batch_at, _ = batches_from(reviews, tokenizer)
+
+    def trainer(out, steps=2, **more):
+        model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, **TINY)
+        return Trainer(MaskedLM(model), batch_at, settings(steps=steps, save_every=1, **more), out)
+
+    trainer(tmp_path / "run").fit()
+    before = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()}
+    with pytest.raises(bertkit.BertkitError, match=r"run already holds a run \(its newest checkpoint: step-00000002\); "
+                                           r"call resume\(\) before fit\(\) to continue it, or choose another out$"):
+        trainer(tmp_path / "run", lr=5e-3).fit()
+    shutil.rmtree(tmp_path / "run" / "checkpoints")  # a finished run whose checkpoints were cleared
+    before = {p: b for p, b in before.items() if p.exists()}
+    with pytest.raises(bertkit.BertkitError, match="run already holds metrics.json, config.json, model.safetensors, which"):
+        trainer(tmp_path / "run").fit()
+    assert {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()} == before
+    resumed = trainer(tmp_path / "resumed", steps=3)  # resumed: its own folder, as before
+    trainer(tmp_path / "resumed", steps=2).fit()
+    assert resumed.resume() and resumed.fit() is not None and resumed.step == 3
 
 
 def checkpointing_trainer(reviews, tokenizer, out, steps):

@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import BertkitError
-from ..files import json_safe, output_dir
+from ..files import MODEL_FILES, json_safe, output_dir
 from .hf_io import check_savable
 from .model import BertForMaskedLM
 from ..schedules import check_training, scheduled_factor
@@ -70,7 +70,8 @@ class Trainer:
         self.eval_batches = list(eval_batches)
         self.out = None
         if out is not None:  # checked now: a run of minutes must not end in a path or format error
-            self.out = output_dir(out, keep=(), flag="")
+            # (nor write over a finished run or a model, as the torch Trainer refuses to)
+            self.out = output_dir(out, keep=("metrics.json", *MODEL_FILES), flag="", run_logs=True)
             check_savable(model.config)
         self.optimizer = AdamW(model.params, settings.lr, settings.betas, settings.eps, settings.weight_decay)
         model.rng = np.random.default_rng(settings.seed)
@@ -192,9 +193,9 @@ def train(model: BertForMaskedLM, batches: Sequence[dict] | Callable[[int], dict
     per-step metrics; `eval_batches` are scored once at the end (metrics.json).
 
     `out` is checked before training (a file there, or a model that cannot be saved in Hugging
-    Face format, is one error line). A folder that exists is written into: the files a run
-    writes (metrics.jsonl, metrics.json, config.json, model.safetensors) replace any already
-    there, other files are left alone. (`bertkit pretrain` refuses a folder holding a finished
-    run instead; this is the API, which a script may call again on purpose.)"""
+    Face format, is one error line). A folder that exists is written into, its other files left
+    alone, unless it holds a finished run or a model (metrics.json, config.json, model weights),
+    which is refused as `bertkit pretrain` and the torch Trainer refuse it: a second run wrote
+    over the first. A run log (metrics.jsonl) of a run that did not finish is replaced."""
     batch_at = batches if callable(batches) else (lambda i: batches[i % len(batches)])
     return Trainer(model, batch_at, TrainSettings(steps=steps, lr=lr, **settings), out, eval_batches).fit()

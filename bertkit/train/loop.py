@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import BertkitError, outside_stacklevel
-from ..files import json_safe, launch_processes, writing
+from ..files import json_safe, launch_processes, output_dir, writing
 from . import checkpoint
 from ..schedules import check_training, scheduled_factor
 from .optim import param_groups
@@ -205,6 +205,16 @@ class Trainer:
         """What a run stopped for a non-finite loss leaves: its last checkpoint, or none."""
         previous = checkpoint.latest(self.out)
         return f"the last checkpoint, {previous}, is intact" if previous else "no checkpoint was written"
+
+    def _check_out_is_free(self) -> None:
+        """A fresh run (not resumed) into OUT: refused where it would overwrite another run's
+        checkpoints, a finished run or a model (other files are left alone), as `bertkit pretrain`
+        refuses it; fit() without resume() wrote over them, mixing two runs' files."""
+        previous = checkpoint.latest(self.out)
+        if previous is not None:
+            raise BertkitError(f"{self.out} already holds a run (its newest checkpoint: {previous.name}); call resume() "
+                               "before fit() to continue it, or choose another out")
+        output_dir(self.out, flag="", run_logs=True)
 
     def resume(self, path: Path | None = None) -> bool:
         """Continue from `path` or the newest checkpoint under OUT/checkpoints; False if none."""
@@ -412,6 +422,8 @@ class Trainer:
             raise BertkitError(f"{len(unheld)} trainable parameter(s) ({unheld[0]}{more}) are not in the optimizer: "
                                "the model changed after the Trainer was built (a resize_token_embeddings?); "
                                "build the Trainer after changing the model")
+        if self.step == 0:
+            self._check_out_is_free()
         self.out.mkdir(parents=True, exist_ok=True)
         if self.step == 0 and self.is_main:
             self.log_path.unlink(missing_ok=True)  # a fresh run does not append to an old run's log
