@@ -212,8 +212,8 @@ class Trainer:
         refuses it; fit() without resume() wrote over them, mixing two runs' files."""
         previous = checkpoint.latest(self.out)
         if previous is not None:
-            raise BertkitError(f"{self.out} already holds a run (its newest checkpoint: {previous.name}); call resume() "
-                               "before fit() to continue it, or choose another out")
+            raise BertkitError(f"{self.out} already holds a run (its newest checkpoint: {previous.name}); "
+                               "call resume() before fit() to continue it, or choose another out")
         output_dir(self.out, flag="", run_logs=True)
 
     def resume(self, path: Path | None = None) -> bool:
