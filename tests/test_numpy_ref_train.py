@@ -286,7 +286,7 @@ def test_diverged_run_writes_valid_json_and_says_so_once(tmp_path):
     assert records[-1]["split"] == "eval" and records[-1]["mlm_loss"] is None
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        with pytest.raises(BertkitError, match=r"loss is nan at step 1; stopping"):
+        with pytest.raises(BertkitError, match=r"loss is nan at step 2; stopping"):
             numpy_ref.train(numpy_ref.build(TINY), batches, steps=2, lr=1e30, warmup=0.0)
 
 

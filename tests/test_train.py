@@ -424,7 +424,8 @@ def test_nonfinite_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(review
 
     objective.forward = sometimes_nan
     trainer = Trainer(objective, poisoned, settings(steps=8, save_every=2), tmp_path / "run")
-    with pytest.raises(bertkit.BertkitError, match="loss is nan at step 4; stopping \\(the last checkpoint, .*step-00000004, is intact"):
+    with pytest.raises(bertkit.BertkitError,  # the 5th step (metrics.jsonl's step 5), after checkpoint 4
+                       match="loss is nan at step 5; stopping \\(the last checkpoint, .*step-00000004, is intact"):
         trainer.fit()
     assert [p.name for p in sorted((tmp_path / "run" / "checkpoints").glob("step-*"))] == ["step-00000002",
                                                                                          "step-00000004"]
@@ -445,13 +446,13 @@ def test_nonfinite_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(review
         return step()
 
     diverged.train_step = ruin_after_two
-    with pytest.raises(bertkit.BertkitError, match="at step 2; .*the weights are no longer finite: lower the learning"):
+    with pytest.raises(bertkit.BertkitError, match="at step 3; .*the weights are no longer finite: lower the learning"):
         diverged.fit()
     model.load_state_dict(kept)
     # before any update the learning rate cannot be why (a regression label of 1e30 squares to inf)
     first = Trainer(objective, lambda i: {**batch_at(i), "poison": torch.tensor(True)}, settings(steps=2),
                     tmp_path / "first")
-    with pytest.raises(bertkit.BertkitError, match="at step 0; stopping .*before any update, so the data or the model"):
+    with pytest.raises(bertkit.BertkitError, match="at step 1; stopping .*before any update, so the data or the model"):
         first.fit()
     skipping = Trainer(objective, poisoned, settings(steps=8, skip_nonfinite=True), tmp_path / "skip")
     skipping.fit()
@@ -694,3 +695,84 @@ def test_a_model_changed_after_the_trainer_was_built_is_refused_not_left_untrain
     model.gradient_checkpointing_enable()  # transformers' way: a Trainer not asked for it keeps it on
     Trainer(MaskedLM(model), lambda i: None, settings(steps=1), tmp_path / "run")
     assert model.is_gradient_checkpointing
+
+
+def test_an_objective_of_ones_own_needs_only_a_forward_returning_the_loss(reviews, tokenizer, tmp_path):
+    """"An objective is a module that returns a loss" (the design): an Objective subclass whose
+    forward returned a tensor failed with "'Tensor' object has no attribute 'loss'", and one
+    without models() with a bare NotImplementedError; a plain module was refused with no word of
+    what to do."""
+    from torch import nn
+
+    from bertkit.objectives import Objective
+
+    batch_at, _ = batches_from(reviews, tokenizer)
+    model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, **TINY)
+
+    class MeanLogit(Objective):  # a loss of one's own, over the masked positions' logits
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, batch, totals=None):
+            logits = self.model(batch["input_ids"], batch["attention_mask"]).logits
+            return torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten())
+
+    objective = MeanLogit(model)
+    assert objective.models() == {"": model}
+    before = model.get_input_embeddings().weight.detach().clone()
+    Trainer(objective, batch_at, settings(steps=2), tmp_path / "own").fit()
+    log = [json.loads(line) for line in (tmp_path / "own" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if r["split"] == "train" and math.isfinite(r["loss"])] == [1, 2]
+    assert not torch.equal(before, model.get_input_embeddings().weight)
+    assert bertkit.from_pretrained(tmp_path / "own").head_kind == "mlm"  # what models() named, saved
+
+    class Returns(MeanLogit):
+        def __init__(self, model, give):
+            super().__init__(model)
+            self.give = give
+
+        def forward(self, batch, totals=None):
+            return self.give(super().forward(batch))
+
+    class Two(MeanLogit):
+        def __init__(self, model):
+            super().__init__(model)
+            self.other = bertkit.build("mini-bert", head="mlm", num_layers=1)
+
+    class Plain(nn.Module):
+        def forward(self, batch):
+            return torch.zeros(())
+
+    fit = lambda objective: Trainer(objective, batch_at, settings(steps=1), tmp_path / "x").fit()  # noqa: E731
+    for call, said in [
+            (lambda: fit(Returns(model, float)), r"^Returns.forward returned float: an objective returns its loss"),
+            (lambda: fit(Returns(model, lambda loss: loss.expand(7))),
+             r"^Returns.forward returned a loss of shape \(7,\): a loss is one number"),
+            (lambda: fit(Returns(model, torch.Tensor.detach)), "^the loss does not require grad: no trainable"),
+            (lambda: Two(model).models(), r"^Two holds 2 bertkit models as attributes: say which a run saves by "
+                                          r'defining models\(\) -> \{"": model\}'),
+            (lambda: fit(Plain()), "^Trainer takes an objective .*or a subclass of bertkit.objectives.Objective "
+                                   r"whose forward\(batch\) returns the loss\), not Plain$")]:
+        with pytest.raises(bertkit.BertkitError, match=said):
+            call()
+
+
+def test_a_batch_of_the_wrong_shapes_or_kinds_is_one_error_naming_the_key(reviews, tokenizer, tmp_path):
+    """Each was torch's own error from deep inside a step (a size mismatch, 'list' has no .to,
+    "Target 123 is out of bounds")."""
+    batch_at, _ = batches_from(reviews, tokenizer)
+    model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, **TINY)
+    good = batch_at(0)
+    B, T = good["input_ids"].shape
+    V = tokenizer.vocab_size
+    for change, said in [
+            ({"labels": good["labels"][:, :-2]}, rf"'labels' has shape \({B}, {T - 2}\), not input_ids' shape"),
+            ({"attention_mask": good["attention_mask"][:-1]}, rf"'attention_mask' has shape \({B - 1}, {T}\), not"),
+            ({"token_type_ids": good["input_ids"].tolist()}, "'token_type_ids' is a list, not a tensor"),
+            ({"labels": good["labels"].masked_fill(good["labels"] != -100, V + 5)},
+             f"'labels' holds {V + 5}, outside the vocabulary of {V}")]:
+        trainer = Trainer(MaskedLM(model), lambda i: {**good, **change}, settings(steps=1), tmp_path / "run")
+        with pytest.raises(bertkit.BertkitError, match=f"^batch key {said}"):
+            trainer.fit()
+        assert not (tmp_path / "run" / "metrics.json").exists()

@@ -106,7 +106,7 @@ class Trainer:
                 result = self.model.forward_backward(batch["input_ids"], batch.get("attention_mask"),
                                                      batch["labels"], batch.get("token_type_ids"), scale=share)
             if not np.isfinite(result.loss):
-                raise BertkitError(f"loss is {result.loss} at step {self.step}; stopping (no model was saved; "
+                raise BertkitError(f"loss is {result.loss} at step {self.step + 1}; stopping (no model was saved; "
                                    "lower the learning rate)")
             loss += result.loss * share  # the mean over the step's masked tokens (an empty micro-batch: 0 * 0)
             accuracy += result.accuracy * share

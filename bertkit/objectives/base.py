@@ -72,7 +72,9 @@ class PerRow:
 
 
 class Objective(nn.Module):
-    """A module whose forward(batch, totals=None) returns a Step. An objective that
+    """A module whose forward(batch, totals=None) returns a Step, or the loss alone (a scalar
+    tensor, logged as `loss`); a subclass of your own needs only forward() when it holds one
+    bertkit model (what `models()` saves). An objective that
     averages its loss over items (masked tokens, sequences) whose number varies from batch to
     batch says how many of each each batch holds (`counts`): with gradient accumulation or several
     processes, the trainer then passes the step's `totals`, and each term is weighted by its share
@@ -99,10 +101,30 @@ class Objective(nn.Module):
             raise BertkitError(f"{type(self).__name__} needs the batch key(s) "
                                f"{'; '.join(f'{k!r}: {what}' for k, what in missing.items())}; this batch has "
                                f"{', '.join(map(repr, batch)) or 'nothing'}")
+        for key, value in batch.items():  # (a list failed in .to(device), a short mask deep in the model)
+            if not isinstance(value, torch.Tensor):
+                raise BertkitError(f"batch key {key!r} is a {type(value).__name__}, not a tensor")
+        ids = batch.get("input_ids")
+        for key, value in batch.items():
+            if ids is None or value.dim() == 0:
+                continue
+            same = key in ("attention_mask", "token_type_ids", "position_ids") or (key == "labels" and value.dim() > 1)
+            if (tuple(value.shape) != tuple(ids.shape)) if same else (len(value) != len(ids)):
+                want = f"input_ids' shape {tuple(ids.shape)}" if same else f"a row for each of input_ids' {len(ids)}"
+                raise BertkitError(f"batch key {key!r} has shape {tuple(value.shape)}, not {want}")
 
     def __call__(self, batch, *args, **kwargs) -> Step:
         self.check_batch(batch)
-        return super().__call__(batch, *args, **kwargs)
+        result = super().__call__(batch, *args, **kwargs)
+        if isinstance(result, torch.Tensor):  # the loss alone
+            result = Step(result, {"loss": result.detach()})
+        if not isinstance(result, Step) or not isinstance(result.loss, torch.Tensor):
+            raise BertkitError(f"{type(self).__name__}.forward returned {type(result).__name__}: an objective "
+                               "returns its loss (a scalar tensor) or a Step(loss, metrics)")
+        if result.loss.numel() != 1:
+            raise BertkitError(f"{type(self).__name__}.forward returned a loss of shape {tuple(result.loss.shape)}: "
+                               "a loss is one number (a mean over the batch's items)")
+        return result
 
     def metric_count(self, metric: str) -> str | None:
         """The count `metric` is a mean over (the longest prefix of it in metric_counts), or None."""
@@ -115,5 +137,12 @@ class Objective(nn.Module):
 
     def models(self) -> dict[str, nn.Module]:
         """What a run saves: the "" entry at the root of the output directory, others in a
-        subdirectory of that name (ELECTRA: the generator in generator/)."""
-        raise NotImplementedError
+        subdirectory of that name (ELECTRA: the generator in generator/). By default the one
+        bertkit model the objective holds as an attribute."""
+        from ..model import Model
+
+        held = list({id(m): m for m in self.children() if isinstance(m, Model)}.values())
+        if len(held) != 1:
+            raise BertkitError(f"{type(self).__name__} holds {len(held)} bertkit models as attributes: say which a run "
+                               'saves by defining models() -> {"": model} (others go in sub-folders by their name)')
+        return {"": held[0]}

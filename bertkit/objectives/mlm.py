@@ -59,6 +59,14 @@ class MaskedLM(Objective):
 
     metric_counts = {"mlm": "mlm", "nsp": "pair", "sop": "pair"}
 
+    def check_batch(self, batch) -> None:
+        super().check_batch(batch)  # (and labels shaped as input_ids)
+        labels, vocab = batch["labels"], self.model.config.vocab_size
+        wrong = labels[(labels != -100) & ((labels < 0) | (labels >= vocab))]
+        if wrong.numel():
+            raise BertkitError(f"batch key 'labels' holds {int(wrong[0])}, outside the vocabulary of {vocab} "
+                               "(-100 marks a position not predicted)")
+
     def counts(self, batch):
         """Masked tokens (and sentence pairs)."""
         counts = {"mlm": (batch["labels"] != -100).sum()}

@@ -111,7 +111,9 @@ class Trainer:
         from ..objectives.base import Objective
 
         if not isinstance(objective, Objective):  # a model: it trains through an objective's loss
-            raise BertkitError(f"Trainer takes an objective (MaskedLM(model), ...), not {type(objective).__name__}")
+            raise BertkitError(f"Trainer takes an objective (MaskedLM(model), ..., or a subclass of "
+                               f"bertkit.objectives.Objective whose forward(batch) returns the loss), "
+                               f"not {type(objective).__name__}")
         self.final_model = final_model
         self.objective = objective.to(device)
         self.rank, self.world = _distributed(torch.device(device))
@@ -371,8 +373,12 @@ class Trainer:
                                    f"or {why}")
                         else:
                             why = f"the weights are no longer finite: {why}"
-                    raise BertkitError(f"loss is {result.loss.item()} at step {self.step}; stopping ({self._kept()}; "
-                                       f"{why})")
+                    # (step numbers count from 1, as metrics.jsonl and the skip warning count them)
+                    raise BertkitError(f"loss is {result.loss.item()} at step {self.step + 1}; stopping "
+                                       f"({self._kept()}; {why})")
+                if not result.loss.requires_grad:  # (torch's own error names a tensor's element 0)
+                    raise BertkitError("the loss does not require grad: no trainable parameter reaches it (every one "
+                                       "frozen, or the loss computed under torch.no_grad or from detached values)")
                 # with counts, each micro-batch's loss is already its share of the step's mean; DDP
                 # averages gradients over processes, so the world size undoes that average
                 (result.loss / s.accumulation if counted is None else result.loss * self.world).backward()
