@@ -54,6 +54,12 @@ def check_training(settings) -> None:
     norm or weight decay would not fail: it would scale the update the wrong way. Each field's
     type first (steps="3" was a TypeError from a comparison)."""
     check_field_types(settings)
+    betas = settings.betas  # (its annotation, a tuple of two, is more than the type check reads)
+    if not (isinstance(betas, (tuple, list)) and len(betas) == 2
+            and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in betas)):
+        raise BertkitError(f"betas must be two numbers (Adam's beta1, beta2), got {betas!r}")
+    if isinstance(betas, list):  # (JSON's; a tuple keeps the frozen settings hashable)
+        object.__setattr__(settings, "betas", tuple(betas))
     if settings.steps is None and settings.time_budget is None:
         raise BertkitError("give a number of steps or a time budget")
     if settings.steps is not None and settings.steps < 1:

@@ -3,6 +3,7 @@ the real MiniLM vocabulary) and tiny models."""
 
 import json
 import math
+import re
 import shutil
 
 import numpy as np
@@ -595,6 +596,8 @@ def test_objectives_by_name_and_the_models_they_fit(tmp_path):
     (dict(lr=float("nan")), "lr must be a finite number >= 0"), (dict(lr=float("inf")), "lr must be a finite"),
     (dict(seed=-1), "seed must be a whole number in"), (dict(seed=2 ** 63), "seed must be a whole number in"),
     (dict(betas=(0.9, 1.0)), "betas must lie in"),
+    *[(dict(betas=b), rf"betas must be two numbers \(Adam's beta1, beta2\), got {re.escape(repr(b))}$")
+      for b in [(0.9,), (0.9, 0.98, 0.5), ("a", "b"), (True, 0.9)]],  # were errors deep in fit()
     (dict(eps=0.0), "eps be positive")])
 def test_optimizer_settings_that_would_train_the_wrong_way_are_refused(bad, words):
     """A negative clip norm or weight decay does not fail in torch: it flips the update. Both
@@ -605,6 +608,8 @@ def test_optimizer_settings_that_would_train_the_wrong_way_are_refused(bad, word
         with pytest.raises(bertkit.BertkitError, match=words):
             settings_class(steps=10, **bad)
         settings_class(steps=10, clip_norm=None)  # no clipping stays possible
+        assert hash(settings_class(steps=10, betas=[0.9, 0.99])) and settings_class(steps=10, betas=[0.9, 0.99]) \
+            == settings_class(steps=10, betas=(0.9, 0.99))  # a list (JSON's) is taken as the tuple
 
 
 def test_a_float64_model_trains_in_float64_and_unpredicted_targets_count_nowhere():
