@@ -5,6 +5,7 @@ import json
 import math
 import re
 import shutil
+import warnings
 
 import numpy as np
 import pytest
@@ -305,7 +306,13 @@ def test_a_fresh_run_into_another_runs_folder_is_refused_and_leaves_it_whole(rev
     assert {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()} == before
     resumed = trainer(tmp_path / "resumed", steps=3)  # resumed: its own folder, as before
     trainer(tmp_path / "resumed", steps=2).fit()
-    assert resumed.resume() and resumed.fit() is not None and resumed.step == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # more steps: nothing to say
+        assert resumed.resume() and resumed.fit() is not None and resumed.step == 3
+    # other optimization settings than the run's: said, by name (pretrain --resume refuses them)
+    with pytest.warns(UserWarning, match=r"step-00000003 with settings other than its run's: lr 0.003 -> 0.005, "
+                                         r"clip_norm 1.0 -> None \(the run goes on with the new ones\)"):
+        assert trainer(tmp_path / "resumed", steps=4, lr=5e-3, clip_norm=None).resume()
 
 
 def checkpointing_trainer(reviews, tokenizer, out, steps):

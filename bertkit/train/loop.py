@@ -224,6 +224,7 @@ class Trainer:
         if path is None:
             return False
         state = checkpoint.load(path, self.objective.models())
+        self._warn_if_changed(state.get("settings") or {}, path)
         self.optimizer.load_state_dict(state["optimizer"])
         self.step, self.elapsed, self.tokens = state["step"], state["elapsed"], state["tokens"]
         self.skipped = state.get("skipped", 0)
@@ -236,6 +237,19 @@ class Trainer:
         if self.is_main and self.log_path.exists():  # drop log lines written after this checkpoint
             self._keep_logged(lambda step, split: step <= self.step)
         return True
+
+    # what the optimization is: changed on resume, the run goes on as another would have trained
+    SAME_ON_RESUME = ("lr", "weight_decay", "betas", "eps", "warmup", "schedule", "clip_norm", "accumulation", "seed")
+
+    def _warn_if_changed(self, before: dict, path: Path) -> None:
+        """Resuming with other optimization settings than the checkpoint's run trained with: said,
+        naming them (`bertkit pretrain --resume` refuses it; a script may mean it)."""
+        now = asdict(self.settings)
+        changed = [f"{k} {before[k]!r} -> {now[k]!r}" for k in self.SAME_ON_RESUME
+                   if k in before and _plain(before[k]) != _plain(now[k])]
+        if changed:
+            warnings.warn(f"resuming {path} with settings other than its run's: {', '.join(changed)} (the run "
+                          "goes on with the new ones)", stacklevel=outside_stacklevel())
 
     def _keep_logged(self, keep: Callable[[float, str | None], bool]) -> None:
         """Rewrite the log with the lines whose (step, split) `keep` accepts."""
@@ -551,6 +565,10 @@ def _distributed(device: torch.device) -> tuple[int, int]:
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def _plain(value):
+    return list(value) if isinstance(value, (tuple, list)) else value
 
 
 def plot_curves(log: Path, png: Path) -> None:
