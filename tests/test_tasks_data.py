@@ -663,7 +663,7 @@ def test_qa_windows_overlap_by_the_stride_and_point_at_the_answer(tokenizer):
     start = context.index("Zebediah Smith")
     example = QAExample("q", "Who is it?", context, (Answer("Zebediah Smith", start),))
     setting = Windowing(max_length=48, doc_stride=12, max_query_length=16)
-    features, lost = windows([example], tokenizer, setting)
+    features, lost, _ = windows([example], tokenizer, setting)
     ids, offsets = tokenizer.encode_offsets([context])[0]
     question = tokenizer.encode_plain(["Who is it?"])[0]
     budget = 48 - 3 - len(question)
@@ -690,10 +690,19 @@ def test_qa_unanswerable_and_unfit_answers_point_at_cls(tokenizer):
     context = "a b c d e f g h i j k l m n o p q r s t u v w x y z " * 2
     impossible = QAExample("x", "Q?", context, (), True)
     wide = QAExample("y", "Q?", context, (Answer(context[:40], 0),))
-    with pytest.warns(DataWarning, match="1 answer.* fit in no window of 16 tokens"):
-        from bertkit.tasks.qa import QuestionAnswering
-        features = QuestionAnswering(Windowing(16, 4, 4)).features([impossible, wide], tokenizer, (), 16, "train")
+    unseen = QAExample("u", "Q?", context + "\u200b", (Answer("\u200b", len(context)),))  # no token holds it
+    from bertkit.tasks.qa import QuestionAnswering
+
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        features = QuestionAnswering(Windowing(16, 4, 4)).features([impossible, wide, unseen], tokenizer, (), 16,
+                                                                   "train")
     assert all(f["start_positions"] == 0 and f["end_positions"] == 0 for f in features)
+    # the one a longer window would hold, and the one no window could (that warning sent users to --max-length)
+    assert [str(w.message) for w in said if w.category is DataWarning] == [
+        "train: 1 answer(s) fit in no window of 16 tokens; their windows point at [CLS] (no answer)",
+        "train: 1 answer(s) hold no token (only characters the tokenizer drops, such as a zero-width space); their "
+        "windows point at [CLS] (no answer)"]
     with pytest.raises(BertkitError, match="a doc stride of 12 must be at least 0 and below the 11 context tokens"):
         windows([impossible], tokenizer, Windowing(16, 12, 4))
     long_question = QAExample("z", " ".join(["why"] * 70), context)  # cut to max_query_length, 64

@@ -49,7 +49,7 @@ def context_tokens(tokenizer, text):
 def test_post_processing_returns_the_exact_characters_of_the_context(tokenizer, text):
     start = CONTEXT.index(text)
     example = QAExample("q", "Where did they go?", CONTEXT)
-    features, _ = windows([example], tokenizer, SETTING)
+    features, _, _ = windows([example], tokenizer, SETTING)
     offsets = context_tokens(tokenizer, CONTEXT)
     first, last = answer_tokens(offsets, start, start + len(text))
     assert first >= 0
@@ -64,7 +64,7 @@ def test_post_processing_returns_the_exact_characters_of_the_context(tokenizer, 
 
 def test_random_spans_map_back_exactly(tokenizer):
     example = QAExample("q", "What?", CONTEXT)
-    features, _ = windows([example], tokenizer, SETTING)
+    features, _, _ = windows([example], tokenizer, SETTING)
     offsets = context_tokens(tokenizer, CONTEXT)
     rng = np.random.default_rng(0)
     for _ in range(25):
@@ -78,7 +78,7 @@ def test_random_spans_map_back_exactly(tokenizer):
 
 def test_an_answer_straddling_a_window_edge_is_found_whole_in_the_overlapping_window(tokenizer):
     example = QAExample("q", "What?", CONTEXT)
-    features, _ = windows([example], tokenizer, SETTING)
+    features, _, _ = windows([example], tokenizer, SETTING)
     offsets = context_tokens(tokenizer, CONTEXT)
     edge = len(features[0]["offsets"])  # the first context token outside window 0
     first, last = edge - 1, edge + 1
@@ -91,14 +91,14 @@ def test_an_answer_straddling_a_window_edge_is_found_whole_in_the_overlapping_wi
     [result] = best_answers([example], features, starts, ends)
     assert result["answer"] == gold and CONTEXT[result["start"]:result["end"]] == gold
     # training windows agree: window 0 points at [CLS], window 1 at the answer
-    trained, lost = windows([QAExample("q", "What?", CONTEXT, (Answer(gold, int(offsets[first, 0])),))],
+    trained, lost, _ = windows([QAExample("q", "What?", CONTEXT, (Answer(gold, int(offsets[first, 0])),))],
                             tokenizer, SETTING)
     assert lost == 0 and trained[0]["start_positions"] == 0 and trained[1]["start_positions"] > 0
 
 
 def test_max_answer_length_and_start_after_end_are_excluded(tokenizer):
     example = QAExample("q", "What?", CONTEXT)
-    features, _ = windows([example], tokenizer, SETTING)
+    features, _, _ = windows([example], tokenizer, SETTING)
     offsets = context_tokens(tokenizer, CONTEXT)
     starts, ends = flat_logits(features)
     cs = features[0]["context_start"]
@@ -113,7 +113,7 @@ def test_max_answer_length_and_start_after_end_are_excluded(tokenizer):
 
 def test_n_best_alternatives_are_ranked_and_deduplicated(tokenizer):
     example = QAExample("q", "What?", CONTEXT)
-    features, _ = windows([example], tokenizer, SETTING)
+    features, _, _ = windows([example], tokenizer, SETTING)
     offsets = context_tokens(tokenizer, CONTEXT)
     starts, ends = flat_logits(features)
     edge = len(features[0]["offsets"])
@@ -157,7 +157,7 @@ def run_qa_best(features, starts, ends, n_best=20, max_answer_length=30, v2=Fals
 
 def test_a_span_several_windows_propose_shares_its_probability_as_in_run_qa(tokenizer):
     example = QAExample("q", "What?", CONTEXT)
-    features, _ = windows([example], tokenizer, SETTING)
+    features, _, _ = windows([example], tokenizer, SETTING)
     assert len(features) >= 3
     offsets = context_tokens(tokenizer, CONTEXT)
     rng = np.random.default_rng(0)
@@ -176,7 +176,7 @@ def test_the_null_answer_competes_for_the_n_best_as_in_run_qa(tokenizer):
     """run_qa puts the null answer among the candidates before cutting them to the n-best (so a
     strong null leaves room for 19 spans, not 20) and adds it back after when cut."""
     example = QAExample("q", "What?", CONTEXT)
-    features, _ = windows([example], tokenizer, SETTING)
+    features, _, _ = windows([example], tokenizer, SETTING)
     rng = np.random.default_rng(1)
     for null in (3.0, -30.0):  # among the n-best; below every span
         starts = [rng.normal(size=len(f["input_ids"])) for f in features]
@@ -201,7 +201,7 @@ def test_a_long_question_beside_a_short_context_still_gets_a_span(tokenizer):
     not with an empty answer it was never trained to give."""
     context = "Paris is the capital of France."
     example = QAExample("q", " ".join(["which"] * 30) + "?", context)
-    features, _ = windows([example], tokenizer, Windowing(max_length=64))
+    features, _, _ = windows([example], tokenizer, Windowing(max_length=64))
     [f] = features
     starts, ends = (np.zeros(len(f["input_ids"])) for _ in range(2))
     starts[:f["context_start"]] = ends[:f["context_start"]] = 9.0  # the question's tokens fill the n-best
@@ -216,8 +216,8 @@ def test_a_questions_windows_do_not_depend_on_the_other_questions(tokenizer):
     context = " ".join(f"w{i}" for i in range(150))
     short = QAExample("a", "What?", context)
     long = QAExample("b", "What is the word that comes right after the other word in this long list here?", context)
-    alone, _ = windows([short], tokenizer, Windowing(max_length=64))
-    together, _ = windows([short, long], tokenizer, Windowing(max_length=64))
+    alone, _, _ = windows([short], tokenizer, Windowing(max_length=64))
+    together, _, _ = windows([short, long], tokenizer, Windowing(max_length=64))
     mine = [f for f in together if f["example"] == 0]
     assert len(mine) == len(alone)
     for a, b in zip(alone, mine):
@@ -226,8 +226,8 @@ def test_a_questions_windows_do_not_depend_on_the_other_questions(tokenizer):
 
 def test_leading_white_space_of_a_question_is_dropped_as_run_qa_drops_it(trained_tokenizer):
     context = "The crew visited Zurich in 1998."
-    padded, _ = windows([QAExample("a", "   When?", context)], trained_tokenizer, Windowing(64, 8, 16))
-    plain_, _ = windows([QAExample("a", "When?", context)], trained_tokenizer, Windowing(64, 8, 16))
+    padded, _, _ = windows([QAExample("a", "   When?", context)], trained_tokenizer, Windowing(64, 8, 16))
+    plain_, _, _ = windows([QAExample("a", "When?", context)], trained_tokenizer, Windowing(64, 8, 16))
     assert np.array_equal(padded[0]["input_ids"], plain_[0]["input_ids"])
 
 
@@ -260,7 +260,7 @@ def test_qa_rows_read_from_json_lines_in_a_json_file_and_from_a_json_array(tmp_p
 
 def test_null_answers_compare_the_smallest_cls_score_with_the_best_span(tokenizer):
     example = QAExample("q", "What?", CONTEXT)
-    features, _ = windows([example], tokenizer, SETTING)
+    features, _, _ = windows([example], tokenizer, SETTING)
     offsets = context_tokens(tokenizer, CONTEXT)
     starts, ends = flat_logits(features)
     peak(features, starts, ends, offsets, 3, 4, score=5.0)  # best span scores 10
@@ -287,7 +287,7 @@ def test_spans_map_back_for_every_tokenizer_kind(trained_tokenizer):
     for text in ("1998", "“a must-see”", "São Paulo's cinema", "must-see"):
         start = context.index(text)
         example = QAExample("q", "What?", context, (Answer(text, start),))
-        features, lost = windows([example], trained_tokenizer, Windowing(64, 8, 8))
+        features, lost, _ = windows([example], trained_tokenizer, Windowing(64, 8, 8))
         assert lost == 0
         f = features[0]
         s, e = f["start_positions"], f["end_positions"]
@@ -407,7 +407,7 @@ def test_a_short_window_without_a_stride_overlaps_half_its_context(tokenizer):
     window beside a 64-token question would hold no context at all. The room is the one beside the
     example's own question, as run_qa budgets each window by its own question."""
     example = QAExample("0", "Where?", " ".join(f"word{i}" for i in range(300)))
-    features, _ = windows([example], tokenizer, Windowing(max_length=128))
+    features, _, _ = windows([example], tokenizer, Windowing(max_length=128))
     question = len(tokenizer.encode_plain(["Where?"])[0])
     room = 128 - tokenizer.frame.specials(True) - question
     assert len(features) > 1 and Windowing(max_length=128).stride(tokenizer.frame.specials(True), question) == room // 2
@@ -415,5 +415,5 @@ def test_a_short_window_without_a_stride_overlaps_half_its_context(tokenizer):
     shared = sum(1 for span in second.tolist() if span in first.tolist())
     assert shared == room // 2
     assert Windowing(max_length=384).stride(3) == 128  # run_qa's where the window is long enough
-    short, _ = windows([example], tokenizer, Windowing(max_length=24, doc_stride=4))  # too short for a 64-token
+    short, _, _ = windows([example], tokenizer, Windowing(max_length=24, doc_stride=4))  # too short for a 64-token
     assert len(short) > 1 and all(len(f["input_ids"]) <= 24 for f in short)  # question, not for this one

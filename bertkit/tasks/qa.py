@@ -95,17 +95,19 @@ def check_windows(examples: list[QAExample], tokenizer, w: Windowing) -> None:
     _check_windows(examples, questions, [ids for ids, _ in contexts], tokenizer.frame.specials(True), w)
 
 
-def windows(examples: list[QAExample], tokenizer, w: Windowing) -> tuple[list[dict], int]:
+def windows(examples: list[QAExample], tokenizer, w: Windowing) -> tuple[list[dict], int, int]:
     """One feature per window: input_ids, token_type_ids, `example` (index), `context_start`
     (position of the window's first context token) and `offsets` (W, 2), the character span of
     each window token in the context. With answers (training) also start_positions and
-    end_positions. Returns the features and how many answers fit in no window."""
+    end_positions. Returns the features, how many answers fit in no window, and how many of
+    those hold no token at all (characters the tokenizer drops, a zero-width space): no window
+    length would hold them."""
     frame = tokenizer.frame
     before, between = _layout(frame)
     specials = frame.specials(True)
     questions, contexts = _encoded(examples, tokenizer)
     _check_windows(examples, questions, [ids for ids, _ in contexts], specials, w)
-    features, lost = [], 0
+    features, lost, tokenless = [], 0, 0
     for k, (example, question, (ids, offsets)) in enumerate(zip(examples, questions, contexts)):
         question = np.asarray(question[:w.max_query_length], dtype=np.int64)
         ids, offsets = np.asarray(ids, dtype=np.int64), np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
@@ -132,7 +134,8 @@ def windows(examples: list[QAExample], tokenizer, w: Windowing) -> tuple[list[di
                 feature["start_positions"] = feature["end_positions"] = 0
             features.append(feature)
         lost += answer is not None and not found
-    return features, lost
+        tokenless += answer is not None and not found and answer_tokens(offsets, answer.start, answer.end)[0] < 0
+    return features, lost, tokenless
 
 
 def answer_tokens(offsets: np.ndarray, start: int, end: int) -> tuple[int, int]:
@@ -297,9 +300,11 @@ class QuestionAnswering(Task):
         check_windows(examples, model.tokenizer, self._windowing(model_max_length(model, max_length, default=384)))
 
     def features(self, examples, tokenizer, labels, max_length, source):
-        features, lost = windows(examples, tokenizer, self._windowing(max_length))
-        report(lost, f"{source}: {{n}} answer(s) fit in no window of {max_length} tokens; their windows point at "
-                     "[CLS] (no answer)")
+        features, lost, tokenless = windows(examples, tokenizer, self._windowing(max_length))
+        report(lost - tokenless, f"{source}: {{n}} answer(s) fit in no window of {max_length} tokens; their "
+                                 "windows point at [CLS] (no answer)")
+        report(tokenless, f"{source}: {{n}} answer(s) hold no token (only characters the tokenizer drops, such as "
+                          "a zero-width space); their windows point at [CLS] (no answer)")
         return [f for f in features if "start_positions" in f]
 
     def objective(self, model):
@@ -307,7 +312,7 @@ class QuestionAnswering(Task):
 
     def predict(self, model, examples, batch_size=64, max_length=None, bf16=False, top_k=1, progress=False):
         max_length = model_max_length(model, max_length, default=384)
-        features, _ = windows(examples, model.tokenizer, self._windowing(max_length))
+        features, _, _ = windows(examples, model.tokenizer, self._windowing(max_length))
         # no training targets: a question kept for evaluation only (its gold text is nowhere in the
         # context) has none while the others do, and a batch needs them on all features or none
         features = [{k: v for k, v in f.items() if k not in ("start_positions", "end_positions")} for f in features]
