@@ -203,6 +203,8 @@ def test_python_defaults_are_the_command_lines(argv, function):
     ({"warmup": -0.1}, "warmup is a fraction of training in [0, 1), got -0.1"),
     ({"time_budget": 0}, "time_budget must be a positive number of seconds, got 0"),
     ({"max_length": 4}, "max_length must be at least 8, got 4"),
+    *[({"null_threshold": x}, f"null_threshold must be a finite number, got {x}")  # nan went into task.json
+      for x in (float("nan"), float("inf"), -float("inf"))],
     ({"pooling": "max"}, "unknown pooling 'max'; choose one of mean, cls")])
 def test_finetune_settings_refuse_bad_values_on_construction(given, said):
     assert error_of(lambda: FinetuneSettings(**given)).startswith(said)

@@ -120,6 +120,8 @@ class FinetuneSettings:
                 raise BertkitError(f"{name} must be at least 1, got {value}")
         if self.doc_stride is not None and self.doc_stride < 0:
             raise BertkitError(f"doc_stride must be >= 0, got {self.doc_stride}")
+        if not math.isfinite(self.null_threshold):  # nan: never "no answer", and task.json no longer JSON
+            raise BertkitError(f"null_threshold must be a finite number, got {self.null_threshold}")
         if not 0 < self.lr < math.inf:  # inf passed `> 0`, and every weight came out NaN
             raise BertkitError(f"lr must be a finite positive number, got {self.lr}")
         if not 0 <= self.weight_decay < math.inf:
