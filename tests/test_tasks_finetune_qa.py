@@ -59,3 +59,26 @@ def test_extractive_qa_learns_with_windows_and_null_answers(minilm_dir, tmp_path
         {k: metrics[k] for k in ("exact_match", "f1")})
     late_right = [r["answer"] == e.answers[0].text for r, e in zip(results, dev) if e in late]
     assert sum(late_right) >= 0.6 * len(late)  # answers found in later windows, exactly
+
+
+def test_unanswerable_questions_scored_with_a_model_that_always_answers_are_said(minilm_dir, tmp_path):
+    """A SQuAD v2 file evaluated with a model fine-tuned on v1: every unanswerable question
+    scored 0, without a word."""
+    import warnings
+
+    from bertkit.data import DataWarning
+
+    v1 = [e for e in review_questions("train", 40) if not e.is_impossible][:8]
+    v2 = review_questions("dev", 30, unanswerable=0.3)
+    finetune("qa", minilm_lower_layers(minilm_dir, "qa"), write_squad(tmp_path / "v1.json", v1),
+             write_squad(tmp_path / "v1dev.json", v1), tmp_path / "run",
+             FinetuneSettings(steps=1, batch_size=8, progress=False, **WINDOWS))
+    impossible = sum(e.is_impossible for e in v2)
+    with pytest.warns(DataWarning, match=rf"v2.json: {impossible} of the 30 questions have no answer \(SQuAD v2\), "
+                                         r"but the model was fine-tuned to answer every question"):
+        scores = evaluate(tmp_path / "run", "qa", write_squad(tmp_path / "v2.json", v2), progress=False)
+    assert scores["exact_match"] <= 1 - impossible / 30
+    with warnings.catch_warnings(record=True) as said:  # allowed to answer nothing: nothing to say
+        warnings.simplefilter("always")
+        evaluate(tmp_path / "run", "qa", tmp_path / "v2.json", progress=False, null_answers=True)
+    assert not [w for w in said if "have no answer" in str(w.message)]

@@ -596,6 +596,12 @@ def evaluate(model, task: str | None, data, split: str = "test", tokenizer=None,
     has_null = name == "qa" and any(e.is_impossible for e in examples)
     model, name, job, settings, length = _prepared(model, name, tokenizer, overrides, has_null)
     source = str(data) if isinstance(data, (str, Path)) else "evaluation data"
+    if has_null and not job.decoding.null_answers:  # each such question scores 0, without a word
+        unanswerable = sum(e.is_impossible for e in examples)
+        warnings.warn(f"{source}: {unanswerable} of the {len(examples)} questions have no answer (SQuAD v2), but the "
+                      "model was fine-tuned to answer every question (task.json's null_answers false), so each of "
+                      "them scores 0; a model fine-tuned with unanswerable questions (or --null-answers) predicts "
+                      "none", DataWarning, stacklevel=outside_stacklevel())
     job.check_scored(examples, model.config.labels, source)  # before minutes of prediction
     predictions = job.predict(model, examples, settings.eval_batch_size, length, settings.bf16,
                               progress=settings.progress)
