@@ -168,6 +168,10 @@ def test_predict_choose_from_arguments_and_json_lines(trained, tmp_path, capsys)
     assert main(["predict", "choose", "--model", str(out), "--input", str(inputs)]) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert [x["line"] for x in lines] == [1, 3, 5, 7, 9]  # an empty line between inputs
+    inputs.write_text(inputs.read_text() + '\n{"text": "no choices here"}\n')
+    assert main(["predict", "choose", "--model", str(out), "--input", str(inputs)]) == 2
+    assert capsys.readouterr().err.strip().endswith("in.jsonl, line 11: the input has no choices (--choice, repeated, "
+                                                    'or a "choices" list)')
     assert [x["choice"] for x in lines] == [p["choice"] for p in choose(out, [x.text for x in dev[:5]],
                                                                         [list(x.choices) for x in dev[:5]])]
     assert main(["predict", "choose", "--model", str(out), "a context", "--choice", "only one"]) == 2

@@ -417,6 +417,10 @@ def test_tagging_and_qa_through_the_command_line(capsys, encoder_dir, tmp_path):
     asked.write_text(f"\n{questions[0].question}\n\n{json.dumps({'question': questions[1].question})}\n")
     code, printed, _ = run(capsys, "predict", "answer", "--model", out, "--context", context, "--input", asked)
     assert code == 0 and [r["line"] for r in json_lines(printed)] == [2, 4]
+    asked.write_text(f"{json.dumps({'question': 'Who?', 'context': context})}\n\nWhen?\n")  # (it was "question 2")
+    code, _, err = run(capsys, "predict", "answer", "--model", out, "--input", asked)
+    assert code == 2 and one_error(err).endswith("questions.txt, line 3: the question has no context (--context, "
+                                                 '--context-file, or a "context" field)')
 
 
 def test_embed_and_cosine_search(capsys, minilm_dir, tmp_path, monkeypatch):

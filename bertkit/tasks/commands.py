@@ -367,8 +367,9 @@ def cmd_answer(args) -> None:
     records = read_inputs(args, ("question", "context"), ("question",), lines=lines)
     for n, r in enumerate(records, 1):
         r.setdefault("context", context)
-        if r["context"] is None:
-            raise BertkitError(f"question {n} has no context (--context, --context-file, or a \"context\" field)")
+        if r["context"] is None:  # (named by its line in --input, as the output records name it)
+            where = f"{args.input}, line {lines[n - 1]}: the question" if lines else f"question {n}"
+            raise BertkitError(f"{where} has no context (--context, --context-file, or a \"context\" field)")
     if args.top_k < 1:
         raise BertkitError(f"--top-k must be at least 1, got {args.top_k}")
     _write_lines(map(_printed_answer, answer(
@@ -386,7 +387,8 @@ def cmd_choose(args) -> None:
     for n, r in enumerate(records, 1):
         if "choices" not in r:
             if not args.choice:
-                raise BertkitError(f"input {n} has no choices (--choice, repeated, or a \"choices\" list)")
+                where = f"{args.input}, line {lines[n - 1]}: the input" if lines else f"input {n}"
+                raise BertkitError(f"{where} has no choices (--choice, repeated, or a \"choices\" list)")
             r["choices"] = args.choice
     _write_lines(choose(args.model, [r["text"] for r in records], [r["choices"] for r in records], stream=True,
                         **_common(args, len(records))), lines)
