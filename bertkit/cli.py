@@ -183,14 +183,15 @@ def cmd_fill_mask(args) -> None:
     from .tasks.fillmask import fill_mask
 
     lines = []
-    texts = [r["text"] for r in read_inputs(args, ("text",), ("text",), lines=lines)]
+    inputs = read_inputs(args, ("text",), ("text",), lines=lines)
+    texts = [r["text"] for r in inputs]
     targets = args.targets.split(",") if args.targets is not None else None  # spaces kept: " good" is BPE's Ġgood
     if targets is not None and not all(targets):
         raise BertkitError(f"--targets: an empty word in {args.targets!r} (comma-separated words)")
     results = fill_mask(args.model, texts, args.top_k, targets, args.batch_size, progress=shows_progress(len(texts)),
                         tokenizer=args.tokenizer, stream=True, bf16=precision_bf16(args.precision, None))
-    if lines:
-        results = with_lines(results, lines)
+    if args.input:
+        results = with_lines(results, inputs, lines)
     if args.json:
         for r in results:
             for p in r["predictions"]:
@@ -200,16 +201,19 @@ def cmd_fill_mask(args) -> None:
         print_fill_mask(results)
 
 
-def with_lines(results, lines: list[int]):
-    """Each fill-mask record with its text's line in --input first: a text's records (one per
-    mask, every text has one) come together, their positions rising, so the next text starts
-    where the text changes or the position does not rise (the same text on two lines)."""
+def with_lines(results, inputs: list[dict], lines: list[int]):
+    """Each fill-mask record headed by its text's id and line in --input (tasks.commands.numbered):
+    a text's records (one per mask, every text has one) come together, their positions rising, so
+    the next text starts where the text changes or the position does not rise (the same text on
+    two lines)."""
+    from .tasks.commands import numbered
+
     n, last = -1, None
     for r in results:
         if last is None or r["text"] != last["text"] or r["position"] <= last["position"]:
             n += 1
         last = r
-        yield {"line": lines[n], **r}
+        yield numbered(r, inputs[n], lines[n] if lines else None)
 
 
 # Sentences to show what a masked LM learned at the end of `bertkit pretrain` (movie-review

@@ -73,6 +73,10 @@ def test_fill_mask_records_name_their_input_line(mlm_dir, tmp_path, capsys):
     assert all(given.read_text().splitlines()[r["line"] - 1] == r["text"] for r in records)
     assert main(["predict", "fill-mask", "--model", str(mlm_dir), "--input", str(given)]) == 0
     assert "the [MASK]  (line 7, mask at token 3)" in capsys.readouterr().out
+    given.write_text('{"id": "x1", "text": "a [MASK] b [MASK]"}\n\n{"text": "the [MASK]"}\n')  # and a JSON id
+    assert main(["predict", "fill-mask", "--model", str(mlm_dir), "--json", "--input", str(given)]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r.get("id"), r["line"]) for r in records] == [("x1", 1), ("x1", 1), (None, 3)]
 
 
 def test_fill_mask_takes_a_precision_as_the_other_predict_modes_do(mlm_dir, capsys):

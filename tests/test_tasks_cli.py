@@ -254,6 +254,11 @@ def test_predict_classify_from_arguments_and_files_agree(capsys, classifier, tmp
         [(r["label"], round(r["score"], 4)) for r in from_args]
     # each record says its line: with the empty line skipped, record 2 is line 3 (none from arguments)
     assert [r["line"] for r in json_lines(out)] == [1, 3, 4] and not any("line" in r for r in from_args)
+    lines.write_text(f"{json.dumps({'id': 7, 'text': texts[0]})}\n{json.dumps({'text': texts[1], 'id': 'b'})}\n"
+                     f"{texts[2]}\n")  # a JSON line's own id heads its record, to match results by
+    code, out, _ = run(capsys, "predict", "classify", "--model", classifier, "--input", lines)
+    assert code == 0 and [list(r)[:2] for r in json_lines(out)] == [["id", "line"], ["id", "line"], ["line", "text"]]
+    assert [r.get("id") for r in json_lines(out)] == [7, "b", None]
     table = tmp_path / "test.csv"  # the file evaluate reads: its text column, not its lines
     write_csv(table, [type("Row", (), {"text": t, "label": "positive"})() for t in texts])
     table.write_text(table.read_text().replace(texts[1], texts[1].replace(", ", ",\n")))  # a quoted newline
@@ -417,6 +422,8 @@ def test_tagging_and_qa_through_the_command_line(capsys, encoder_dir, tmp_path):
     asked.write_text(f"\n{questions[0].question}\n\n{json.dumps({'question': questions[1].question})}\n")
     code, printed, _ = run(capsys, "predict", "answer", "--model", out, "--context", context, "--input", asked)
     assert code == 0 and [r["line"] for r in json_lines(printed)] == [2, 4]
+    code, printed, _ = run(capsys, "predict", "answer", "--model", out, "--input", tmp_path / "qa.json")  # SQuAD's
+    assert code == 0 and [r["id"] for r in json_lines(printed)] == [q.id for q in questions]  # ids, for its script
     asked.write_text(f"{json.dumps({'question': 'Who?', 'context': context})}\n\nWhen?\n")  # (it was "question 2")
     code, _, err = run(capsys, "predict", "answer", "--model", out, "--input", asked)
     assert code == 2 and one_error(err).endswith("questions.txt, line 3: the question has no context (--context, "

@@ -84,7 +84,8 @@ def _data_file_records(path: str, fields: tuple[str, ...], columns) -> list[dict
                   "tokens": list(e.words) if hasattr(e, "words") else None,
                   "question": getattr(e, "question", None), "context": getattr(e, "context", None),
                   "choices": list(e.choices) if hasattr(e, "choices") else None}
-        records.append({k: v for k, v in record.items() if k in fields and v is not None})
+        records.append({k: v for k, v in record.items() if k in fields and v is not None}
+                       | ({"id": e.id} if getattr(e, "id", None) else {}))  # SQuAD's question ids, in the output
     if not records:
         raise BertkitError(f"{path}: no inputs")
     return records
@@ -145,7 +146,7 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of
                                    f"{'is' if len(empty) == 1 else 'are'} empty")
             if any_of and not any(f in kept for f in any_of):
                 raise BertkitError(f"{where}: the object needs {' or '.join(repr(f) for f in any_of)}")
-            records.append(kept)
+            records.append({**kept, **({"id": row["id"]} if row.get("id") is not None else {})})  # (in the output)
         else:
             records.append({fields[0]: line})
     if not records:
@@ -196,12 +197,19 @@ def _model_tags(model) -> set[str] | None:
     return set(map(str, labels.values())) if isinstance(labels, dict) else None
 
 
-def _write_lines(results, lines: list[int] | None = None) -> None:
+def _write_lines(results, inputs: list[dict] | None = None, lines: list[int] | None = None) -> None:
     """One JSON line per result, each out as soon as it is made: the predict commands stream.
-    With `lines` (each input's line in a --input file, read_inputs fills it), each record starts
-    with its input's `line`: empty lines are skipped, so the n-th record need not be line n."""
+    Each record starts with its input's `id` where the input gave one (a JSON line's, SQuAD's) and
+    its `line` in a line-by-line --input file (read_inputs fills `lines`): empty lines are
+    skipped, so the n-th record need not be line n."""
     for n, r in enumerate(results):
-        print(json.dumps({"line": lines[n], **r} if lines else r, ensure_ascii=False), flush=True)
+        record = numbered(r, inputs[n], lines[n] if lines else None) if inputs else r
+        print(json.dumps(record, ensure_ascii=False), flush=True)
+
+
+def numbered(record: dict, given: dict, line: int | None) -> dict:
+    """A result `record` headed by its input's id and line, where there are."""
+    return {**({"id": given["id"]} if "id" in given else {}), **({"line": line} if line else {}), **record}
 
 
 def _six(score: float | None) -> float | None:
@@ -342,7 +350,7 @@ def cmd_classify(args) -> None:
     if args.top_k is not None and args.top_k < 1:
         raise BertkitError(f"--top-k must be at least 1, got {args.top_k}")
     _write_lines(classify(args.model, [r["text"] for r in records], pairs, top_k=args.top_k, stream=True,
-                          **_common(args, len(records))), lines)
+                          **_common(args, len(records))), records, lines)
 
 
 def cmd_tag(args) -> None:
@@ -350,9 +358,10 @@ def cmd_tag(args) -> None:
 
     # (read_inputs has checked that tokens are lists of strings, and texts strings)
     lines = []
-    inputs = [r.get("tokens", r.get("text")) for r in read_inputs(args, ("text", "tokens"), (), ("text", "tokens"),
-                                                                   lines=lines, tags=_model_tags(args.model))]
-    _write_lines(map(_printed_tags, tag(args.model, inputs, stream=True, **_common(args, len(inputs)))), lines)
+    records = read_inputs(args, ("text", "tokens"), (), ("text", "tokens"), lines=lines, tags=_model_tags(args.model))
+    inputs = [r.get("tokens", r.get("text")) for r in records]
+    _write_lines(map(_printed_tags, tag(args.model, inputs, stream=True, **_common(args, len(inputs)))), records,
+                 lines)
 
 
 def cmd_answer(args) -> None:
@@ -376,7 +385,7 @@ def cmd_answer(args) -> None:
         args.model, [r["question"] for r in records], [r["context"] for r in records], top_k=args.top_k,
         null_answers=True if args.null_answers else None, max_answer_length=args.max_answer_length,
         doc_stride=args.doc_stride, max_query_length=args.max_query_length, stream=True,
-        **_common(args, len(records)))), lines)
+        **_common(args, len(records)))), records, lines)
 
 
 def cmd_choose(args) -> None:
@@ -391,14 +400,15 @@ def cmd_choose(args) -> None:
                 raise BertkitError(f"{where} has no choices (--choice, repeated, or a \"choices\" list)")
             r["choices"] = args.choice
     _write_lines(choose(args.model, [r["text"] for r in records], [r["choices"] for r in records], stream=True,
-                        **_common(args, len(records))), lines)
+                        **_common(args, len(records))), records, lines)
 
 
 def cmd_embed(args) -> None:
     from .embedding import embed, search
 
     lines = []  # each text's line in --input: records and search results name it
-    texts = [r["text"] for r in read_inputs(args, ("text",), ("text",), lines=lines)]
+    records = read_inputs(args, ("text",), ("text",), lines=lines)
+    texts = [r["text"] for r in records]
     if args.batch_size < 1:
         raise BertkitError(f"--batch-size must be at least 1, got {args.batch_size}")
     # the directory: its sentence-transformers settings or task.json's max_length are the defaults
@@ -419,7 +429,7 @@ def cmd_embed(args) -> None:
         return
     vectors = embed(args.model, texts, normalize=False if args.no_normalize else None, prompt_name=args.prompt_name,
                     stream=True, **options)
-    _write_lines(({"text": t, "embedding": float32_list(v)} for t, v in zip(texts, vectors)), lines)
+    _write_lines(({"text": t, "embedding": float32_list(v)} for t, v in zip(texts, vectors)), records, lines)
 
 
 def float32_list(vector) -> list[float]:
