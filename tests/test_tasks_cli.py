@@ -422,6 +422,9 @@ def test_tagging_and_qa_through_the_command_line(capsys, encoder_dir, tmp_path):
     asked.write_text(f"\n{questions[0].question}\n\n{json.dumps({'question': questions[1].question})}\n")
     code, printed, _ = run(capsys, "predict", "answer", "--model", out, "--context", context, "--input", asked)
     assert code == 0 and [r["line"] for r in json_lines(printed)] == [2, 4]
+    for flag, value in (("--max-answer-length", "0"), ("--doc-stride", "-1")):  # named as given, not as in Python
+        code, _, err = run(capsys, "predict", "answer", "--model", out, "--context", context, flag, value, "Who?")
+        assert code == 2 and one_error(err).startswith(f"bertkit: error: {flag} must be "), err
     code, printed, _ = run(capsys, "predict", "answer", "--model", out, "--input", tmp_path / "qa.json")  # SQuAD's
     assert code == 0 and [r["id"] for r in json_lines(printed)] == [q.id for q in questions]  # ids, for its script
     asked.write_text(f"{json.dumps({'question': 'Who?', 'context': context})}\n\nWhen?\n")  # (it was "question 2")

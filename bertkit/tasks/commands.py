@@ -7,9 +7,11 @@ one line). Results go to stdout (JSON lines, or the metrics), progress and warni
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import BertkitError
@@ -265,13 +267,21 @@ def finetune_settings(args):
     values["progress"] = args.progress
     given = typed(FinetuneSettings, key_values(args.set or [], "--set"), "--set")
     values.update(given)
-    try:
+    with named_as_flags(args, set(SETTING_FLAGS) - set(given) | {"clip_norm"}):
         settings = FinetuneSettings(**values)
         check_task_settings(args.task, settings)
         return settings
-    except BertkitError as e:  # a setting given by its flag is named as the flag: --epochs, not epochs
+
+
+@contextlib.contextmanager
+def named_as_flags(args, names) -> Iterator[None]:
+    """An error about a setting the user gave by its flag names the flag (--max-answer-length
+    must be ..., not max_answer_length), as argparse's own errors do."""
+    try:
+        yield
+    except BertkitError as e:
         name = str(e).split(" ", 1)[0]
-        if name in (*SETTING_FLAGS, "clip_norm") and getattr(args, name, None) is not None and name not in given:
+        if name in names and getattr(args, name, None) is not None:
             raise BertkitError(f"--{name.replace('_', '-')}{str(e)[len(name):]}") from None
         raise
 
@@ -381,11 +391,12 @@ def cmd_answer(args) -> None:
             raise BertkitError(f"{where} has no context (--context, --context-file, or a \"context\" field)")
     if args.top_k < 1:
         raise BertkitError(f"--top-k must be at least 1, got {args.top_k}")
-    _write_lines(map(_printed_answer, answer(
-        args.model, [r["question"] for r in records], [r["context"] for r in records], top_k=args.top_k,
-        null_answers=True if args.null_answers else None, max_answer_length=args.max_answer_length,
-        doc_stride=args.doc_stride, max_query_length=args.max_query_length, stream=True,
-        **_common(args, len(records)))), records, lines)
+    with named_as_flags(args, ("max_answer_length", "doc_stride", "max_query_length", "max_length")):
+        _write_lines(map(_printed_answer, answer(
+            args.model, [r["question"] for r in records], [r["context"] for r in records], top_k=args.top_k,
+            null_answers=True if args.null_answers else None, max_answer_length=args.max_answer_length,
+            doc_stride=args.doc_stride, max_query_length=args.max_query_length, stream=True,
+            **_common(args, len(records)))), records, lines)
 
 
 def cmd_choose(args) -> None:
