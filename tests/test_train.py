@@ -739,6 +739,15 @@ def test_an_objective_of_ones_own_needs_only_a_forward_returning_the_loss(review
     assert not torch.equal(before, model.get_input_embeddings().weight)
     assert bertkit.from_pretrained(tmp_path / "own").head_kind == "mlm"  # what models() named, saved
 
+    class MultiLabel(MeanLogit):  # labels of its own shape, (B, 3) floats, as transformers' multi-label ones
+        def forward(self, batch, totals=None):
+            scores = self.model(batch["input_ids"], batch["attention_mask"]).logits[:, 0, :3]
+            return torch.nn.functional.binary_cross_entropy_with_logits(scores, batch["labels"])
+
+    rows = len(batch_at(0)["input_ids"])
+    multi = lambda i: {**batch_at(i), "labels": torch.rand(rows, 3)}  # noqa: E731  (refused as not (B, T))
+    Trainer(MultiLabel(model), multi, settings(steps=1), tmp_path / "multi").fit()
+
     class Returns(MeanLogit):
         def __init__(self, model, give):
             super().__init__(model)

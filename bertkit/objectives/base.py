@@ -108,7 +108,7 @@ class Objective(nn.Module):
         for key, value in batch.items():
             if ids is None or value.dim() == 0:
                 continue
-            same = key in ("attention_mask", "token_type_ids", "position_ids") or (key == "labels" and value.dim() > 1)
+            same = key in ("attention_mask", "token_type_ids", "position_ids")  # (labels: the objective's own shape)
             if (tuple(value.shape) != tuple(ids.shape)) if same else (len(value) != len(ids)):
                 want = f"input_ids' shape {tuple(ids.shape)}" if same else f"a row for each of input_ids' {len(ids)}"
                 raise BertkitError(f"batch key {key!r} has shape {tuple(value.shape)}, not {want}")

@@ -60,8 +60,11 @@ class MaskedLM(Objective):
     metric_counts = {"mlm": "mlm", "nsp": "pair", "sop": "pair"}
 
     def check_batch(self, batch) -> None:
-        super().check_batch(batch)  # (and labels shaped as input_ids)
+        super().check_batch(batch)
         labels, vocab = batch["labels"], self.model.config.vocab_size
+        if labels.shape != batch["input_ids"].shape:
+            raise BertkitError(f"batch key 'labels' has shape {tuple(labels.shape)}, not input_ids' shape "
+                               f"{tuple(batch['input_ids'].shape)} (a target id or -100 for every token)")
         wrong = labels[(labels != -100) & ((labels < 0) | (labels >= vocab))]
         if wrong.numel():
             raise BertkitError(f"batch key 'labels' holds {int(wrong[0])}, outside the vocabulary of {vocab} "
