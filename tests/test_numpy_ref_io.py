@@ -129,6 +129,11 @@ def test_saved_checkpoint_loads_in_bertkit_and_transformers(tmp_path):
     assert json.loads((tmp_path / "config.json").read_text())["dtype"] == "float64"  # as transformers writes it
     ref.save_pretrained(tmp_path / "half", dtype="bfloat16")
     assert json.loads((tmp_path / "half" / "config.json").read_text())["dtype"] == "bfloat16"
+    ref.save_pretrained(tmp_path / "f16", dtype=np.float16)  # NumPy's own, as build() takes them (a traceback)
+    assert json.loads((tmp_path / "f16" / "config.json").read_text())["dtype"] == "float16"
+    with pytest.raises(BertkitError, match="unknown dtype 'int8'; choose one of bfloat16, float16, float32, float64"):
+        ref.save_pretrained(tmp_path / "int", dtype=np.int8)
+    assert not (tmp_path / "int").exists()  # refused before any folder is made
     theirs = transformers.BertForMaskedLM.from_pretrained(tmp_path, torch_dtype=torch.float64).eval()
     with torch.no_grad():
         theirs_logits = theirs(input_ids=ids, attention_mask=mask).logits.numpy()

@@ -21,7 +21,7 @@ from ..errors import BertkitError
 from ..files import no_config, output_dir, read_json, remove_stale_staging, shard_files
 from ..interop.bert_names import BERT_BLOCK, BERT_EMBEDDINGS, BERT_KEYS, BERT_MLM
 from .model import BertForMaskedLM, compute_dtype, parameter_shapes
-from .safetensors import SafetensorsFile, save_file
+from .safetensors import SafetensorsFile, save_dtype, save_file
 
 # Hugging Face names and ours, as templates ({i} a layer number, {p} weight|bias), from interop's
 # torch-free table of BERT's names; ours are a model's full names, the encoder's HF names relative to
@@ -168,6 +168,7 @@ def save_pretrained(model: BertForMaskedLM, path: str | os.PathLike, dtype: str 
     decoder is written once, as the word embeddings; the output bias is written under both of
     transformers' names. Files go to a temporary directory first and are moved into place."""
     check_savable(model.config)
+    dtype = save_dtype(dtype)  # (checked before any folder is made)
     target = output_dir(path, keep=(), flag="")  # a file there: one line, not mkdir's error
     target.mkdir(parents=True, exist_ok=True)
     state = {to_hf(name): value for name, value in model.params.items()}

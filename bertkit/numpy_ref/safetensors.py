@@ -104,21 +104,35 @@ class SafetensorsFile:
         return np.array(array)  # a native-endian copy that owns its memory
 
 
+SAVED_AS = {"bfloat16": "BF16", "float16": "F16", "float32": "F32", "float64": "F64", None: None}
+
+
+def save_dtype(dtype) -> str | None:
+    """A dtype to save in, by name (SAVED_AS; None: each tensor's own), from a name or NumPy's
+    float16 / 32 / 64 (a type or a dtype, as build() and from_pretrained take them), else an error."""
+    if dtype is not None and not isinstance(dtype, str):
+        try:
+            dtype = np.dtype(dtype).name
+        except TypeError:
+            pass  # (refused below, as given)
+    if not isinstance(dtype, (str, type(None))) or dtype not in SAVED_AS:
+        raise BertkitError(f"unknown dtype {dtype!r}; choose one of bfloat16, float16, float32, float64")
+    return dtype
+
+
 def save_file(tensors: dict[str, np.ndarray], path: str | os.PathLike, dtype: str | None = None,
               metadata: dict[str, str] | None = None) -> None:
     """Write `tensors` (float16/32/64 or integer arrays) to `path`. `dtype` "bfloat16",
     "float16", "float32" or "float64" converts every floating-point tensor on the way."""
-    names = {"bfloat16": "BF16", "float16": "F16", "float32": "F32", "float64": "F64", None: None}
-    if dtype not in names:
-        raise BertkitError(f"unknown dtype {dtype!r}; choose one of bfloat16, float16, float32, float64")
+    dtype = save_dtype(dtype)
     header, chunks, offset = {}, [], 0
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     for name, value in tensors.items():
         value = np.asarray(value)
         kind = next((k for k, d in DTYPES.items() if d == value.dtype.newbyteorder("<") and k != "BF16"), None)
-        if kind in FLOATS and names[dtype] is not None:
-            kind = names[dtype]
+        if kind in FLOATS and SAVED_AS[dtype] is not None:
+            kind = SAVED_AS[dtype]
         if kind is None:
             raise BertkitError(f"tensor {name!r}: dtype {value.dtype} has no safetensors equivalent")
         if kind == "BF16":
