@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -188,8 +189,14 @@ def cmd_fill_mask(args) -> None:
     targets = args.targets.split(",") if args.targets is not None else None  # spaces kept: " good" is BPE's Ġgood
     if targets is not None and not all(targets):
         raise BertkitError(f"--targets: an empty word in {args.targets!r} (comma-separated words)")
-    results = fill_mask(args.model, texts, args.top_k, targets, args.batch_size, progress=shows_progress(len(texts)),
-                        tokenizer=args.tokenizer, stream=True, bf16=precision_bf16(args.precision, None))
+    try:  # (every text is checked before any runs)
+        results = fill_mask(args.model, texts, args.top_k, targets, args.batch_size, tokenizer=args.tokenizer,
+                            progress=shows_progress(len(texts)), stream=True, bf16=precision_bf16(args.precision, None))
+    except BertkitError as e:  # a text of --input named by its line, as the records name it
+        counted = re.match(r"text (\d+) of \d+: ", str(e))
+        if not (counted and lines):
+            raise
+        raise BertkitError(f"{args.input}, line {lines[int(counted[1]) - 1]}: {str(e)[counted.end():]}") from None
     if args.input:
         results = with_lines(results, inputs, lines)
     if args.json:

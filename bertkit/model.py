@@ -22,13 +22,12 @@ from .models import assemble
 RUNNABLE_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
-def model_dtype(value, what: str = "dtype", also: str = "") -> torch.dtype:
+def model_dtype(value, what: str = "dtype", also: str = " (a torch dtype or its name)") -> torch.dtype:
     """A dtype the models run in, from a torch dtype or its name ("bfloat16", "torch.float16",
     "half", as transformers takes them), else one error naming `what` and `also`, what else it takes."""
     found = getattr(torch, value.removeprefix("torch."), None) if isinstance(value, str) else value
     if not any(found is d for d in RUNNABLE_DTYPES):
-        raise BertkitError(f"{what} must be float32, float64, float16 or bfloat16 (a torch dtype or its name)"
-                           f"{also}, got {value!r}")
+        raise BertkitError(f"{what} must be float32, float64, float16 or bfloat16{also}, got {value!r}")
     return found
 
 

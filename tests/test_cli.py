@@ -77,6 +77,9 @@ def test_fill_mask_records_name_their_input_line(mlm_dir, tmp_path, capsys):
     assert main(["predict", "fill-mask", "--model", str(mlm_dir), "--json", "--input", str(given)]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r.get("id"), r["line"]) for r in records] == [("x1", 1), ("x1", 1), (None, 3)]
+    given.write_text("\n\n\na [MASK] b\n\nno mask here\n")  # an error names the line too (it was "text 2 of 2")
+    assert main(["predict", "fill-mask", "--model", str(mlm_dir), "--input", str(given)]) == 2
+    assert capsys.readouterr().err.strip().endswith("in.txt, line 6: no [MASK] in 'no mask here'")
 
 
 def test_fill_mask_takes_a_precision_as_the_other_predict_modes_do(mlm_dir, capsys):

@@ -359,6 +359,10 @@ def test_search_results_name_each_texts_line_in_the_input_file(minilm_dir, tmp_p
     assert hits[0]["text"] == "A documentary about space travel."
     assert main(["embed", "--model", str(minilm_dir), "--input", str(corpus)]) == 0  # and so does each vector
     assert [json.loads(line)["line"] for line in capsys.readouterr().out.splitlines()] == [1, 3, 6]
+    corpus.write_text('A film about the sea.\n\n{"id": "space", "text": "A documentary about space travel."}\n')
+    assert main(["embed", "--model", str(minilm_dir), "--input", str(corpus), "--query", "rockets"]) == 0
+    hits = json.loads(capsys.readouterr().out)["results"]
+    assert [(h.get("id"), h["line"]) for h in hits] == [("space", 3), (None, 1)]  # an input's id, as embed gives
 
 
 def test_a_saved_copy_keeps_only_the_modules_own_files(minilm_dir, tmp_path):

@@ -579,14 +579,22 @@ def test_dtype_auto_keeps_the_files_dtype_as_transformers_does(tmp_path):
     config.pop("dtype", None), config.pop("torch_dtype", None)
     (path / "config.json").write_text(json.dumps(config))  # no dtype named: the tensors tell
     assert {p.dtype for p in bertkit.from_pretrained(path, dtype="auto").parameters()} == {torch.bfloat16}
-    runnable = "must be float32, float64, float16 or bfloat16 \\(a torch dtype or its name\\)"
+    runnable = "must be float32, float64, float16 or bfloat16"
     for stored in ("int8", "float8_e4m3fn"):  # float8 loaded, then failed in the first forward (torch's error)
         (path / "config.json").write_text(json.dumps({**config, "torch_dtype": stored}))
-        with pytest.raises(BertkitError, match=f"config.json: dtype {runnable}, got '{stored}'"):
+        with pytest.raises(BertkitError, match=f"config.json: dtype {runnable}, got '{stored}'$"):
             bertkit.from_pretrained(path, dtype="auto")
     for asked in ("float12", torch.float8_e5m2, "float8_e4m3fn", torch.int8, torch.Tensor):
-        with pytest.raises(BertkitError, match=f"^dtype {runnable}, or \"auto\", got "):
+        with pytest.raises(BertkitError, match=f"^dtype {runnable} \\(a torch dtype or its name\\), or \"auto\", got "):
             bertkit.from_pretrained(path, dtype=asked)
+    (path / "config.json").write_text(json.dumps(config))  # no dtype named, and float8 tensors: the file is named
+    tensors = load_file(path / "model.safetensors")
+    save_file({k: v.to(torch.float8_e4m3fn) if v.is_floating_point() else v
+               for k, v in tensors.items()}, path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(BertkitError, match=f"model.safetensors: the tensors' dtype {runnable} \\(load it with "
+                                           'dtype="float32"\\), got torch.float8_e4m3fn$'):
+        bertkit.from_pretrained(path, dtype="auto")
+    assert bertkit.from_pretrained(path).dtype == torch.float32  # as it says
     assert bertkit.from_pretrained(path, dtype="half").dtype == torch.float16  # torch's names, as transformers takes them
 
 

@@ -541,14 +541,15 @@ def materialize(model: Model, loaded: dict[str, torch.Tensor]) -> None:
                 module._parameters[name] = made[id(param)]
 
 
-def file_dtype(hf: dict, state: dict[str, torch.Tensor], source: Path) -> torch.dtype:
+def file_dtype(hf: dict, state: dict[str, torch.Tensor], config: Path, weights: Path) -> torch.dtype:
     """The dtype a checkpoint is stored in, as transformers' dtype="auto" finds it: config.json's
-    dtype (torch_dtype before transformers 5), else the first floating tensor's."""
+    dtype (torch_dtype before transformers 5), else the first floating tensor's; one the models
+    cannot run in (float8) is refused, naming the file that says it."""
     name = hf.get("dtype") or hf.get("torch_dtype")
     if name is not None:
-        return model_dtype(str(name), f"{source}: dtype")
+        return model_dtype(str(name), f"{config}: dtype", also="")
     stored = next((t.dtype for t in state.values() if t.is_floating_point()), torch.float32)
-    return model_dtype(stored, f"{source}: the tensors' dtype")
+    return model_dtype(stored, f"{weights}: the tensors' dtype", also=' (load it with dtype="float32")')
 
 
 def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_labels: int | None = None,
@@ -585,9 +586,9 @@ def from_pretrained(path_or_id: str | os.PathLike, head: str | None = AUTO, num_
         head_from_file = False  # the file's head has other shapes: it starts fresh, with a warning
     state, weights_path = read_weights(directory)
     if dtype == "auto":
-        dtype = file_dtype(hf, state, config_path)
+        dtype = file_dtype(hf, state, config_path, weights_path)
     elif dtype is not None:
-        dtype = model_dtype(dtype, also=', or "auto"')
+        dtype = model_dtype(dtype, also=' (a torch dtype or its name), or "auto"')
 
     check_depth(FAMILIES[config.family], config, state, weights_path)
 

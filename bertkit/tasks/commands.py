@@ -434,8 +434,7 @@ def cmd_embed(args) -> None:
     if args.query:
         hits = search(args.model, args.query, texts, args.top_k, **options)
         hits = [[{**h, "score": _six(h["score"])} for h in hit] for hit in hits]
-        if lines:
-            hits = [[{**h, "line": lines[h["index"]]} for h in hit] for hit in hits]
+        hits = [[numbered(h, records[h["index"]], lines[h["index"]] if lines else None) for h in hit] for hit in hits]
         _write_lines({"query": q, "results": h} for q, h in zip(args.query, hits))
         return
     vectors = embed(args.model, texts, normalize=False if args.no_normalize else None, prompt_name=args.prompt_name,
