@@ -422,6 +422,12 @@ def test_tagging_and_qa_through_the_command_line(capsys, encoder_dir, tmp_path):
     asked.write_text(f"\n{questions[0].question}\n\n{json.dumps({'question': questions[1].question})}\n")
     code, printed, _ = run(capsys, "predict", "answer", "--model", out, "--context", context, "--input", asked)
     assert code == 0 and [r["line"] for r in json_lines(printed)] == [2, 4]
+    for flag, value in (("--max-answer-length", "0"), ("--n-best", "0")):  # evaluate takes the QA settings too
+        code, _, err = run(capsys, "evaluate", "--model", out, "--data", tmp_path / "qa.json", flag, value)
+        assert code == 2 and one_error(err).startswith(f"bertkit: error: {flag} must be at least 1, got 0"), err
+    code, printed, _ = run(capsys, "evaluate", "--model", out, "--data", tmp_path / "qa.json", "--no-progress",
+                           "--null-answers", "--null-threshold=-1e9")  # "no answer" wins everywhere: nothing right
+    assert code == 0 and json.loads(printed)["exact_match"] == json.loads(printed)["f1"] == 0.0
     for flag, value in (("--max-answer-length", "0"), ("--doc-stride", "-1")):  # named as given, not as in Python
         code, _, err = run(capsys, "predict", "answer", "--model", out, "--context", context, flag, value, "Who?")
         assert code == 2 and one_error(err).startswith(f"bertkit: error: {flag} must be "), err

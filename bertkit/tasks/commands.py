@@ -317,18 +317,36 @@ def cmd_evaluate(args) -> None:
     from .finetune import evaluate
 
     overrides = {"max_length": args.max_length, "eval_batch_size": args.batch_size, "device": args.device,
-                 "progress": args.progress}
+                 "progress": args.progress, **{k: getattr(args, k) for k in QA_FLAGS}}
     if args.precision is not None:
         overrides["bf16"] = precision_bf16(args.precision, args.device)
     if args.limit is not None and args.limit < 1:
         raise BertkitError(f"--limit must be at least 1, got {args.limit}")
     out = output_file(args.out, reads=(args.data,)) if args.out else None
-    metrics = evaluate(args.model, args.task, args.data, args.split, args.tokenizer, _columns(args), args.limit,
-                       **{k: v for k, v in overrides.items() if v is not None})
+    with named_as_flags(args, QA_FLAGS):
+        metrics = evaluate(args.model, args.task, args.data, args.split, args.tokenizer, _columns(args), args.limit,
+                           **{k: v for k, v in overrides.items() if v is not None})
     text = json.dumps(metrics, indent=2)
     if out:
         write_text(out, text + "\n")
     print(text)
+
+
+QA_FLAGS = ("doc_stride", "max_query_length", "max_answer_length", "n_best", "null_answers", "null_threshold")
+
+
+def _qa_flags(s, null_default: str) -> None:
+    """Extractive QA's windows and decoding, for finetune and evaluate (whose defaults are the fine-tune's)."""
+    g = s.add_argument_group("extractive QA")
+    g.add_argument("--doc-stride", dest="doc_stride", type=int,
+                   help="context tokens consecutive windows share (128, at most half the context a window holds "
+                   "beside the question; the overlap, as in transformers, not the step)")
+    g.add_argument("--max-query-length", dest="max_query_length", type=int, help="question tokens kept (64)")
+    g.add_argument("--max-answer-length", dest="max_answer_length", type=int, help="longest answer in tokens (30)")
+    g.add_argument("--n-best", dest="n_best", type=int, help="start and end candidates per window (20)")
+    g.add_argument("--null-answers", dest="null_answers", action="store_const", const=True,
+                   help=f"allow empty answers (SQuAD v2; {null_default})")
+    g.add_argument("--null-threshold", dest="null_threshold", type=float, help="margin the null answer needs (0)")
 
 
 # ---- predict ----------------------------------------------------------------------------------
@@ -554,16 +572,7 @@ def add_parsers(sub, predict_modes) -> None:
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     g.add_argument("--set", action="append", metavar="KEY=VALUE", help="any other setting (see "
                    "bertkit.tasks.FinetuneSettings), typed")
-    g = s.add_argument_group("extractive QA")
-    g.add_argument("--doc-stride", dest="doc_stride", type=int,
-                   help="context tokens consecutive windows share (128, at most half the context a window holds "
-                   "beside the question; the overlap, as in transformers, not the step)")
-    g.add_argument("--max-query-length", dest="max_query_length", type=int, help="question tokens kept (64)")
-    g.add_argument("--max-answer-length", dest="max_answer_length", type=int, help="longest answer in tokens (30)")
-    g.add_argument("--n-best", dest="n_best", type=int, help="start and end candidates per window (20)")
-    g.add_argument("--null-answers", dest="null_answers", action="store_const", const=True,
-                   help="allow empty answers (SQuAD v2; default: when the training data has them)")
-    g.add_argument("--null-threshold", dest="null_threshold", type=float, help="margin the null answer needs (0)")
+    _qa_flags(s, "default: when the training data has them")
     g = s.add_argument_group("sentence embeddings")
     g.add_argument("--pooling", choices=("mean", "cls"), help="the sentence vector: without it a "
                    "sentence-transformers folder's Pooling module, else mean; given, it replaces the folder's "
@@ -588,6 +597,7 @@ def add_parsers(sub, predict_modes) -> None:
     s.add_argument("--out", metavar="FILE", help="also write the metrics to FILE")
     s.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     _data_flags(s)
+    _qa_flags(s, "default: as fine-tuned")
     s.set_defaults(func=cmd_evaluate)
 
     m = predict_modes.add_parser("classify", help="labels and scores of texts or text pairs (JSON lines)",

@@ -600,8 +600,9 @@ def evaluate(model, task: str | None, data, split: str = "test", tokenizer=None,
         unanswerable = sum(e.is_impossible for e in examples)
         warnings.warn(f"{source}: {unanswerable} of the {len(examples)} questions have no answer (SQuAD v2), but the "
                       "model was fine-tuned to answer every question (task.json's null_answers false), so each of "
-                      "them scores 0; a model fine-tuned with unanswerable questions (or --null-answers) predicts "
-                      "none", DataWarning, stacklevel=outside_stacklevel())
+                      "them scores 0; a model fine-tuned with unanswerable questions predicts none (null_answers=True, "
+                      "--null-answers, lets this one, whose head never learned to)", DataWarning,
+                      stacklevel=outside_stacklevel())
     job.check_scored(examples, model.config.labels, source)  # before minutes of prediction
     predictions = job.predict(model, examples, settings.eval_batch_size, length, settings.bf16,
                               progress=settings.progress)
