@@ -49,9 +49,6 @@ class MaskedLM(Objective):
         self.model = model
         self.pair = pair
 
-    def models(self):
-        return {"": self.model}
-
     def batch_keys(self):
         keys = {**super().batch_keys(), "labels": MASKED_LABELS}
         return {**keys, "pair_labels": "(B,) 1 where the second segment is not the "

@@ -74,9 +74,6 @@ class ChoiceObjective(PerRow, Objective):
             raise BertkitError(f"multiple choice needs a multiple-choice head, not {model.head_kind!r}")
         self.model = model
 
-    def models(self):
-        return {"": self.model}
-
     def forward(self, batch: dict[str, torch.Tensor], totals: dict[str, torch.Tensor] | None = None) -> Step:
         logits = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()
         logits = logits.masked_fill(~batch["choice_mask"], float("-inf"))  # (B, C)

@@ -55,9 +55,6 @@ class ClassificationObjective(PerRow, Objective):
         c = model.config
         self.problem_type = c.problem_type or ("regression" if c.num_labels == 1 else None)
 
-    def models(self):
-        return {"": self.model}
-
     def forward(self, batch: dict[str, torch.Tensor], totals: dict[str, torch.Tensor] | None = None) -> Step:
         logits = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits.float()
         target = batch["label"]

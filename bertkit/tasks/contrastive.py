@@ -119,9 +119,6 @@ class PairObjective(Objective):
         self.model, self.sentence = model, settings
         self.after = settings.after  # a folder's Dense modules: trained with the encoder
 
-    def models(self):
-        return {"": self.model}
-
     def forward(self, batch: dict[str, torch.Tensor]) -> Step:
         B, K, T = batch["input_ids"].shape
         ids, mask, types = (batch[k].view(B * K, T) for k in ("input_ids", "attention_mask", "token_type_ids"))

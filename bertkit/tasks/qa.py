@@ -166,9 +166,6 @@ class SpanObjective(PerRow, Objective):
             raise BertkitError(f"extractive QA needs a qa head, not {model.head_kind!r}")
         self.model = model
 
-    def models(self):
-        return {"": self.model}
-
     def forward(self, batch: dict[str, torch.Tensor], totals: dict[str, torch.Tensor] | None = None) -> Step:
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         pad = ~batch["attention_mask"].bool()                           # (B, T)

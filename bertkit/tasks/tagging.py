@@ -103,9 +103,6 @@ class TaggingObjective(Objective):
             raise BertkitError(f"token classification needs a token-classification head, not {model.head_kind!r}")
         self.model = model
 
-    def models(self):
-        return {"": self.model}
-
     metric_counts = {"": "words"}
 
     def counts(self, batch):
