@@ -239,9 +239,9 @@ def _columns(args):
 
 
 # ---- finetune / evaluate ------------------------------------------------------------------------
+QA_FLAGS = ("doc_stride", "max_query_length", "max_answer_length", "n_best", "null_answers", "null_threshold")
 SETTING_FLAGS = ("epochs", "steps", "batch_size", "accumulation", "lr", "weight_decay", "warmup", "schedule", "max_length",
-                 "truncation", "eval_every", "patience", "metric", "seed", "eval_batch_size", "device", "doc_stride",
-                 "max_query_length", "max_answer_length", "n_best", "null_answers", "null_threshold",
+                 "truncation", "eval_every", "patience", "metric", "seed", "eval_batch_size", "device", *QA_FLAGS,
                  "train_limit", "eval_limit", "pooling", "length_grouping")
 
 
@@ -330,9 +330,6 @@ def cmd_evaluate(args) -> None:
     if out:
         write_text(out, text + "\n")
     print(text)
-
-
-QA_FLAGS = ("doc_stride", "max_query_length", "max_answer_length", "n_best", "null_answers", "null_threshold")
 
 
 def _qa_flags(s, null_default: str) -> None:
