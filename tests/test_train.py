@@ -797,3 +797,24 @@ def test_a_batch_of_the_wrong_shapes_or_kinds_is_one_error_naming_the_key(review
         with pytest.raises(bertkit.BertkitError, match=f"^batch key {said}"):
             trainer.fit()
         assert not (tmp_path / "run" / "metrics.json").exists()
+
+
+def test_the_trainer_checks_each_batch_once_on_the_host(reviews, tokenizer, tmp_path):
+    """The objective's own call checks a batch too; the trainer has checked it before it moves, where
+    reading the values (the MLM labels' range) costs no device sync, so it says so instead of a second
+    and a third check (once in _shard, once in _to_device, once in the call)."""
+    batch_at, _ = batches_from(reviews, tokenizer)
+    model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, **TINY)
+    seen = []
+
+    class Counting(MaskedLM):
+        def check_batch(self, batch):
+            seen.append(batch["input_ids"].device.type)
+            super().check_batch(batch)
+
+    held_out = [batch_at(100 + i) for i in range(3)]
+    Trainer(Counting(model), batch_at, settings(steps=2, accumulation=2), tmp_path / "run", held_out).fit()
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    evaluations = sum(record.get("split") == "eval" for record in logged)
+    assert evaluations >= 1
+    assert len(seen) == 2 * 2 + evaluations * len(held_out)  # steps x micro-batches, evaluations x batches

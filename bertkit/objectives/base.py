@@ -113,8 +113,11 @@ class Objective(nn.Module):
                 want = f"input_ids' shape {tuple(ids.shape)}" if same else f"a row for each of input_ids' {len(ids)}"
                 raise BertkitError(f"batch key {key!r} has shape {tuple(value.shape)}, not {want}")
 
-    def __call__(self, batch, *args, **kwargs) -> Step:
-        self.check_batch(batch)
+    def __call__(self, batch, *args, checked: bool = False, **kwargs) -> Step:
+        """forward(batch, ...) as a Step; `checked`: the caller ran check_batch on this batch already (the
+        trainer does, on the host, before the batch moves: on CUDA each check of the values is a sync)."""
+        if not checked:
+            self.check_batch(batch)
         result = super().__call__(batch, *args, **kwargs)
         if isinstance(result, torch.Tensor):  # the loss alone
             result = Step(result, {"loss": result.detach()})

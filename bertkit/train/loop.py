@@ -258,7 +258,7 @@ class Trainer:
 
     # ---- the loop -------------------------------------------------------------------------
     def _to_device(self, batch: dict) -> dict:
-        self.objective.check_batch(batch)  # before counts() reads it
+        """(checked by _shard or evaluate, before counts() reads it, on the host)"""
         return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
 
     def _shard(self, batch: dict) -> dict:
@@ -320,13 +320,15 @@ class Trainer:
             # the same random draws at every evaluation (ELECTRA's generator samples its
             # replacements), so scores compare across evaluations; training's stream is untouched
             torch.manual_seed(self.settings.seed)
+            for b in self.eval_batches:
+                self.objective.check_batch(b)
             batches = [self._to_device(b) for b in self.eval_batches]
             counts = [self.objective.counts(b) for b in batches]
             whole = None if counts[0] is None else {n: sum(c[n] for c in counts).float() for n in counts[0]}
             weights: dict[str, float] = {}
             loss = 0.0
             for batch, count in zip(batches, counts):
-                result = self.objective(batch, whole)  # given the whole's counts, its loss is its share
+                result = self.objective(batch, whole, checked=True)  # given the whole's counts, its loss is its share
                 loss += float(result.loss)
                 for k, v in result.metrics.items():
                     name = self.objective.metric_count(k) if count is not None else None
@@ -368,7 +370,7 @@ class Trainer:
             sync = self.runner.no_sync() if self.world > 1 and not last else contextlib.nullcontext()
             with sync:
                 with self._autocast():
-                    result = self.runner(batch) if counted is None else self.runner(batch, counted)
+                    result = self.runner(batch, *([] if counted is None else [counted]), checked=True)
                 if not self._finite_everywhere(result.loss):
                     if s.skip_nonfinite:
                         self.optimizer.zero_grad(set_to_none=True)
