@@ -428,7 +428,8 @@ def test_tagging_and_qa_through_the_command_line(capsys, encoder_dir, tmp_path):
     code, printed, _ = run(capsys, "evaluate", "--model", out, "--data", tmp_path / "qa.json", "--no-progress",
                            "--null-answers", "--null-threshold=-1e9")  # "no answer" wins everywhere: nothing right
     assert code == 0 and json.loads(printed)["exact_match"] == json.loads(printed)["f1"] == 0.0
-    for flag, value in (("--max-answer-length", "0"), ("--doc-stride", "-1")):  # named as given, not as in Python
+    # named as given, not as in Python (a stride past the window: "a doc stride of 1000 must")
+    for flag, value in (("--max-answer-length", "0"), ("--doc-stride", "-1"), ("--doc-stride", "1000")):
         code, _, err = run(capsys, "predict", "answer", "--model", out, "--context", context, flag, value, "Who?")
         assert code == 2 and one_error(err).startswith(f"bertkit: error: {flag} must be "), err
     code, printed, _ = run(capsys, "predict", "answer", "--model", out, "--input", tmp_path / "qa.json")  # SQuAD's

@@ -703,7 +703,7 @@ def test_qa_unanswerable_and_unfit_answers_point_at_cls(tokenizer):
         "train: 1 answer(s) fit in no window of 16 tokens; their windows point at [CLS] (no answer)",
         "train: 1 answer(s) hold no token (only characters the tokenizer drops, such as a zero-width space); their "
         "windows point at [CLS] (no answer)"]
-    with pytest.raises(BertkitError, match="a doc stride of 12 must be at least 0 and below the 11 context tokens"):
+    with pytest.raises(BertkitError, match="doc_stride must be at least 0 and below the 11 context tokens"):
         windows([impossible], tokenizer, Windowing(16, 12, 4))
     long_question = QAExample("z", " ".join(["why"] * 70), context)  # cut to max_query_length, 64
     with pytest.raises(BertkitError, match=r"max_length 64 leaves no context after 3 special tokens and a question "

@@ -293,7 +293,7 @@ def test_a_streamed_answer_checks_every_input_at_the_call_and_numbers_it_in_the_
     for stream in (False, True):
         assert error_of(lambda: answer(model, [f"Who is {i}?" for i in range(40)], contexts, batch_size=4,
                                        stream=stream)).startswith("question 36: its context holds no token")
-        assert "a doc stride of 100 must be at least 0 and below" in error_of(lambda: answer(
+        assert "doc_stride must be at least 0 and below" in error_of(lambda: answer(
             model, ["q"] * 3, ["c d e"] * 3, doc_stride=100, max_length=32, stream=stream))
 
 

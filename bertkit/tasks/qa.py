@@ -79,8 +79,8 @@ def _check_windows(examples: list[QAExample], questions: list, contexts: list, s
         raise BertkitError(f"max_length {w.max_length} leaves no context after {specials} special tokens and a "
                            f"question of {longest} tokens; raise max_length or lower max_query_length")
     if w.doc_stride is not None and (w.doc_stride < 0 or room - w.doc_stride < 1):
-        raise BertkitError(f"a doc stride of {w.doc_stride} must be at least 0 and below the {room} context tokens "
-                           f"a window holds (max_length {w.max_length}, the longest question {longest} tokens)")
+        raise BertkitError(f"doc_stride must be at least 0 and below the {room} context tokens a window holds "
+                           f"(max_length {w.max_length}, the longest question {longest} tokens), got {w.doc_stride}")
     empty = next((k for k, ids in enumerate(contexts) if not len(ids)), None)
     if empty is not None:
         named = f" (id {examples[empty].id!r})" if examples[empty].id != str(empty) else ""
