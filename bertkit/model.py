@@ -462,18 +462,26 @@ def student_from_teacher(teacher: Model, layers=None, head: str | None = "mlm", 
 
 
 def build_electra_pair(discriminator: str | EncoderConfig = "electra-small",
-                       generator: str | EncoderConfig | None = None) -> tuple[Model, Model]:
+                       generator: str | EncoderConfig | None = None, **overrides) -> tuple[Model, Model]:
     """(generator, discriminator) for replaced-token-detection pre-training, sharing one embedding
-    module (Clark et al., 2020, sec. 3.2). The generator preset defaults to the one released with
-    the discriminator (electra-small -> electra-small-generator)."""
-    from .models.electra import GENERATOR_FOR, share_embeddings
+    module (Clark et al., 2020, sec. 3.2). The generator defaults to the one released with the
+    discriminator preset (electra-small -> electra-small-generator). `overrides` change the
+    discriminator preset's fields, as build's do, and the generator follows them
+    (models.electra.generator_config: depth, vocabulary ... alike, its width the released fraction
+    of the discriminator's): build_electra_pair("electra-small", num_layers=2, hidden_size=64,
+    num_heads=2, intermediate_size=128) is a small pair."""
+    from .models.electra import GENERATOR_FOR, generator_config, share_embeddings
 
-    if generator is None:
-        if not isinstance(discriminator, str) or discriminator not in GENERATOR_FOR:
-            raise BertkitError("name the generator for a discriminator that is not an ELECTRA preset")
-        generator = GENERATOR_FOR[discriminator]
-    d = build(discriminator, head="pretraining")
-    g = build(generator, head="mlm")
+    preset = discriminator if isinstance(discriminator, str) and discriminator in GENERATOR_FOR else None
+    if generator is None and preset is None:
+        raise BertkitError(f"name the generator (a preset or an EncoderConfig) for a discriminator that is not "
+                           f"one of the ELECTRA presets {', '.join(GENERATOR_FOR)}, or build from one of them "
+                           "with overrides: build_electra_pair('electra-small', num_layers=2, ...)")
+    if overrides and (preset is None or generator is not None):
+        raise BertkitError("overrides change an ELECTRA discriminator preset and the generator made for it; "
+                           "with a config or a named generator, give the configs as they should be")
+    d = build(discriminator, head="pretraining", **overrides)
+    g = build(generator if generator is not None else generator_config(preset, d.config, overrides), head="mlm")
     if d.config.family != "electra" or g.config.family != "electra":
         raise BertkitError("an ELECTRA pair needs two electra configs")
     share_embeddings(g, d)

@@ -213,6 +213,31 @@ def test_electra_pair_from_preset_names_uses_the_released_generator():
         generator, discriminator = bertkit.build_electra_pair("electra-small")
     assert generator.config.hidden_size == 256 and discriminator.config.hidden_size == 256
     assert generator.backbone.embeddings is discriminator.backbone.embeddings
+    for name in ("electra-small", "electra-base", "electra-large"):
+        with torch.device("meta"):
+            generator, _ = bertkit.build_electra_pair(name)
+        assert generator.config == bertkit.PRESETS[f"{name}-generator"].config
+
+
+def test_a_small_electra_pair_is_a_preset_with_overrides(tmp_path):
+    """build_electra_pair took no overrides, so a small pair needed two hand-made configs (the
+    generator's width worked out by hand); `build("electra-base", num_layers=2, ...)` had no twin."""
+    generator, discriminator = bertkit.build_electra_pair("electra-base", num_layers=2, hidden_size=96, num_heads=6,
+                                                          intermediate_size=192, embedding_size=48, vocab_size=120)
+    d, g = discriminator.config, generator.config
+    assert (d.num_layers, d.hidden_size, d.num_heads, d.vocab_size) == (2, 96, 6, 120)
+    assert (g.num_layers, g.vocab_size, g.embedding_size) == (2, 120, 48)  # the depth and tables follow
+    assert (g.hidden_size, g.num_heads, g.intermediate_size) == (32, 2, 64)  # a third as wide, as base's is
+    assert generator.backbone.embeddings is discriminator.backbone.embeddings
+    ids = torch.randint(1, 120, (2, 8))
+    assert generator(ids).logits.shape == (2, 8, 120) and discriminator(ids).logits.shape == (2, 8)
+    config = bertkit.PRESETS["electra-small"].config
+    for call, said in [(lambda: bertkit.build_electra_pair(config), "^name the generator .* or build from one of "
+                                                                    r"them with overrides: build_electra_pair\("),
+                       (lambda: bertkit.build_electra_pair(config, config, num_layers=2), "^overrides change an "),
+                       (lambda: bertkit.build_electra_pair("electra-small", num_layerz=2), "num_layerz")]:
+        with pytest.raises(bertkit.BertkitError, match=said):
+            call()
 
 
 def test_an_electra_pair_whose_configs_describe_other_embeddings_is_refused(tmp_path):

@@ -81,7 +81,7 @@ def build_objective(name: str, preset: str, teacher: str | None = None,
     if name == "rtd":
         from ..config import get_preset
         from ..models.deberta import V3_PRESETS
-        from ..models.electra import GENERATOR_FOR, generator_config
+        from ..models.electra import GENERATOR_FOR
 
         if preset in V3_PRESETS:
             from .gdes import build_pair
@@ -91,8 +91,7 @@ def build_objective(name: str, preset: str, teacher: str | None = None,
             fits = ", ".join(sorted(GENERATOR_FOR) + list(V3_PRESETS))
             raise BertkitError("objective rtd trains an ELECTRA pair or a DeBERTa-v3 pair (gradient-disentangled "
                                f"embedding sharing); choose one of {fits}")
-        disc = get_preset(preset).config.replace(**overrides)
-        return ReplacedTokenDetection(*build_electra_pair(disc, generator_config(preset, disc, overrides)), **weight)
+        return ReplacedTokenDetection(*build_electra_pair(preset, **overrides), **weight)
     # distill: the student's shape comes from the teacher (every other layer, sec. 3)
     from pathlib import Path
 
