@@ -49,7 +49,7 @@ class Model(nn.Module):
         self.config = config
         self.head_kind = head
         self.backbone, self.head = assemble(config, head)
-        self.tokenizer = _tokenizer(tokenizer)
+        self.tokenizer = tokenizer
         # Other tools' files of the folder it was loaded from (sentence-transformers' pooling and
         # settings), relative path -> bytes: written back by save_pretrained, so a copy embeds alike.
         self.companion_files: dict[str, bytes] = {}
@@ -309,6 +309,16 @@ class Model(nn.Module):
         return super().train(mode)
 
     @property
+    def tokenizer(self):
+        """The tokenizer that goes with the model (None: none); save_pretrained writes its files.
+        Set it to a Tokenizer or a path to one's files."""
+        return self._tokenizer
+
+    @tokenizer.setter
+    def tokenizer(self, tokenizer) -> None:
+        self._tokenizer = _tokenizer(tokenizer)  # (a path loaded now: a string failed in the first save)
+
+    @property
     def device(self) -> torch.device:
         """Where the parameters are (as transformers' models say)."""
         return next(self.parameters()).device
@@ -408,11 +418,13 @@ def check_num_labels(head: str | None, num_labels: int | None) -> None:
         raise BertkitError(f"a qa head scores each token as start and end: num_labels is 2 there, not {num_labels}")
 
 
-def build(name: str | EncoderConfig, head: str | None = None, num_labels: int | None = None,
+def build(name: str | EncoderConfig, head: str | None = None, num_labels: int | None = None, tokenizer=None,
           **overrides) -> Model:
     """A freshly initialized model from a preset name (see `list_models()`) or a config.
 
-    `overrides` change config fields by name (typed; an unknown name is an error)."""
+    `overrides` change config fields by name (typed; an unknown name is an error). `tokenizer`
+    (a Tokenizer or a path to its files) goes with the model: save_pretrained, and so every
+    checkpoint and final model a Trainer writes, saves it beside the weights."""
     if not isinstance(name, (str, EncoderConfig)):
         raise BertkitError(f"build takes a preset name or an EncoderConfig, not {type(name).__name__}")
     config = name if isinstance(name, EncoderConfig) else get_preset(name).config
@@ -421,7 +433,7 @@ def build(name: str | EncoderConfig, head: str | None = None, num_labels: int | 
         overrides["num_labels"] = num_labels
     if overrides:
         config = config.replace(**overrides)
-    return Model(config, head)
+    return Model(config, head, tokenizer)
 
 
 STUDENT_SETTINGS = ("hidden_dropout", "attention_dropout")  # a student's own; its shape is the teacher's

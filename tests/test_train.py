@@ -818,3 +818,24 @@ def test_the_trainer_checks_each_batch_once_on_the_host(reviews, tokenizer, tmp_
     evaluations = sum(record.get("split") == "eval" for record in logged)
     assert evaluations >= 1
     assert len(seen) == 2 * 2 + evaluations * len(held_out)  # steps x micro-batches, evaluations x batches
+
+
+def test_a_model_built_with_its_tokenizer_saves_it_in_each_checkpoint_and_the_final_model(reviews, tokenizer,
+                                                                                           minilm_dir, tmp_path):
+    """A Trainer run of a model from build() had no tokenizer files, so the folder could not be
+    fine-tuned or predicted with on its own; build(..., tokenizer=) and model.tokenizer = path
+    carry one (a path given to the attribute was kept as a string and failed in the first save)."""
+    batch_at, _ = batches_from(reviews, tokenizer)
+    model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, tokenizer=minilm_dir, **TINY)
+    Trainer(MaskedLM(model), batch_at, settings(steps=2, save_every=1), tmp_path / "run").fit()
+    folders = [tmp_path / "run", *sorted((tmp_path / "run" / "checkpoints").iterdir())]
+    assert len(folders) >= 2
+    for folder in folders:
+        loaded = bertkit.from_pretrained(folder)
+        assert loaded.tokenizer("a film")["input_ids"].tolist() == tokenizer("a film")["input_ids"].tolist()
+    model.tokenizer = None
+    model.tokenizer = minilm_dir  # a path: loaded now
+    assert model.tokenizer.backend.get_vocab() == tokenizer.backend.get_vocab()
+    with pytest.raises(bertkit.BertkitError, match="^tokenizer must be a bertkit Tokenizer or a path to its files, "
+                                                   "not int$"):
+        model.tokenizer = 3
