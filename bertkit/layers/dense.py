@@ -16,7 +16,9 @@ layout, which each call would otherwise do on the fly: bert-base inference +7% i
 fp32 (same numbers), for a second copy of the weights. The packed copy serves inference only
 and only while the layer's weight is the tensor it was packed from, unchanged since (autograd's
 version counter; edits through `.data` bypass it, and weights made under torch.inference_mode
-have none): otherwise the plain weight serves again. `pack(layer, torch.bfloat16)` on an fp32
+have none; torch's fused optimizer kernels do not count their steps, so an optimizer's step
+drops the copies of the weights it updated, through a step hook): otherwise the plain weight
+serves again. `pack(layer, torch.bfloat16)` on an fp32
 layer packs a bf16 copy instead, for inference under CPU autocast to bf16: autocast would cast
 the weight on every call (or once per autocast region), and its linear would not take the
 packed layout (the predict and evaluate loops of tasks/, through Model.prepacked()).
@@ -95,6 +97,28 @@ def pack(layer: nn.Linear, dtype: torch.dtype | None = None) -> None:
     if onednn_tensor(w) and dtype in (w.dtype, torch.bfloat16) and onednn_dtype(dtype):
         packed = torch.ops.mkldnn._reorder_linear_weight(w.detach().to(dtype))
         _PACKED[layer] = (packed, dtype, weakref.ref(w), w.data_ptr(), _version(w))
+        _watch_optimizers()
+
+
+_WATCHING: list = []  # the step hook, once registered
+
+
+def _watch_optimizers() -> None:
+    """Have every optimizer step drop the packed copies of the weights it updated: fused AdamW,
+    Adam and SGD (the Trainer's, and transformers' default) write them without counting a
+    version, so a packed copy of a model in eval mode served the weights of before the step."""
+    if not _WATCHING:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        _WATCHING.append(register_optimizer_step_post_hook(_after_step))
+
+
+def _after_step(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
+    if not _PACKED:
+        return
+    stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    for layer in [layer for layer, entry in _PACKED.items() if id(entry[2]()) in stepped]:
+        unpack(layer)
 
 
 def _version(w: torch.Tensor) -> int | None:
