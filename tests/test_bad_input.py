@@ -382,6 +382,28 @@ def test_forward_refuses_bad_ids_in_one_line(case):
     assert "\n" not in message and all(w in message for w in words), message
 
 
+@pytest.mark.parametrize("family", ["bert", "deberta-v2", "modernbert"])
+def test_a_mask_that_is_not_one_and_zero_is_refused(family):
+    """An additive 0 / -inf mask was read as one (nonzero: attend), so its pads attended and its
+    tokens did not, and the unpadded and padded paths disagreed (by 2.3 on DeBERTa and ModernBERT;
+    outside tester). Bool, int and float masks of 0 and 1 give one answer."""
+    name = {"bert": "bert-base", "deberta-v2": "deberta-v3-base", "modernbert": "modernbert-base"}[family]
+    model = bertkit.build(name, head="mlm", num_layers=1, vocab_size=120, hidden_size=32, num_heads=2,
+                          intermediate_size=64, pad_token_id=0).eval()
+    ids = torch.randint(5, 120, (2, 7))
+    mask = torch.ones(2, 7)
+    mask[1, 4:] = 0
+    for bad, said in [(mask * 2, r"attention_mask\[0, 0\] is 2: a mask is 1 \(or True\) for a real token and 0 "),
+                      ((1 - mask) * -1e9, r"attention_mask\[1, 4\] is -1e\+09: .*\(an additive 0 / -inf mask is not "
+                                          r"one\)$")]:
+        with pytest.raises(bertkit.BertkitError, match=said):
+            model(ids, bad)
+    with torch.no_grad():
+        want = model(ids, mask.long()).logits
+        for same in (mask, mask.bool(), mask.to(torch.int32)):
+            assert torch.equal(model(ids, same).logits, want)
+
+
 def test_a_model_on_the_meta_device_runs_on_shapes_alone():
     """The id range check reads values, which meta tensors lack: it is skipped there, as the
     shape checks are not."""

@@ -57,6 +57,7 @@ class EncoderModel(nn.Module):
             input_ids = stand_in_ids(input_ids, inputs_embeds, self.embeddings)
         check_ids(input_ids, token_type_ids, self.embeddings)
         keys = key_padding_mask(attention_mask, input_ids)  # (B, T) bool or None
+        check_mask(attention_mask)
         check_positions(position_ids, input_ids, keys, self.embeddings)
         given = {} if position_ids is None else {"positions": position_ids.to(input_ids.device)}
         x = self.embeddings(input_ids, token_type_ids, words=inputs_embeds, **given)  # (B, T, E)
@@ -128,6 +129,25 @@ def stand_in_ids(input_ids, inputs_embeds, embeddings: nn.Module) -> torch.Tenso
 ID_DTYPES = (torch.int64, torch.int32)  # what an embedding lookup takes (not int16, uint8, ...)
 
 
+def _recording(t: torch.Tensor) -> bool:
+    """Whether `t`'s values cannot be checked: shapes only (meta, empty), or recorded."""
+    return (torch.jit.is_tracing() or torch.compiler.is_compiling() or func_transforming() or t.numel() == 0
+            or t.is_meta)
+
+
+def check_mask(attention_mask: torch.Tensor | None) -> None:
+    """One error for a mask that is not 1 / True for real tokens and 0 for padding: an additive
+    0 / -inf mask was read as one, its pads attending and its tokens not, and the unpadded and
+    padded paths then disagreed (by 2.3 on DeBERTa and ModernBERT). Skipped while recording."""
+    if attention_mask is None or attention_mask.dtype == torch.bool or _recording(attention_mask):
+        return
+    odd = (attention_mask != 0) & (attention_mask != 1)
+    if bool(odd.any()):
+        b, t = odd.nonzero()[0].tolist()
+        raise BertkitError(f"attention_mask[{b}, {t}] is {attention_mask[b, t].item():g}: a mask is 1 (or True) "
+                           "for a real token and 0 for padding (an additive 0 / -inf mask is not one)")
+
+
 def check_ids(input_ids, token_type_ids, embeddings: nn.Module) -> None:
     """One clear error for ids the embeddings cannot look up (torch's own: an IndexError on CPU,
     a device-side assert that poisons the CUDA context on GPU). The value checks are skipped
@@ -144,8 +164,7 @@ def check_ids(input_ids, token_type_ids, embeddings: nn.Module) -> None:
         raise BertkitError(f"token_type_ids has shape {got} but input_ids has {tuple(input_ids.shape)}")
     if token_type_ids is not None and token_type_ids.dtype not in ID_DTYPES:
         raise BertkitError(f"token_type_ids must be int64 or int32, got {token_type_ids.dtype}")
-    if (torch.jit.is_tracing() or torch.compiler.is_compiling() or func_transforming() or input_ids.numel() == 0
-            or input_ids.is_meta):  # shapes only, no values to check
+    if _recording(input_ids):
         return
     for name, ids, table in (("input_ids", input_ids, embeddings.word),
                              ("token_type_ids", token_type_ids, getattr(embeddings, "token_type", None))):
