@@ -207,11 +207,24 @@ def bf16_for(precision: str, device) -> bool:
     fine-tune on an AVX2-only CPU ran 12x slower than in fp32, without a word)."""
     if precision != "bf16":
         return precision == "auto" and native_bf16(device)
-    if not native_bf16(device):
+    warn_if_emulated_bf16(device)
+    return True
+
+
+EMULATION_TOLD: set[str] = set()  # the device types told that their bf16 is emulated
+
+
+def warn_if_emulated_bf16(device) -> None:
+    """Say that bf16 asked for on `device` is only emulated there, several times slower than fp32:
+    the command line's --precision bf16 and Python's bf16=True (the Trainer, finetune, the task
+    helpers) alike, once per process and kind of device, however many of them a job passes
+    through (a command's --precision, then its Trainer; Python's own once-only filter forgets
+    whenever any filter changes, as loading a checkpoint's quiet parts does)."""
+    if device.type not in EMULATION_TOLD and not native_bf16(device):
+        EMULATION_TOLD.add(device.type)
         where = "CPU (no AVX512-BF16 or AMX)" if device.type == "cpu" else f"{device.type} device (no bf16 hardware)"
         warnings.warn(f"bf16 on this {where} is emulated: several times slower than fp32 here; --precision auto "
-                      "picks fp32 on such hardware")
-    return True
+                      "(bf16=False in Python) picks fp32 on such hardware")
 
 
 def tokenizer_family(family: str) -> str:

@@ -109,3 +109,12 @@ def corpus_file(tmp_path_factory):
 def cache_dir(tmp_path_factory):
     """A token cache of the test module's own."""
     return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(autouse=True)
+def _emulated_bf16_untold():
+    """Each test starts as a new process would: bf16's emulation not yet said (it is said once per
+    process, so a test checking the warning would otherwise depend on which tests ran before)."""
+    from bertkit.pretraining import EMULATION_TOLD
+
+    EMULATION_TOLD.clear()

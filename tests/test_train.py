@@ -839,3 +839,33 @@ def test_a_model_built_with_its_tokenizer_saves_it_in_each_checkpoint_and_the_fi
     with pytest.raises(bertkit.BertkitError, match="^tokenizer must be a bertkit Tokenizer or a path to its files, "
                                                    "not int$"):
         model.tokenizer = 3
+
+
+def test_bf16_asked_for_in_python_where_it_is_emulated_is_said_once(reviews, tokenizer, minilm_dir, tmp_path,
+                                                                     monkeypatch):
+    """Only the command line's --precision bf16 said that bf16 is emulated (several times slower
+    than fp32); TrainSettings(bf16=True) and the helpers' bf16=True ran as slowly without a word.
+    Said once per process, through whichever comes first (a command, then its Trainer: once)."""
+    from bertkit.pretraining import EMULATION_TOLD
+    from bertkit.tasks import embed, fill_mask
+
+    batch_at, _ = batches_from(reviews, tokenizer)
+    model = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, tokenizer=minilm_dir, **TINY)
+
+    def said(call) -> list[str]:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            call()
+        return [str(w.message) for w in seen if "emulated" in str(w.message)]
+
+    for native in (True, False):
+        monkeypatch.setattr("bertkit.pretraining.native_bf16", lambda device: native)
+        for call in (lambda: Trainer(MaskedLM(model), batch_at, settings(steps=1, bf16=True), tmp_path / "run"),
+                     lambda: embed(minilm_dir, ["a film"], bf16=True),
+                     lambda: fill_mask(model, ["a [MASK] film"], bf16=True)):
+            EMULATION_TOLD.clear()
+            told = said(lambda: [call(), call()])
+            assert told == ([] if native else ["bf16 on this CPU (no AVX512-BF16 or AMX) is emulated: several times "
+                                               "slower than fp32 here; --precision auto (bf16=False in Python) picks "
+                                               "fp32 on such hardware"]), told
+            assert not said(lambda: Trainer(MaskedLM(model), batch_at, settings(steps=1), tmp_path / "run"))

@@ -523,6 +523,10 @@ def embed(model, texts: list[str], batch_size: int = 32, max_length: int | None 
         raise BertkitError(f"normalize must be True, False or None, got {normalize!r}")
     model, settings = prepared(model, tokenizer, max_length, pooling)
     settings = settings.with_prompt(prompt_name)
+    if bf16:
+        from ..pretraining import warn_if_emulated_bf16
+
+        warn_if_emulated_bf16(model.device)
     if not stream:
         return _embed(model, texts, settings, batch_size, normalize, progress, bf16)
     return streamed(model, texts, batch_size, bf16, lambda part: _embed(model, part, settings, batch_size, normalize,

@@ -118,6 +118,10 @@ def fill_mask(model, texts: list[str], top_k: int = 5, targets: list[str] | None
                            "a checkpoint directory, tokenizer.json, vocab.txt, vocab.json or spm.model")
     if tok.mask_token is None:
         raise BertkitError("the model's tokenizer has no mask token")
+    if bf16:
+        from ..pretraining import warn_if_emulated_bf16
+
+        warn_if_emulated_bf16(model.device)
     if tok.mask_token_id >= model.config.vocab_size:  # added to the tokenizer, unknown to the model
         raise BertkitError(f"the mask token {tok.mask_token!r} has id {tok.mask_token_id}, outside the model's "
                            f"vocabulary of {model.config.vocab_size}: the model has no prediction head row for it "

@@ -561,19 +561,21 @@ def _prepared(source, task: str | None, tokenizer, overrides: dict, data_has_nul
         length = serving_length(model)                      # pipelines do (QA: 384-token windows, as they do)
     max_length = job.prepare(model, length)
     device = _device(settings)
-    if settings.bf16 and overrides.get("bf16") is None:  # evaluate() reusing the fine-tune's precision
-        _warn_if_emulated(device)
+    if settings.bf16:
+        _warn_if_emulated(device, reused=overrides.get("bf16") is None)
     model.to(device)
     return model, name, job, settings, max_length
 
 
-def _warn_if_emulated(device: torch.device) -> None:
-    """A model fine-tuned in bf16 (`auto` on bf16 hardware) is evaluated in bf16, as metrics.json
-    scored it; where bf16 is only emulated that runs several times slower than fp32, which was
-    silent (an explicit --precision bf16 warns in pretraining.bf16_for)."""
-    from ..pretraining import native_bf16
+def _warn_if_emulated(device: torch.device, reused: bool) -> None:
+    """bf16 where it is only emulated, several times slower than fp32, is said: asked for
+    (pretraining.warn_if_emulated_bf16), or `reused`: a model fine-tuned in bf16 (`auto` on bf16
+    hardware) is evaluated in bf16, as metrics.json scored it, which was silent."""
+    from ..pretraining import native_bf16, warn_if_emulated_bf16
 
-    if not native_bf16(device):
+    if not reused:
+        warn_if_emulated_bf16(device)
+    elif not native_bf16(device):
         warnings.warn(f"the model was fine-tuned in bf16, which this {device.type} device only emulates: evaluating "
                       "as fine-tuned runs several times slower than fp32; --precision fp32 (or bf16=False) evaluates "
                       "in fp32 (scores may then differ from metrics.json's in the third digit)",

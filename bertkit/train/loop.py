@@ -130,6 +130,10 @@ class Trainer:
             if settings.compile:
                 model.compile()
         _warn_if_half_weights(objective)
+        if settings.bf16:
+            from ..pretraining import warn_if_emulated_bf16
+
+            warn_if_emulated_bf16(self.device)
         # The fused kernel updates every tensor in one pass: on CPU ~5x faster than the default
         # per-tensor loop (bert-base MLM: 64 vs 333 ms of a ~8 s step), same update;
         # transformers' Trainer uses it too.
