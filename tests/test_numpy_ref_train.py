@@ -334,6 +334,19 @@ def test_a_model_that_cannot_be_saved_is_refused_before_training(tmp_path):
     assert str(at_pretrain.value) == str(at_save.value)
 
 
+def test_batches_that_are_not_a_list_or_a_function_are_one_error():
+    """A generator failed deep in the first step ("object of type 'generator' has no len()";
+    README tester); a tuple is a list too."""
+    model = numpy_ref.build(TINY)
+    batches = [as_numpy(b) for b in tiny_batches(1)]
+    for bad, said in [((b for b in batches), r"got generator: list\(batches\) keeps them"), ([], "got an empty list"),
+                      (batches[0], r"got dict: a dict is one batch, \[batch\] a list of it"), (3, "got int$")]:
+        with pytest.raises(BertkitError, match="^batches must be a list of batches .cycled. or a function of the "
+                                               f"micro-batch index, {said}"):
+            numpy_ref.train(model, bad, steps=1)
+    assert len(numpy_ref.train(model, tuple(batches), steps=1)) == 1
+
+
 def test_out_that_is_a_file_is_the_save_error(tmp_path):
     """A file where the run folder (or one above it) would go: the one-line error save_pretrained
     gives, before training; an existing folder is written into, but not one holding a finished

@@ -20,7 +20,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -197,5 +197,12 @@ def train(model: BertForMaskedLM, batches: Sequence[dict] | Callable[[int], dict
     alone, unless it holds a finished run or a model (metrics.json, config.json, model weights),
     which is refused as `bertkit pretrain` and the torch Trainer refuse it: a second run wrote
     over the first. A run log (metrics.jsonl) of a run that did not finish is replaced."""
+    listed = isinstance(batches, Sequence) and not isinstance(batches, (str, bytes))
+    if not callable(batches) and not (listed and len(batches)):  # (len() of a generator, deep in a step)
+        what = "an empty list" if listed else type(batches).__name__
+        hint = (": list(batches) keeps them, to be cycled" if isinstance(batches, Iterator) else
+                ": a dict is one batch, [batch] a list of it" if isinstance(batches, dict) else "")
+        raise BertkitError(f"batches must be a list of batches (cycled) or a function of the micro-batch index, "
+                           f"got {what}{hint}")
     batch_at = batches if callable(batches) else (lambda i: batches[i % len(batches)])
     return Trainer(model, batch_at, TrainSettings(steps=steps, lr=lr, **settings), out, eval_batches).fit()
