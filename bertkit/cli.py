@@ -526,8 +526,8 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
                                                   "DeBERTa-v3), distill (DistilBERT); default mlm")
     g.add_argument("--teacher", default=S, help="distill: the teacher (checkpoint directory, hub id or preset)")
     g.add_argument("--teacher-layers", dest="teacher_layers", default=S, metavar="I,J,...",
-                   help="distill: the teacher blocks the student starts from (default half of them, spread "
-                        "evenly from the first to the last: 0,2,4,7,9,11 of 12)")
+                   help="distill: the teacher blocks the student starts from (default half of them, rounded "
+                        "down, spread evenly from the first to the last: 0,2,4,7,9,11 of 12; the first of 2 or 3)")
     g.add_argument("--override", action="append", metavar="KEY=VALUE", default=S,
                    help="change a model config field, typed (e.g. num_layers=4); repeatable")
     g.add_argument("--backend", default=S, help="torch (default) or numpy (the pure-NumPy Mini-BERT, mlm only)")

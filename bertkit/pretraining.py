@@ -451,7 +451,8 @@ def _pretrain(job: PretrainJob) -> Path:
     what = job.model
     if job.objective == "distill":  # the preset names the family only; the shape is the teacher's
         student = models[""].config
-        what = (f"a {student.family} student of {student.num_layers} layers x {student.hidden_size}, its shape "
+        layers = f"{student.num_layers} layer{'s' * (student.num_layers != 1)}"
+        what = (f"a {student.family} student of {layers} x {student.hidden_size}, its shape "
                 f"from the teacher {job.teacher}")
     say(f"{job.objective} on {what} ({sum(unique.values()):,} parameters), "
         f"{device}, {'bf16 autocast' if settings.bf16 else 'fp32'}, "
@@ -671,7 +672,7 @@ def _data(job: PretrainJob, family: str, tokenizer, train_corpus, eval_corpus, m
     # the same held-out text whichever way a step is split (the rows' order does not depend on it)
     micro = job.eval_batches * job.train.get("accumulation", 1)
     batches = [held.batch_at(i) for i in range(min(micro, len(held)))]
-    say(f"held-out data: {eval_corpus.name}, {len(batches)} batches of {job.batch_size} "
+    say(f"held-out data: {eval_corpus.name}, {len(batches)} batch{'es' * (len(batches) != 1)} of {job.batch_size} "
         f"({sum(len(b['input_ids']) for b in batches):,} sequences)")
     return data, batches
 

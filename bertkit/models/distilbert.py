@@ -24,7 +24,8 @@ from ..layers import (Embeddings, EncoderModel, FirstTokenHead, SpanHead, TokenC
 from . import Family, register_family
 
 def default_teacher_layers(depth: int) -> tuple[int, ...]:
-    """Half of a `depth`-block teacher's blocks, spread evenly from its first to its last (rounded).
+    """Half of a `depth`-block teacher's blocks (rounded down, at least one), spread evenly from its
+    first to its last (each index rounded).
     For 12 blocks this is 0, 2, 4, 7, 9, 11, the layers the released distilbert-base-uncased took
     from bert-base (the extraction script of the DistilBERT authors). Taking "one of two" ([0, 2,
     4, 6, 8, 10]) would drop the last block, whose representations the distillation loss pulls
