@@ -264,6 +264,12 @@ def test_predict_classify_from_arguments_and_files_agree(capsys, classifier, tmp
     table.write_text(table.read_text().replace(texts[1], texts[1].replace(", ", ",\n")))  # a quoted newline
     code, out, _ = run(capsys, "predict", "classify", "--model", classifier, "--input", table)
     assert code == 0 and [r["text"] for r in json_lines(out)] == [texts[0], texts[1].replace(", ", ",\n"), texts[2]]
+    holed = tmp_path / "holed.csv"  # a row without text was skipped, so the predictions no longer followed the rows
+    holed.write_text("text,label\nA fine film.,positive\n,negative\n")
+    code, _, err = run(capsys, "predict", "classify", "--model", classifier, "--input", holed)
+    assert code == 2 and one_error(err).endswith("holed.csv, line 3: column 'text' is empty; each row gets a "
+                                                 "prediction, in the file's order, so each needs a text (drop the "
+                                                 "row or give it one)")
     # a table whose columns have other names: the error names the option, which predict takes too
     renamed = tmp_path / "renamed.csv"
     renamed.write_text(table.read_text().replace("text,label", "review,sentiment", 1))

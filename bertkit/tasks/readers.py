@@ -331,7 +331,8 @@ def _triplet_layout(keys, columns: Columns) -> bool:
 def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool | None = True,
                numeric: bool = False, pairs: bool = False) -> list[TextExample]:
     """Text (pair) examples from a CSV / TSV / JSONL / JSON file. `numeric`: labels are numbers
-    (regression); otherwise class names. `labelled=False` reads texts for prediction only, None
+    (regression); otherwise class names. `labelled=False` reads texts for prediction only (a row
+without text is then an error, not skipped: the predictions follow the rows), None
     reads labels when the file has the column (its first row, for JSON). `pairs`: every row
     needs a text pair, and a `negative` column is read where the file has one."""
     path = Path(path)
@@ -374,6 +375,9 @@ def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool | 
         if not text.strip():
             if pairs:  # as an empty second text is: half a pair is not a shorter example
                 raise BertkitError(f"{where}: column {text_col!r} is empty (every example is a pair of texts)")
+            if labelled is False:  # skipped, the predictions no longer lined up with the rows (none names its line)
+                raise BertkitError(f"{where}: column {text_col!r} is empty; each row gets a prediction, in the "
+                                   "file's order, so each needs a text (drop the row or give it one)")
             empty += 1
             continue
         pair = row.get(pair_col)
