@@ -562,3 +562,37 @@ def test_the_next_step_hint_reads_back_in_the_shell():
     for out, model in (("runs/imdb", "runs/imdb"), ("-dash out", "./-dash out"), ("it's here", "it's here")):
         words = shlex.split(next_steps("classification", Path(out)).removeprefix("next: ").split(";")[0])
         assert words[words.index("--model") + 1] == model
+
+
+def test_evaluate_and_predict_read_the_columns_fine_tuning_was_given(capsys, encoder_dir, sentiment_files, tmp_path):
+    """A model fine-tuned with --text-column review --label-column sentiment was evaluated with
+    "no column 'text'" until the flags were given again (data-format tester): task.json keeps
+    them, and a flag still names another."""
+    renamed = []
+    for path in sentiment_files:
+        renamed.append(tmp_path / path.name)
+        renamed[-1].write_text(path.read_text().replace("text,label", "review,sentiment", 1))
+    out = tmp_path / "run"
+    code, printed, _ = run(capsys, "finetune", "--task", "classification", "--model", encoder_dir, "--train", renamed[0],
+                           "--eval", renamed[1], "--out", out, "--text-column", "review", "--label-column",
+                           "sentiment", *FAST, "--epochs", "1")
+    assert code == 0 and json.loads((out / "task.json").read_text())["columns"] == {"text": "review",
+                                                                                   "label": "sentiment"}
+    code, scored, err = run(capsys, "evaluate", "--model", out, "--data", renamed[1])
+    assert code == 0, err
+    assert json.loads(scored)["accuracy"] == json.loads(printed)["accuracy"]  # the best model's dev score
+    code, predicted, err = run(capsys, "predict", "classify", "--model", out, "--input", renamed[1])
+    assert code == 0 and len(json_lines(predicted)) == json.loads(scored)["eval_examples"], err
+    keyed = tmp_path / "keyed.jsonl"
+    keyed.write_text(json.dumps({"review": "A fine film."}) + "\n")  # JSON input lines' keys too
+    code, predicted, err = run(capsys, "predict", "classify", "--model", out, "--input", keyed)
+    assert code == 0 and json_lines(predicted)[0]["text"] == "A fine film.", err
+    code, _, err = run(capsys, "evaluate", "--model", out, "--data", sentiment_files[1])  # the default names: said
+    assert code == 2 and "no column 'review' (columns: text, label); --text-column NAME names yours" in err
+    code, _, err = run(capsys, "evaluate", "--model", out, "--data", sentiment_files[1], "--text-column", "text",
+                       "--label-column", "label")
+    assert code == 0, err
+    (out / "task.json").write_text(json.dumps({**json.loads((out / "task.json").read_text()), "columns": ["review"]}))
+    code, _, err = run(capsys, "evaluate", "--model", out, "--data", renamed[1])
+    assert code == 2 and one_error(err).endswith('task.json: columns must map text, text_pair, label, choices, '
+                                                 'negative to column names, got ["review"]')

@@ -107,12 +107,15 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of
         raise BertkitError("no input given (pass texts as arguments or --input FILE|-)")
     if args.text:
         return [{fields[0]: t} for t in args.text]
-    keys = {field: getattr(args, INPUT_COLUMNS[column][1], None)  # {field: the key the user named for it}
-            for column, field in (("text", "text"), ("pair", "text_pair"), ("choices", "choices"))}
-    if args.input != "-" and data_suffix(Path(args.input)) in DATA_FILES:
-        from .readers import Columns
+    from .finetune import remembered_columns
+    from .readers import Columns
 
-        return _data_file_records(args.input, fields, Columns(keys["text"], keys["text_pair"], choices=keys["choices"]))
+    given = Columns(*(getattr(args, INPUT_COLUMNS[c][1], None) for c in ("text", "pair")),
+                    choices=getattr(args, INPUT_COLUMNS["choices"][1], None))
+    columns = remembered_columns(args.model, given)  # those not given: the ones fine-tuning read (task.json)
+    keys = {"text": columns.text, "text_pair": columns.text_pair, "choices": columns.choices}  # {field: its key}
+    if args.input != "-" and data_suffix(Path(args.input)) in DATA_FILES:
+        return _data_file_records(args.input, fields, columns)
     if args.input != "-" and "tokens" in fields:
         tagged = _word_tag_records(Path(args.input), lines, tags)
         if tagged is not None:

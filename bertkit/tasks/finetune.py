@@ -333,7 +333,20 @@ def _task_settings(source) -> dict:
     positive_int(saved, "max_length", path)
     if not isinstance(saved.get("null_answers", False), bool):
         raise BertkitError(f"{path}: null_answers must be true or false, got {saved['null_answers']!r}")
+    columns = saved.get("columns", {})
+    if not (isinstance(columns, dict) and all(k in Columns.__dataclass_fields__ and isinstance(v, str) and v
+                                              for k, v in columns.items())):
+        raise BertkitError(f"{path}: columns must map {', '.join(Columns.__dataclass_fields__)} to column names, "
+                           f"got {json.dumps(columns)[:80]}")
     return saved
+
+
+def remembered_columns(source, columns: Columns) -> Columns:
+    """`columns` with each one not given taken from those the model was fine-tuned with
+    (task.json's `columns`, written when fine-tuning named any): a model fine-tuned on a `review`
+    column is evaluated on the same kind of file without naming it again."""
+    kept = _task_settings(source).get("columns", {})
+    return Columns(**{k: v if v is not None else kept.get(k) for k, v in asdict(columns).items()})
 
 
 def _regression(model) -> bool:
@@ -487,8 +500,10 @@ def _finetune(task: str, model, train, eval, out: Path, settings: FinetuneSettin
             metrics = {**stopper.best, "eval_examples": len(eval_examples), "train_examples": len(train_examples),
                        "best_step": stopper.best_step, "steps": trainer.step,
                        **({"interrupted": True} if interrupted is not None else {})}
+            named = {k: v for k, v in asdict(columns).items() if v is not None}  # evaluate / predict read them too
             saved = {"task": task, "metric": metric, "max_length": max_length, "labels": list(labels),
                      **({"null_answers": bool(null_answers)} if task == "qa" else {}),
+                     **({"columns": named} if named else {}),
                      "settings": {k: v for k, v in asdict(settings).items() if k not in ("progress", "device")}}
             if trainer.is_main:  # under torchrun the first process writes; the others hold the same model
                 with writing("the fine-tuned model", out):  # metrics.json last: it marks a finished run
@@ -594,7 +609,7 @@ def evaluate(model, task: str | None, data, split: str = "test", tokenizer=None,
         raise BertkitError(f"unknown setting(s) {', '.join(unknown)}; known: "
                            f"{', '.join(FinetuneSettings.__dataclass_fields__)}")
     name = task or _task_settings(model).get("task") or _task_of(load_model(model, tokenizer), None, {})
-    examples = sample(load_examples(name, data, split, columns), limit)
+    examples = sample(load_examples(name, data, split, remembered_columns(model, columns)), limit)
     has_null = name == "qa" and any(e.is_impossible for e in examples)
     model, name, job, settings, length = _prepared(model, name, tokenizer, overrides, has_null)
     source = str(data) if isinstance(data, (str, Path)) else "evaluation data"
