@@ -57,7 +57,7 @@ def trained(minilm_dir, tmp_path_factory):
     return out, dev, untrained, metrics
 
 
-def test_multiple_choice_learns_to_pick_the_real_ending(trained):
+def test_multiple_choice_learns_to_pick_the_real_ending(trained, tmp_path):
     out, dev, untrained, metrics = trained
     assert {len(e.choices) for e in dev} == {3, 4}
     chance = sum(1 / len(e.choices) for e in dev) / len(dev)  # ~0.28
@@ -68,6 +68,10 @@ def test_multiple_choice_learns_to_pick_the_real_ending(trained):
         assert len(p["scores"]) == len(e.choices) and p["answer"] == e.choices[p["choice"]]
         assert sum(p["scores"]) == pytest.approx(1.0, abs=1e-5)
     assert json.loads((out / "task.json").read_text())["task"] == "multiple-choice"
+    evaluate(out, None, dev[:12], predictions=tmp_path / "p.jsonl", progress=False)  # each context's choice, gold
+    scored = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert [(r["text"], r["choices"], r["choice"], r["gold"]) for r in scored] == [
+        (e.text, list(e.choices), p["choice"], e.label) for e, p in zip(dev, predictions[:12])]
 
 
 def test_a_fine_tuned_model_runs_in_transformers_to_the_same_choice_logits(trained):

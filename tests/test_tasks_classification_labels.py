@@ -115,8 +115,11 @@ def test_label_lists_fine_tune_a_multi_label_model_scored_against_the_gold_sets_
     names = ("politics", "sports")
     gold = np.array([[n in (e.label if isinstance(e.label, tuple) else (e.label,)) for n in names] for e in examples])
     got = np.array([[n in p["labels"] for n in names] for p in predictions])
-    scores = evaluate(tmp_path, None, examples)
+    scores = evaluate(tmp_path, None, examples, predictions=tmp_path / "p.jsonl")
     assert scores["accuracy"] == pytest.approx(accuracy_score(gold, got))
+    each = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]  # sets as lists
+    assert [(r["labels"], r["gold"]) for r in each] == [(p["labels"], list(e.label) if isinstance(e.label, tuple)
+                                                         else [e.label]) for p, e in zip(predictions, examples)]
     assert scores["f1"] == pytest.approx(f1_score(gold, got, average="micro", zero_division=0))
     assert scores["mcc"] == pytest.approx(matthews_corrcoef(gold.ravel(), got.ravel()))
 

@@ -372,6 +372,12 @@ def test_tagging_and_qa_through_the_command_line(capsys, encoder_dir, tmp_path):
     code, printed, _ = run(capsys, "finetune", "--task", "token-classification", "--model", encoder_dir,
                            "--train", conll, "--eval", conll, "--out", out, *FAST)
     assert code == 0 and 0.0 <= json.loads(printed)["accuracy"] <= 1.0
+    code, printed, _ = run(capsys, "evaluate", "--model", out, "--data", conll, "--predictions", tmp_path / "p.jsonl")
+    scored = json_lines((tmp_path / "p.jsonl").read_text())  # each sentence's words, predicted tags and gold ones
+    assert code == 0 and [(r["tokens"], r["gold"]) for r in scored] == [(list(s.words), list(s.tags))
+                                                                        for s in tagged_sentences("train", 120)]
+    pairs = [(p, g) for r in scored for p, g in zip(r["tags"], r["gold"])]  # (the sentences fit: no None)
+    assert json.loads(printed)["accuracy"] == pytest.approx(sum(p == g for p, g in pairs) / len(pairs), abs=1e-12)
     code, printed, _ = run(capsys, "predict", "tag", "--model", out, "The film is long, but it is good.")
     result = json_lines(printed)[0]
     assert code == 0 and result["tokens"][:3] == ["The", "film", "is"] and len(result["tags"]) == len(result["tokens"])
@@ -417,6 +423,13 @@ def test_tagging_and_qa_through_the_command_line(capsys, encoder_dir, tmp_path):
                            "--max-length", "128", "--doc-stride", "32", "--no-progress", "--precision", "fp32")
     metrics = json.loads(printed)
     assert code == 0 and 0.0 <= metrics["exact_match"] <= 1.0 and 0.0 <= metrics["f1"] <= 1.0
+    code, _, _ = run(capsys, "evaluate", "--model", out, "--data", tmp_path / "qa.json", "--predictions",
+                     tmp_path / "qa.jsonl")  # SQuAD's ids, the answers predict gives and the gold texts
+    scored = json_lines((tmp_path / "qa.jsonl").read_text())
+    assert code == 0 and [(r["id"], r["gold"]) for r in scored] == [(q.id, [a.text for a in q.answers])
+                                                                    for q in questions]
+    code, printed, _ = run(capsys, "predict", "answer", "--model", out, "--input", tmp_path / "qa.json")
+    assert [r["answer"] for r in scored] == [r["answer"] for r in json_lines(printed)]
     context = questions[0].context
     code, printed, _ = run(capsys, "predict", "answer", "--model", out, "--context", context, "--top-k", "2",
                            questions[0].question)
@@ -578,9 +591,15 @@ def test_evaluate_and_predict_read_the_columns_fine_tuning_was_given(capsys, enc
                            "sentiment", *FAST, "--epochs", "1")
     assert code == 0 and json.loads((out / "task.json").read_text())["columns"] == {"text": "review",
                                                                                    "label": "sentiment"}
-    code, scored, err = run(capsys, "evaluate", "--model", out, "--data", renamed[1])
+    code, scored, err = run(capsys, "evaluate", "--model", out, "--data", renamed[1], "--predictions",
+                            tmp_path / "p.jsonl")
     assert code == 0, err
     assert json.loads(scored)["accuracy"] == json.loads(printed)["accuracy"]  # the best model's dev score
+    each = json_lines((tmp_path / "p.jsonl").read_text())  # the texts, predictions and gold labels
+    assert len(each) == json.loads(scored)["eval_examples"] and all(set(r) >= {"text", "label", "gold"} for r in each)
+    assert json.loads(scored)["accuracy"] == pytest.approx(sum(r["label"] == r["gold"] for r in each) / len(each))
+    code, _, err = run(capsys, "evaluate", "--model", out, "--data", renamed[1], "--predictions", renamed[1])
+    assert code == 2 and "--predictions" in err and "that is the file this command reads" in err
     code, predicted, err = run(capsys, "predict", "classify", "--model", out, "--input", renamed[1])
     assert code == 0 and len(json_lines(predicted)) == json.loads(scored)["eval_examples"], err
     keyed = tmp_path / "keyed.jsonl"

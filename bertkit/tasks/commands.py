@@ -326,9 +326,12 @@ def cmd_evaluate(args) -> None:
     if args.limit is not None and args.limit < 1:
         raise BertkitError(f"--limit must be at least 1, got {args.limit}")
     out = output_file(args.out, reads=(args.data,)) if args.out else None
+    predictions = output_file(args.predictions, "--predictions", reads=(args.data,)) if args.predictions else None
+    if out and predictions and out == predictions:
+        raise BertkitError(f"--out and --predictions both name {out}; give each its own file")
     with named_as_flags(args, QA_FLAGS):
         metrics = evaluate(args.model, args.task, args.data, args.split, args.tokenizer, _columns(args), args.limit,
-                           **{k: v for k, v in overrides.items() if v is not None})
+                           predictions, **{k: v for k, v in overrides.items() if v is not None})
     text = json.dumps(metrics, indent=2)
     if out:
         write_text(out, text + "\n")
@@ -595,6 +598,8 @@ def add_parsers(sub, predict_modes) -> None:
     s.add_argument("--device", help="cpu, cuda, cuda:N or auto (default: auto, a GPU where there is one)")
     s.add_argument("--tokenizer", help="a tokenizer file or directory, if the model directory has none")
     s.add_argument("--out", metavar="FILE", help="also write the metrics to FILE")
+    s.add_argument("--predictions", metavar="FILE", help="also write each example's prediction to FILE, as JSON "
+                   "lines in the data's order: its input, what predict gives for it, and its gold answer ('gold')")
     s.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     _data_flags(s)
     _qa_flags(s, "default: as fine-tuned")

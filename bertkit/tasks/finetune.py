@@ -42,7 +42,8 @@ from ..config import PRESETS, check_field_types
 from ..data.corpora import DataWarning
 from ..data.tokenizer import Tokenizer, check_vocab_fits, load_tokenizer
 from ..errors import BertkitError, outside_stacklevel
-from ..files import RESULT_FILES, launch_processes, output_dir, positive_int, read_json, run_lock, shown, writing
+from ..files import (RESULT_FILES, json_safe, launch_processes, output_dir, output_file, positive_int, read_json,
+                     run_lock, shown, write_text, writing)
 from ..schedules import SCHEDULES, check_seed
 from .base import TrainBatches, check_count, check_texts, check_truncation, serving_length, streamed
 from .choice import MultipleChoice
@@ -598,16 +599,21 @@ def _warn_if_emulated(device: torch.device, reused: bool) -> None:
 
 
 def evaluate(model, task: str | None, data, split: str = "test", tokenizer=None, columns: Columns = Columns(),
-             limit: int | None = None, **overrides) -> dict:
+             limit: int | None = None, predictions: str | Path | None = None, **overrides) -> dict:
     """Scores of a fine-tuned model (a directory or a Model) on `data` (a built-in name, whose
     `split` is used, a file or a hub name): the same flat keys as finetune's metrics.json. The
     task and the settings (max_length, bf16, QA windows and decoding) default to those the model
     was fine-tuned with (task.json); `overrides` are FinetuneSettings fields, e.g. max_length=256.
-    `limit` scores a seeded random sample of that many examples."""
+    `limit` scores a seeded random sample of that many examples. `predictions`: a file to write
+    each example's prediction to as well, one JSON line per example in the data's order
+    (scored_record: its input, what `predict` gives for it and its `gold` answer), written after
+    scoring, atomically."""
     unknown = sorted(set(overrides) - set(FinetuneSettings.__dataclass_fields__))
     if unknown:
         raise BertkitError(f"unknown setting(s) {', '.join(unknown)}; known: "
                            f"{', '.join(FinetuneSettings.__dataclass_fields__)}")
+    if predictions is not None:  # before minutes of prediction
+        target = output_file(predictions, "", reads=(data,) if isinstance(data, (str, Path)) else ())
     name = task or _task_settings(model).get("task") or _task_of(load_model(model, tokenizer), None, {})
     examples = sample(load_examples(name, data, split, remembered_columns(model, columns)), limit)
     has_null = name == "qa" and any(e.is_impossible for e in examples)
@@ -621,9 +627,33 @@ def evaluate(model, task: str | None, data, split: str = "test", tokenizer=None,
                       "--null-answers, lets this one, whose head never learned to)", DataWarning,
                       stacklevel=outside_stacklevel())
     job.check_scored(examples, model.config.labels, source)  # before minutes of prediction
-    predictions = job.predict(model, examples, settings.eval_batch_size, length, settings.bf16,
-                              progress=settings.progress)
-    return {**job.score(examples, predictions, model.config.labels), "eval_examples": len(examples)}
+    predicted = job.predict(model, examples, settings.eval_batch_size, length, settings.bf16,
+                            progress=settings.progress)
+    scores = {**job.score(examples, predicted, model.config.labels), "eval_examples": len(examples)}
+    if predictions is not None:
+        lines = (json.dumps(json_safe(scored_record(e, p)), ensure_ascii=False) + "\n"
+                 for e, p in zip(examples, predicted))
+        write_text(target, "".join(lines), flag="")
+    return scores
+
+
+def scored_record(example, prediction: dict) -> dict:
+    """One line of evaluate's predictions: the example's input, the prediction as `bertkit
+    predict` gives it (a pair's vectors left out), then `gold`: the label (a multi-label
+    example's list of them), value, tags, choice index, or a question's gold answer texts ([] for
+    none: SQuAD v2's unanswerable)."""
+    if isinstance(example, QAExample):
+        given, gold = {"id": example.id, "question": example.question}, list(example.gold_texts)
+    elif isinstance(example, TaggedSentence):
+        given, gold = {}, list(example.tags)  # (the prediction's "tokens" are the words)
+    elif isinstance(example, ChoiceExample):
+        given, gold = {"text": example.text, "choices": list(example.choices)}, example.label
+    else:
+        given = {"text": example.text, **({"text_pair": example.text_pair} if example.text_pair else {})}
+        gold = example.label
+        if isinstance(gold, tuple) or "labels" in prediction:  # a multi-label model's: a list, as its "labels"
+            gold = list(gold) if isinstance(gold, tuple) else [gold]
+    return {**given, **{k: v for k, v in prediction.items() if k != "vectors"}, "gold": gold}
 
 
 def classify(model, texts: list[str], text_pairs: list[str | None] | None = None, batch_size: int = 64,
