@@ -489,9 +489,15 @@ def json_safe(record: dict) -> dict:
 
 
 def write_text(path: Path, text: str, flag: str = "--out") -> None:
-    """Write `text` to `path` (its folder made first); an OS error is one line naming the path."""
+    """Write `text` to `path` (its folder made first) whole or not at all: a file beside it, then
+    renamed over it, so a failed write (a full disk) leaves an earlier file as it was. An OS
+    error is one line naming the path."""
+    staged = path.with_name(f".{path.name}.partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        staged.write_text(text)
+        os.replace(staged, path)
     except OSError as e:
+        with contextlib.suppress(OSError):
+            staged.unlink()
         raise BertkitError(f"{_named(flag, path)}: could not write it ({e.strerror or e})") from None
