@@ -530,3 +530,26 @@ def test_a_fused_tensor_of_the_wrong_shape_or_missing_is_named_as_the_file_names
     edit_weights(path, lambda s: s.pop(fused))
     with pytest.raises(bertkit.BertkitError, match=rf"missing 1 tensor\(s\): {re.escape(fused.split('.', 1)[1])}$"):
         bertkit.from_pretrained(path)
+
+
+def test_a_results_file_that_cannot_be_written_leaves_the_earlier_one_whole(tmp_path, monkeypatch):
+    """evaluate's --out and --predictions go through write_text: a write that fails part way (a
+    full disk) left a cut file where the earlier results were."""
+    from bertkit.files import write_text
+
+    earlier = tmp_path / "metrics.json"
+    earlier.write_text('{"accuracy": 0.9}\n')
+
+    def full_disk(self, text, *args, **kwargs):
+        with open(self, "w") as f:
+            f.write(text[:3])  # part of it, then the disk is full
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    with pytest.raises(bertkit.BertkitError, match="^--out .*metrics.json: could not write it .No space left"):
+        write_text(earlier, '{"accuracy": 0.5}\n')
+    monkeypatch.undo()
+    assert earlier.read_text() == '{"accuracy": 0.9}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]  # no staged part left
+    write_text(earlier, '{"accuracy": 0.5}\n')
+    assert earlier.read_text() == '{"accuracy": 0.5}\n'
