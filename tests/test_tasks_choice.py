@@ -178,6 +178,18 @@ def test_predict_choose_from_arguments_and_json_lines(trained, tmp_path, capsys)
                                                     'or a "choices" list)')
     assert [x["choice"] for x in lines] == [p["choice"] for p in choose(out, [x.text for x in dev[:5]],
                                                                         [list(x.choices) for x in dev[:5]])]
+    # each layout finetune reads, as JSON lines too: numbered columns, SWAG's and HellaSwag's rows were
+    # "the object needs 'text'" or "no choices" (data-format tester)
+    a, b, c = dev[:3]
+    inputs.write_text(json.dumps({"id": "x", "sent1": a.text, "sent2": "", **{f"ending{k}": t for k, t in
+                                                                            enumerate(a.choices)}}) + "\n"
+                      + json.dumps({"ctx": b.text, "endings": list(b.choices)}) + "\n"
+                      + json.dumps({"text": c.text, **{f"choice{k}": t for k, t in enumerate(c.choices)}}) + "\n")
+    assert main(["predict", "choose", "--model", str(out), "--input", str(inputs)]) == 0
+    read = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [(x["text"], x["choices"], x["choice"]) for x in read] == [(x["text"], x["choices"], x["choice"])
+                                                                     for x in lines[:3]]
+    assert read[0]["id"] == "x"
     assert main(["predict", "choose", "--model", str(out), "a context", "--choice", "only one"]) == 2
     with pytest.raises(BertkitError, match="context 2: choice 0 is empty"):
         choose(out, ["a context", "another"], [["yes", "no"], ["", "no"]])

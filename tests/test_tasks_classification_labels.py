@@ -74,6 +74,11 @@ def test_label_lists_are_read_from_jsonl_json_arrays_and_csv_cells(tmp_path):
     with pytest.raises(BertkitError, match=r"bad.csv, line 3: label '\[sports, politics\]' in column 'label' looks "
                                            r"like a list but is not JSON"):
         load_examples("classification", tmp_path / "bad.csv")
+    (tmp_path / "bad.csv").write_text('text,label\na,sports\nb,"[""sports"", ""tech"""\n')  # its end lost: was a class
+    with pytest.raises(BertkitError, match=r"""bad.csv, line 3: label '\["sports", "tech"' in column 'label' looks """):
+        load_examples("classification", tmp_path / "bad.csv")
+    (tmp_path / "names.csv").write_text("text,label\na,[x]-like\nb,[neutral\n")  # names that open a bracket stay names
+    assert [e.label for e in load_examples("classification", tmp_path / "names.csv")] == ["[x]-like", "[neutral"]
 
 
 def multi_label_data():

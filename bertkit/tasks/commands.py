@@ -108,7 +108,7 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of
     if args.text:
         return [{fields[0]: t} for t in args.text]
     from .finetune import remembered_columns
-    from .readers import Columns
+    from .readers import Columns, choice_rows, holds_choices
 
     given = Columns(*(getattr(args, INPUT_COLUMNS[c][1], None) for c in ("text", "pair")),
                     choices=getattr(args, INPUT_COLUMNS["choices"][1], None))
@@ -131,6 +131,11 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise BertkitError(f"{where}: not valid JSON ({e.msg})") from None
+            if "choices" in fields and (keys["choices"] or "choices") not in row and holds_choices(row, columns):
+                # numbered columns, SWAG's or HellaSwag's, read as finetune reads them in a data file
+                (example,) = choice_rows([(where, row)], columns, labelled=False)
+                row = {**({"id": row["id"]} if "id" in row else {}), "text": example.text,
+                       "choices": list(example.choices)}
             row.update({field: row[key] for key, field in named.items() if key in row})  # --text-column ...
             kept = {f: row[f] for f in fields if row.get(f) is not None}
             for field, value in kept.items():  # else a wrong type fails deep in the tokenizer, is read as

@@ -295,7 +295,8 @@ def _listed_label(value, where: str, column: str | None) -> tuple[str, ...] | No
     one, as multiple-choice reads a list of choices), as sorted unique names; [] is an example with
     none of the labels. None for a single label. A cell that opens like a list but is not one is
     an error rather than a class named "[a, b]"."""
-    if isinstance(value, str) and value.strip().startswith("[") and value.strip().endswith("]"):
+    opened = isinstance(value, str) and re.match(r"\s*\[\s*[\"']", value)  # ["a", ... with its end lost
+    if isinstance(value, str) and value.strip().startswith("[") and (value.strip().endswith("]") or opened):
         try:
             value = json.loads(value)
         except json.JSONDecodeError:
@@ -408,6 +409,17 @@ def _numbered(keys, prefixes) -> list[str]:
     return []
 
 
+def _numbered_choices(keys, columns: Columns) -> list[str]:
+    return _numbered(keys, [columns.choices] if columns.choices else ["choices", "choice", "ending"])
+
+
+def holds_choices(row: dict, columns: Columns = Columns()) -> bool:
+    """Whether a row holds its choices in a layout choice_rows reads: a list column, numbered
+    columns (SWAG's endings too) or HellaSwag's `endings`."""
+    return ((columns.choices or "choices") in row or bool(_numbered_choices(list(row), columns))
+            or (columns.choices is None and "ctx" in row and "endings" in row))
+
+
 def choice_rows(rows, columns: Columns = Columns(), labelled: bool = True) -> list[ChoiceExample]:
     """Multiple-choice examples from (where, row dict) pairs; see the module docstring. Empty
     numbered cells at the end (fewer choices than columns) are left out; an empty one before a
@@ -439,10 +451,13 @@ def choice_rows(rows, columns: Columns = Columns(), labelled: bool = True) -> li
             if blank is not None:  # scored as an answer, and perhaps chosen, where a choice is missing
                 raise BertkitError(f"{where}: choice {blank} in column {listed!r} is empty")
         else:
-            numbered = _numbered(keys, [columns.choices] if columns.choices else ["choices", "choice", "ending"])
+            numbered = _numbered_choices(keys, columns)
             if not numbered:
-                raise BertkitError(f"{where}: no choices: a column {list_col!r} (a list) or numbered columns "
-                                   f"{list_col}0, {list_col}1, ... (columns: {', '.join(map(str, keys))})")
+                layouts = (f"numbered columns {list_col}0, {list_col}1, ..." if columns.choices else
+                           "numbered columns choices0 ..., choice0 ... or ending0 ... (SWAG's, with sent1 and sent2),"
+                           " or HellaSwag's ctx and endings")
+                raise BertkitError(f"{where}: no choices: a column {list_col!r} (a list) or {layouts} "
+                                   f"(columns: {', '.join(map(str, keys))})")
             cells = [row[k] if isinstance(row[k], str) else "" if row[k] is None else row[k] for k in numbered]
             while cells and isinstance(cells[-1], str) and not cells[-1].strip():
                 cells.pop()  # an example with fewer choices than there are columns
