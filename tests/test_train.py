@@ -814,6 +814,12 @@ def test_the_trainer_checks_each_batch_once_on_the_host(reviews, tokenizer, tmp_
 
     held_out = [batch_at(100 + i) for i in range(3)]
     Trainer(Counting(model), batch_at, settings(steps=2, accumulation=2), tmp_path / "run", held_out).fit()
+
+    class OwnCall(MaskedLM):  # a subclass with a __call__ of its own (the trainer once passed it checked=True)
+        def __call__(self, batch, totals=None):
+            return super().__call__(batch, totals)
+
+    Trainer(OwnCall(model), batch_at, settings(steps=1, accumulation=2), tmp_path / "own", held_out).fit()
     logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     evaluations = sum(record.get("split") == "eval" for record in logged)
     assert evaluations >= 1

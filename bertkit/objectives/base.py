@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -113,10 +115,20 @@ class Objective(nn.Module):
                 want = f"input_ids' shape {tuple(ids.shape)}" if same else f"a row for each of input_ids' {len(ids)}"
                 raise BertkitError(f"batch key {key!r} has shape {tuple(value.shape)}, not {want}")
 
-    def __call__(self, batch, *args, checked: bool = False, **kwargs) -> Step:
-        """forward(batch, ...) as a Step; `checked`: the caller ran check_batch on this batch already (the
-        trainer does, on the host, before the batch moves: on CUDA each check of the values is a sync)."""
-        if not checked:
+    @contextlib.contextmanager
+    def batches_checked(self) -> Iterator[None]:
+        """Inside, a call does not check its batch again: the caller ran check_batch on it already
+        (the trainer does, on the host, before the batch moves: on CUDA each check of the values is
+        a sync). A context, not an argument, so a subclass's own __call__(batch) keeps working."""
+        self._batches_checked = True
+        try:
+            yield
+        finally:
+            self._batches_checked = False
+
+    def __call__(self, batch, *args, **kwargs) -> Step:
+        """forward(batch, ...) as a Step, its batch checked first (check_batch)."""
+        if not getattr(self, "_batches_checked", False):
             self.check_batch(batch)
         result = super().__call__(batch, *args, **kwargs)
         if isinstance(result, torch.Tensor):  # the loss alone

@@ -332,7 +332,8 @@ class Trainer:
             weights: dict[str, float] = {}
             loss = 0.0
             for batch, count in zip(batches, counts):
-                result = self.objective(batch, whole, checked=True)  # given the whole's counts, its loss is its share
+                with self.objective.batches_checked():
+                    result = self.objective(batch, whole)  # given the whole's counts, its loss is its share
                 loss += float(result.loss)
                 for k, v in result.metrics.items():
                     name = self.objective.metric_count(k) if count is not None else None
@@ -373,8 +374,8 @@ class Trainer:
             # DDP syncs gradients on the last micro-batch only; the others accumulate locally.
             sync = self.runner.no_sync() if self.world > 1 and not last else contextlib.nullcontext()
             with sync:
-                with self._autocast():
-                    result = self.runner(batch, *([] if counted is None else [counted]), checked=True)
+                with self._autocast(), self.objective.batches_checked():
+                    result = self.runner(batch) if counted is None else self.runner(batch, counted)
                 if not self._finite_everywhere(result.loss):
                     if s.skip_nonfinite:
                         self.optimizer.zero_grad(set_to_none=True)
