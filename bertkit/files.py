@@ -329,7 +329,8 @@ def output_file(path: str | Path, flag: str = "--out", reads: Iterable[str | Pat
         raise BertkitError(f"{_named(flag, path)}: a folder; give a file name")
     for source in reads:
         source = Path(source).expanduser()
-        if path.exists() and source.exists() and path.samefile(source):
+        # (resolved: "new/../data.csv" is the data file once the folder `new` is made to write it)
+        if source.exists() and (path.samefile(source) if path.exists() else path.resolve() == source.resolve()):
             raise BertkitError(f"{_named(flag, path)}: that is the file this command reads; give another file name")
     if path.name in RUN_FILES and path.exists() and any((path.parent / f).exists() for f in MODEL_FILES):
         raise BertkitError(f"{_named(flag, path)}: that is the model folder's own {path.name}; give another file name")

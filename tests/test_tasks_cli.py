@@ -185,7 +185,11 @@ def test_evaluate_reproduces_the_dev_scores(capsys, classifier, sentiment_files,
     data.write_bytes(Path(sentiment_files[1]).read_bytes())
     code, out, err = run(capsys, "evaluate", "--model", classifier, "--data", data, "--out", tmp_path / "." / "dev.csv")
     assert code == 2 and "that is the file this command reads" in one_error(err)
-    assert data.read_bytes() == Path(sentiment_files[1]).read_bytes()
+    for flag in ("--out", "--predictions"):  # through a folder not made yet: the data once it is (re-check tester)
+        code, out, err = run(capsys, "evaluate", "--model", classifier, "--data", data, flag, tmp_path / "unmade" / ".."
+                             / "dev.csv")
+        assert code == 2 and f"{flag} " in err and "that is the file this command reads" in one_error(err)
+    assert data.read_bytes() == Path(sentiment_files[1]).read_bytes() and not (tmp_path / "unmade").exists()
 
 
 def test_a_model_without_a_task_head_is_told_to_be_fine_tuned(capsys, encoder_dir, sentiment_files):

@@ -332,7 +332,7 @@ def cmd_evaluate(args) -> None:
         raise BertkitError(f"--limit must be at least 1, got {args.limit}")
     out = output_file(args.out, reads=(args.data,)) if args.out else None
     predictions = output_file(args.predictions, "--predictions", reads=(args.data,)) if args.predictions else None
-    if out and predictions and out == predictions:
+    if out and predictions and out.resolve() == predictions.resolve():
         raise BertkitError(f"--out and --predictions both name {out}; give each its own file")
     with named_as_flags(args, QA_FLAGS):
         metrics = evaluate(args.model, args.task, args.data, args.split, args.tokenizer, _columns(args), args.limit,
