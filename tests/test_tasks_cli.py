@@ -422,6 +422,9 @@ def test_tagging_and_qa_through_the_command_line(capsys, encoder_dir, tmp_path):
         for q in questions]}]}
     (tmp_path / "qa.json").write_text(json.dumps(squad))
     out = tmp_path / "qa"
+    code, _, err = run(capsys, "finetune", "--task", "qa", "--model", encoder_dir, "--train", tmp_path / "qa.json",
+                       "--eval", tmp_path / "qa.json", "--out", out, "--max-length", "128", "--doc-stride", "1000")
+    assert code == 2 and one_error(err).startswith("bertkit: error: --doc-stride must be at least 0 and below the "), err
     code, printed, _ = run(capsys, "finetune", "--task", "qa", "--model", encoder_dir, "--train", tmp_path / "qa.json",
                            "--eval", tmp_path / "qa.json", "--out", out, "--epochs", "1", "--batch-size", "16",
                            "--max-length", "128", "--doc-stride", "32", "--no-progress", "--precision", "fp32")

@@ -301,7 +301,8 @@ def cmd_finetune(args) -> None:
     settings = finetune_settings(args)
     print(f"fine-tuning {args.model} for {args.task} on {args.train} (early stopping on {args.eval}) -> {out}"
           f"{' [bf16]' if settings.bf16 else ''}", file=sys.stderr)
-    metrics = finetune(args.task, args.model, args.train, args.eval, out, settings, args.tokenizer, _columns(args))
+    with named_as_flags(args, ("doc_stride", "max_query_length", "max_length")):  # the QA windows' errors
+        metrics = finetune(args.task, args.model, args.train, args.eval, out, settings, args.tokenizer, _columns(args))
     print(json.dumps(metrics, indent=2))
     print(f"best model, metrics.json and loss_curve.png in {out}", file=sys.stderr)
     print(next_steps(args.task, out), file=sys.stderr)
