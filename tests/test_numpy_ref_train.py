@@ -344,6 +344,10 @@ def test_batches_that_are_not_a_list_or_a_function_are_one_error():
         with pytest.raises(BertkitError, match="^batches must be a list of batches .cycled. or a function of the "
                                                f"micro-batch index, {said}"):
             numpy_ref.train(model, bad, steps=1)
+    for bad, said in [([1, 2], "got int$"), ([{"input_ids": 1}], "got keys 'input_ids'$"),
+                      (lambda i: None, "got NoneType$")]:  # (a TypeError, a KeyError deep in the step)
+        with pytest.raises(BertkitError, match=f"^a batch is a dict holding 'input_ids' and 'labels' .*, {said}"):
+            numpy_ref.train(model, bad, steps=1)
     assert len(numpy_ref.train(model, tuple(batches), steps=1)) == 1
 
 

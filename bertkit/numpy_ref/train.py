@@ -99,6 +99,11 @@ class Trainer:
         self.model.zero_grad()
         loss = accuracy = 0.0
         batches = [self.batch_at(self.step * s.accumulation + micro) for micro in range(s.accumulation)]
+        for batch in batches:  # (a KeyError or a TypeError from deep inside the step otherwise)
+            if not isinstance(batch, dict) or not {"input_ids", "labels"} <= set(batch):
+                got = f"keys {', '.join(map(repr, batch)) or 'none'}" if isinstance(batch, dict) else type(batch).__name__
+                raise BertkitError(f"a batch is a dict holding 'input_ids' and 'labels' (-100 where not predicted), "
+                                   f"got {got}")
         counts = [int(np.sum(np.asarray(b["labels"]) != -100)) for b in batches]
         for batch, count in zip(batches, counts):
             share = count / sum(counts) if sum(counts) else 1.0 / s.accumulation
@@ -199,7 +204,7 @@ def train(model: BertForMaskedLM, batches: Sequence[dict] | Callable[[int], dict
     over the first. A run log (metrics.jsonl) of a run that did not finish is replaced."""
     listed = isinstance(batches, Sequence) and not isinstance(batches, (str, bytes))
     if not callable(batches) and not (listed and len(batches)):  # (len() of a generator, deep in a step)
-        what = "an empty list" if listed else type(batches).__name__
+        what = f"an empty {type(batches).__name__}" if listed else type(batches).__name__
         hint = (": list(batches) keeps them, to be cycled" if isinstance(batches, Iterator) else
                 ": a dict is one batch, [batch] a list of it" if isinstance(batches, dict) else "")
         raise BertkitError(f"batches must be a list of batches (cycled) or a function of the micro-batch index, "
