@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 from .data import check_vocab_fits
 from .data.corpora import Corpus
-from .errors import BertkitError, first_line
+from .errors import BertkitError, first_line, outside_stacklevel
 from .files import RESULT_FILES, checkpoint_folders, launch_rank, no_config, output_dir, run_lock, staging_dir, writing
 from .options import seconds, typed
 from .schedules import check_seed
@@ -224,7 +224,7 @@ def warn_if_emulated_bf16(device) -> None:
         EMULATION_TOLD.add(device.type)
         where = "CPU (no AVX512-BF16 or AMX)" if device.type == "cpu" else f"{device.type} device (no bf16 hardware)"
         warnings.warn(f"bf16 on this {where} is emulated: several times slower than fp32 here; --precision auto "
-                      "(bf16=False in Python) picks fp32 on such hardware")
+                      "(bf16=False in Python) picks fp32 on such hardware", stacklevel=outside_stacklevel())
 
 
 def tokenizer_family(family: str) -> str:
@@ -456,7 +456,8 @@ def _pretrain(job: PretrainJob) -> Path:
                 f"from the teacher {job.teacher}")
     say(f"{job.objective} on {what} ({sum(unique.values()):,} parameters), "
         f"{device}, {'bf16 autocast' if settings.bf16 else 'fp32'}, "
-        + (f"budget {settings.time_budget:.0f} s" if settings.time_budget else f"{settings.steps} steps"))
+        + (f"budget {settings.time_budget:.0f} s" if settings.time_budget
+           else f"{settings.steps} step{'s' * (settings.steps != 1)}"))
     with warnings.catch_warnings():
         from .models.deberta import DebertaConfig
 
@@ -697,7 +698,8 @@ def _pretrain_numpy(job, config, tokenizer, train_corpus, eval_corpus, settings)
     model = numpy_ref.build(config, seed=settings.seed)
     out = job.out_dir
     say(f"mlm on {job.model} with the NumPy backend, "
-        + (f"budget {settings.time_budget:.0f} s" if settings.time_budget else f"{settings.steps} steps")
+        + (f"budget {settings.time_budget:.0f} s" if settings.time_budget
+           else f"{settings.steps} step{'s' * (settings.steps != 1)}")
         + " (it keeps no checkpoints: an interrupted run starts over)")
     trainer = numpy_ref.Trainer(model, lambda i: arrays(data.batch_at(i)), settings, out,
                                 [arrays(b) for b in held_out])

@@ -877,3 +877,8 @@ def test_bf16_asked_for_in_python_where_it_is_emulated_is_said_once(reviews, tok
                                                "slower than fp32 here; --precision auto (bf16=False in Python) picks "
                                                "fp32 on such hardware"]), told
             assert not said(lambda: Trainer(MaskedLM(model), batch_at, settings(steps=1), tmp_path / "run"))
+    EMULATION_TOLD.clear()
+    with warnings.catch_warnings(record=True) as seen:  # pointing at the caller's line, as bertkit's warnings do
+        warnings.simplefilter("always")
+        Trainer(MaskedLM(model), batch_at, settings(steps=1, bf16=True), tmp_path / "run")
+    assert [w.filename for w in seen if "emulated" in str(w.message)] == [__file__]
