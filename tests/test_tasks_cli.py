@@ -613,6 +613,9 @@ def test_evaluate_and_predict_read_the_columns_fine_tuning_was_given(capsys, enc
     keyed.write_text(json.dumps({"review": "A fine film."}) + "\n")  # JSON input lines' keys too
     code, predicted, err = run(capsys, "predict", "classify", "--model", out, "--input", keyed)
     assert code == 0 and json_lines(predicted)[0]["text"] == "A fine film.", err
+    keyed.write_text(json.dumps({"review": ""}) + "\n")  # named by its own key (it said 'text')
+    code, _, err = run(capsys, "predict", "classify", "--model", out, "--input", keyed)
+    assert code == 2 and one_error(err).endswith("keyed.jsonl, line 1: the object's 'review' is empty")
     code, _, err = run(capsys, "evaluate", "--model", out, "--data", sentiment_files[1])  # the default names: said
     assert code == 2 and "no column 'review' (columns: text, label); --text-column NAME names yours" in err
     code, _, err = run(capsys, "evaluate", "--model", out, "--data", sentiment_files[1], "--text-column", "text",

@@ -152,7 +152,7 @@ def read_inputs(args, fields: tuple[str, ...], required: tuple[str, ...], any_of
                                    f"{' and '.join(repr(keys.get(f) or f) for f in missing)}{hint}")
             empty = [f for f in required if not kept[f]]
             if empty:
-                raise BertkitError(f"{where}: the object's {' and '.join(repr(f) for f in empty)} "
+                raise BertkitError(f"{where}: the object's {' and '.join(repr(keys.get(f) or f) for f in empty)} "
                                    f"{'is' if len(empty) == 1 else 'are'} empty")
             if any_of and not any(f in kept for f in any_of):
                 raise BertkitError(f"{where}: the object needs {' or '.join(repr(f) for f in any_of)}")
