@@ -333,8 +333,8 @@ def read_table(path: str | Path, columns: Columns = Columns(), labelled: bool | 
                numeric: bool = False, pairs: bool = False) -> list[TextExample]:
     """Text (pair) examples from a CSV / TSV / JSONL / JSON file. `numeric`: labels are numbers
     (regression); otherwise class names. `labelled=False` reads texts for prediction only (a row
-without text is then an error, not skipped: the predictions follow the rows), None
-    reads labels when the file has the column (its first row, for JSON). `pairs`: every row
+    without text is then an error, not skipped: the predictions follow the rows), None reads
+    labels when the file has the column (its first row, for JSON). `pairs`: every row
     needs a text pair, and a `negative` column is read where the file has one."""
     path = Path(path)
     text_col = columns.text or "text"
