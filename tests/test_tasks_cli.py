@@ -424,7 +424,7 @@ def test_tagging_and_qa_through_the_command_line(capsys, encoder_dir, tmp_path):
     out = tmp_path / "qa"
     code, _, err = run(capsys, "finetune", "--task", "qa", "--model", encoder_dir, "--train", tmp_path / "qa.json",
                        "--eval", tmp_path / "qa.json", "--out", out, "--max-length", "128", "--doc-stride", "1000")
-    assert code == 2 and one_error(err).startswith("bertkit: error: --doc-stride must be at least 0 and below the "), err
+    assert code == 2 and one_error(err).startswith("bertkit: error: --doc-stride must be at least 0 and below "), err
     code, printed, _ = run(capsys, "finetune", "--task", "qa", "--model", encoder_dir, "--train", tmp_path / "qa.json",
                            "--eval", tmp_path / "qa.json", "--out", out, "--epochs", "1", "--batch-size", "16",
                            "--max-length", "128", "--doc-stride", "32", "--no-progress", "--precision", "fp32")
@@ -593,8 +593,8 @@ def test_evaluate_and_predict_read_the_columns_fine_tuning_was_given(capsys, enc
         renamed.append(tmp_path / path.name)
         renamed[-1].write_text(path.read_text().replace("text,label", "review,sentiment", 1))
     out = tmp_path / "run"
-    code, printed, _ = run(capsys, "finetune", "--task", "classification", "--model", encoder_dir, "--train", renamed[0],
-                           "--eval", renamed[1], "--out", out, "--text-column", "review", "--label-column",
+    code, printed, _ = run(capsys, "finetune", "--task", "classification", "--model", encoder_dir, "--train",
+                           renamed[0], "--eval", renamed[1], "--out", out, "--text-column", "review", "--label-column",
                            "sentiment", *FAST, "--epochs", "1")
     assert code == 0 and json.loads((out / "task.json").read_text())["columns"] == {"text": "review",
                                                                                    "label": "sentiment"}

@@ -845,7 +845,8 @@ def test_a_model_built_with_its_tokenizer_saves_it_in_each_checkpoint_and_the_fi
     with pytest.raises(bertkit.BertkitError, match="^tokenizer must be a bertkit Tokenizer or a path to its files, "
                                                    "not int$"):
         model.tokenizer = 3
-    with pytest.raises(bertkit.BertkitError, match="^the tokenizer has 30522 tokens but the model's vocabulary has 100"):
+    with pytest.raises(bertkit.BertkitError, match="^the tokenizer has 30522 tokens but the model's vocabulary "
+                                                   "has 100"):
         bertkit.build("bert-base", head="mlm", tokenizer=minilm_dir, **{**TINY, "vocab_size": 100})
 
 

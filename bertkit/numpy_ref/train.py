@@ -101,7 +101,8 @@ class Trainer:
         batches = [self.batch_at(self.step * s.accumulation + micro) for micro in range(s.accumulation)]
         for batch in batches:  # (a KeyError or a TypeError from deep inside the step otherwise)
             if not isinstance(batch, dict) or not {"input_ids", "labels"} <= set(batch):
-                got = f"keys {', '.join(map(repr, batch)) or 'none'}" if isinstance(batch, dict) else type(batch).__name__
+                got = (f"keys {', '.join(map(repr, batch)) or 'none'}" if isinstance(batch, dict)
+                       else type(batch).__name__)
                 raise BertkitError(f"a batch is a dict holding 'input_ids' and 'labels' (-100 where not predicted), "
                                    f"got {got}")
         counts = [int(np.sum(np.asarray(b["labels"]) != -100)) for b in batches]
