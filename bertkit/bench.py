@@ -34,7 +34,7 @@ from typing import Callable
 import torch
 
 from .errors import BertkitError
-from .files import output_file
+from .files import output_file, write_text
 from .layers import dense
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -565,23 +565,7 @@ def write_records(path: Path, records: list[Record]) -> None:
     """Every record so far into `path`, atomically (a new file in the same folder, then renamed
     over it): written after each row, so a failure or Ctrl-C later in the run keeps the rows
     measured, and an interruption during the write leaves the previous complete list."""
-    text = json.dumps([asdict(r) for r in records], indent=2)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-            umask = os.umask(0)  # mkstemp's file is private (0600); give it what a plain open would
-            os.umask(umask)
-            os.chmod(partial, 0o666 & ~umask)
-            os.replace(partial, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(partial)
-            raise
-    except OSError as e:
-        raise BertkitError(f"--json {path}: could not write it ({e.strerror or e})") from None
+    write_text(path, json.dumps([asdict(r) for r in records], indent=2), flag="--json")
 
 
 def row_warnings(record: Record, cores: int) -> list[str]:

@@ -490,15 +490,22 @@ def json_safe(record: dict) -> dict:
 
 
 def write_text(path: Path, text: str, flag: str = "--out") -> None:
-    """Write `text` to `path` (its folder made first) whole or not at all: a file beside it, then
-    renamed over it, so a failed write (a full disk) leaves an earlier file as it was. An OS
-    error is one line naming the path."""
-    staged = path.with_name(f".{path.name}.partial")
+    """Write `text` to `path` (its folder made first) whole or not at all: a new file in the same
+    folder, then renamed over it, so a failed or interrupted write (a full disk, Ctrl-C) leaves an
+    earlier file as it was. An OS error is one line naming the path."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        staged.write_text(text)
-        os.replace(staged, path)
+        fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+        os.close(fd)
+        try:
+            Path(partial).write_text(text)
+            umask = os.umask(0)  # mkstemp's file is private (0600); give it what a plain open would
+            os.umask(umask)
+            os.chmod(partial, 0o666 & ~umask)
+            os.replace(partial, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
+            raise
     except OSError as e:
-        with contextlib.suppress(OSError):
-            staged.unlink()
         raise BertkitError(f"{_named(flag, path)}: could not write it ({e.strerror or e})") from None
