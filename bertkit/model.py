@@ -433,12 +433,12 @@ def build(name: str | EncoderConfig, head: str | None = None, num_labels: int | 
         overrides["num_labels"] = num_labels
     if overrides:
         config = config.replace(**overrides)
-    model = Model(config, head, tokenizer)
-    if model.tokenizer is not None:  # ids past the embedding rows failed in the first forward
+    tokenizer = _tokenizer(tokenizer)
+    if tokenizer is not None:  # ids past the embedding rows failed in the first forward (checked before building)
         from .data.tokenizer import check_vocab_fits
 
-        check_vocab_fits(model.tokenizer, config.vocab_size, config.type_vocab_size)
-    return model
+        check_vocab_fits(tokenizer, config.vocab_size, config.type_vocab_size)
+    return Model(config, head, tokenizer)
 
 
 STUDENT_SETTINGS = ("hidden_dropout", "attention_dropout")  # a student's own; its shape is the teacher's
