@@ -248,6 +248,8 @@ def _columns(args):
 
 # ---- finetune / evaluate ------------------------------------------------------------------------
 QA_FLAGS = ("doc_stride", "max_query_length", "max_answer_length", "n_best", "null_answers", "null_threshold")
+# the settings an error found while reading QA windows or spans may name, past the settings' own checks
+WINDOW_FLAGS = ("doc_stride", "max_query_length", "max_answer_length", "max_length")
 SETTING_FLAGS = ("epochs", "steps", "batch_size", "accumulation", "lr", "weight_decay", "warmup", "schedule", "max_length",
                  "truncation", "eval_every", "patience", "metric", "seed", "eval_batch_size", "device", *QA_FLAGS,
                  "train_limit", "eval_limit", "pooling", "length_grouping")
@@ -301,7 +303,7 @@ def cmd_finetune(args) -> None:
     settings = finetune_settings(args)
     print(f"fine-tuning {args.model} for {args.task} on {args.train} (early stopping on {args.eval}) -> {out}"
           f"{' [bf16]' if settings.bf16 else ''}", file=sys.stderr)
-    with named_as_flags(args, ("doc_stride", "max_query_length", "max_length")):  # the QA windows' errors
+    with named_as_flags(args, WINDOW_FLAGS):
         metrics = finetune(args.task, args.model, args.train, args.eval, out, settings, args.tokenizer, _columns(args))
     print(json.dumps(metrics, indent=2))
     print(f"best model, metrics.json and loss_curve.png in {out}", file=sys.stderr)
@@ -418,7 +420,7 @@ def cmd_answer(args) -> None:
             raise BertkitError(f"{where} has no context (--context, --context-file, or a \"context\" field)")
     if args.top_k < 1:
         raise BertkitError(f"--top-k must be at least 1, got {args.top_k}")
-    with named_as_flags(args, ("max_answer_length", "doc_stride", "max_query_length", "max_length")):
+    with named_as_flags(args, WINDOW_FLAGS):
         _write_lines(map(_printed_answer, answer(
             args.model, [r["question"] for r in records], [r["context"] for r in records], top_k=args.top_k,
             null_answers=True if args.null_answers else None, max_answer_length=args.max_answer_length,
