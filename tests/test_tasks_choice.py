@@ -151,6 +151,9 @@ def test_choice_files_in_every_layout(tmp_path):
     ({"text": "x", "choices": ["a", " ", "c"], "label": 0}, r"line 1: choice 1 in column 'choices' is empty"),
     ({"text": "x", "choices": ["a", "b"], "label": "b"}, r"line 1: label 'b' .* it is choice 1's text, and the label "
                                                           r"is the right choice's index"),
+    ({"text": "x", "choices": ["a", "b"], "label": True}, r"line 1: label true .* not the index"),  # said True
+    ({"text": "x", "choices": ["a", "b"], "label": None}, r"line 1: empty label in column 'label'; a multiple-choice"),
+    ({"text": "x", "choices": ["a", "b"], "label": " "}, r"line 1: empty label in column 'label'"),
     ({"ctx": "x", "choices": ["a", "b"], "label": 0}, r"line 1: no column 'text' \(columns: ctx, choices, label; "
                                                       r"--text-column names another\)"),
 ])

@@ -485,6 +485,8 @@ def choice_rows(rows, columns: Columns = Columns(), labelled: bool = True) -> li
 def _choice_index(value, choices, where: str, column: str | None) -> int:
     """A multiple-choice label: the right choice's index, an integer (1.0 and "1" are 1, as JSON and
     pandas write it) among the choices'."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise BertkitError(f"{where}: empty label{_in(column)}; a multiple-choice label is the right choice's index")
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, str) and re.fullmatch(r"\s*-?\d+(\.0*)?\s*", value):  # "1", or "1.0" as pandas writes
@@ -492,7 +494,8 @@ def _choice_index(value, choices, where: str, column: str | None) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < len(choices):
         named = (f"; it is choice {list(choices).index(value)}'s text, and the label is the right choice's index"
                  if isinstance(value, str) and value in choices else "")
-        raise BertkitError(f"{where}: label {value!r}{_in(column)} is not the index of one of "
+        shown = repr(value) if isinstance(value, str) else json.dumps(value, default=repr)[:40]  # JSON's true
+        raise BertkitError(f"{where}: label {shown}{_in(column)} is not the index of one of "
                            f"its {len(choices)} choices (0..{len(choices) - 1}){named}")
     return value
 
