@@ -777,3 +777,30 @@ def test_length_grouping_can_be_turned_off_for_transformers_random_batches(token
     batches = made[0]._plan(0)
     spread = np.mean([np.ptp([feature_length(made[0].features[i]) for i in b]) for b in batches])
     assert (spread < 3) == grouping, spread  # lengths within a batch: close together only when grouped
+
+
+def test_evaluate_loads_the_model_once_and_reads_task_json_once(minilm_dir, tmp_path, monkeypatch):
+    """A folder without task.json is loaded once (its head names the task); one with it has the
+    file read once for the task, the columns and the settings."""
+    import importlib
+
+    import transformers
+
+    import bertkit.interop.hf as hf
+    ft = importlib.import_module("bertkit.tasks.finetune")  # (bertkit.tasks.finetune is also the function)
+
+    names = {0: "negative", 1: "positive"}
+    transformers.AutoModelForSequenceClassification.from_pretrained(minilm_dir, num_labels=2,
+                                                                    id2label=names).save_pretrained(tmp_path)
+    transformers.AutoTokenizer.from_pretrained(minilm_dir).save_pretrained(tmp_path)
+    examples = load_examples("classification", "rotten-tomatoes", "dev")[:4]
+    loads, reads = [], []
+    loader, reader = hf.from_pretrained, ft.read_json
+    monkeypatch.setattr(hf, "from_pretrained", lambda *a, **k: loads.append(a) or loader(*a, **k))
+    monkeypatch.setattr(ft, "read_json", lambda path: reads.append(path) or reader(path))
+    without = evaluate(tmp_path, None, examples)
+    assert len(loads) == 1 and reads == [] and without["eval_examples"] == 4
+    (tmp_path / "task.json").write_text(json.dumps({"task": "classification", "columns": {"text": "review"}}))
+    loads.clear()
+    assert evaluate(tmp_path, None, examples)["accuracy"] == without["accuracy"]
+    assert len(loads) == 1 and [p.name for p in reads] == ["task.json"]

@@ -342,11 +342,12 @@ def _task_settings(source) -> dict:
     return saved
 
 
-def remembered_columns(source, columns: Columns) -> Columns:
+def remembered_columns(source, columns: Columns, saved: dict | None = None) -> Columns:
     """`columns` with each one not given taken from those the model was fine-tuned with
     (task.json's `columns`, written when fine-tuning named any): a model fine-tuned on a `review`
-    column is evaluated on the same kind of file without naming it again."""
-    kept = _task_settings(source).get("columns", {})
+    column is evaluated on the same kind of file without naming it again. `saved`: source's
+    task.json, where the caller has read it already."""
+    kept = (_task_settings(source) if saved is None else saved).get("columns", {})
     return Columns(**{k: v if v is not None else kept.get(k) for k, v in asdict(columns).items()})
 
 
@@ -545,10 +546,12 @@ def _finishing():
 
 
 # ---- evaluation and prediction ----------------------------------------------------------------
-def _prepared(source, task: str | None, tokenizer, overrides: dict, data_has_null: bool = False):
+def _prepared(source, task: str | None, tokenizer, overrides: dict, data_has_null: bool = False,
+              saved: dict | None = None):
     """(model, task name, Task, settings, max_length) for a fine-tuned model: the settings it was
-    trained with (task.json), with the non-None `overrides` on top."""
-    saved = _task_settings(source)
+    trained with (task.json, or `saved`: what the caller read of it), with the non-None
+    `overrides` on top."""
+    saved = _task_settings(source) if saved is None else saved
     model = load_model(source, tokenizer)
     name = _task_of(model, task, saved)
     values = {k: v for k, v in saved.get("settings", {}).items() if k in FinetuneSettings.__dataclass_fields__}
@@ -614,10 +617,13 @@ def evaluate(model, task: str | None, data, split: str = "test", tokenizer=None,
                            f"{', '.join(FinetuneSettings.__dataclass_fields__)}")
     if predictions is not None:  # before minutes of prediction
         target = output_file(predictions, "", reads=(data,) if isinstance(data, (str, Path)) else ())
-    name = task or _task_settings(model).get("task") or _task_of(load_model(model, tokenizer), None, {})
-    examples = sample(load_examples(name, data, split, remembered_columns(model, columns)), limit)
+    saved = _task_settings(model)  # read once: the task, the columns and the settings
+    if not (task or saved.get("task")):  # the head says; loaded once, as _prepared takes a Model as it is
+        model, tokenizer = load_model(model, tokenizer), None
+    name = task or saved.get("task") or _task_of(model, None, {})
+    examples = sample(load_examples(name, data, split, remembered_columns(model, columns, saved)), limit)
     has_null = name == "qa" and any(e.is_impossible for e in examples)
-    model, name, job, settings, length = _prepared(model, name, tokenizer, overrides, has_null)
+    model, name, job, settings, length = _prepared(model, name, tokenizer, overrides, has_null, saved)
     source = str(data) if isinstance(data, (str, Path)) else "evaluation data"
     if has_null and not job.decoding.null_answers:  # each such question scores 0, without a word
         unanswerable = sum(e.is_impossible for e in examples)
