@@ -253,6 +253,21 @@ def test_pair_examples_are_balanced_and_real_pairs_are_consecutive(cached, token
     assert np.array_equal(ex.table, again.table) and np.array_equal(ex.labels, again.labels)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 300), st.integers(2, 300))
+def test_a_pair_is_trimmed_to_the_lengths_truncate_seq_pair_keeps(la, lb, budget):
+    """The lengths kept are those of BERT's create_pretraining_data loop, which trims the longer
+    side one token at a time, and B on a tie; the one segment that is cut is cut at one end."""
+    from bertkit.data.builders import _trim
+
+    a, b = la, lb
+    while a + b > budget:
+        a, b = (a - 1, b) if a > b else (a, b - 1)
+    a0, a1, b0, b1, cut = _trim(100, 100 + la, 500, 500 + lb, budget, np.random.default_rng(la * 1000 + lb))
+    assert (a1 - a0, b1 - b0, cut) == (a, b, la + lb - a - b)
+    assert (a0 == 100 or a1 == 100 + la) and (b0 == 500 or b1 == 500 + lb)
+
+
 def test_segments_are_electras_examples(cached, tokenizer):
     """ELECTRA's ExampleBuilder: consecutive sentences of one document, [CLS] A [SEP] B [SEP] with B
     type 1 and no label; one segment when a 10% draw says so. A full-length example always has

@@ -347,18 +347,19 @@ def _segment_table(seg_start: list[int], seg_end: list[int], doc_seg: list[int],
 
 
 def _trim(a0: int, a1: int, b0: int, b1: int, budget: int, rng: np.random.Generator):
-    """Trim the longer segment until the pair fits (A.2: truncate_seq_pair), from its front or
-    back (chosen once per segment, not per token as the original does)."""
+    """Trim the longer segment until the pair fits (A.2: truncate_seq_pair, B on a tie, so the
+    lengths it keeps are the original's), from its front or back (chosen once per segment, not per
+    token as the original does)."""
     la, lb = a1 - a0, b1 - b0
     excess = la + lb - budget
     if excess <= 0:
         return a0, a1, b0, b1, 0
-    # remove from the longer one down to the shorter's length, then alternately
-    cut_a = min(excess, max(0, la - lb)) if la > lb else 0
-    cut_b = min(excess, max(0, lb - la)) if lb > la else 0
+    # remove from the longer one down to the shorter's length, then alternately, B first
+    cut_a = min(excess, la - lb) if la > lb else 0
+    cut_b = min(excess, lb - la) if lb > la else 0
     rest = excess - cut_a - cut_b
-    cut_a += (rest + 1) // 2 if la >= lb else rest // 2
-    cut_b += rest // 2 if la >= lb else (rest + 1) // 2
+    cut_a += rest // 2
+    cut_b += (rest + 1) // 2
     front_a, front_b = rng.random() < 0.5, rng.random() < 0.5
     a0, a1 = (a0 + cut_a, a1) if front_a else (a0, a1 - cut_a)
     b0, b1 = (b0 + cut_b, b1) if front_b else (b0, b1 - cut_b)
