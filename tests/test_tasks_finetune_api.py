@@ -109,10 +109,44 @@ def test_finetune_accumulates_and_clips_as_told(tokenizer, sentiment, tmp_path):
     train, dev = sentiment
     metrics = finetune("classification", tiny("classification", tokenizer), train[::3][:40], dev[:8], tmp_path,
                        quiet(epochs=1, batch_size=4, accumulation=3, clip_norm=None))
-    assert metrics["steps"] == 4  # ceil(10 micro-batches / 3) optimizer steps make the epoch
+    assert metrics["steps"] == 4  # 40 rows in steps of 12: ceil(10 micro-batches / 3) optimizer steps make the epoch
     metrics = finetune("classification", tiny("classification", tokenizer), train[::3][:40], dev[:8], tmp_path / "3",
                        quiet(epochs=3, batch_size=4, accumulation=3))
-    assert metrics["steps"] == 10  # 30 micro-batches in 3 epochs: ceil(30 / 3), not 3 x ceil(10 / 3)
+    assert metrics["steps"] == 12  # each epoch whole steps, its last a short one, as transformers' Trainer counts
+
+
+def test_accumulated_micro_batches_are_the_larger_batch_cut_up(tokenizer, sentiment, tmp_path):
+    """batch_size B with accumulation k holds in each step the rows batch_size k x B does (the
+    same run, as in transformers), an epoch's last short step included; fine-tuning both ways
+    without dropout gives the same weights."""
+    from bertkit.tasks.base import TrainBatches
+
+    features = [{"input_ids": np.arange(1 + i % 17), "token_type_ids": np.zeros(1 + i % 17, dtype=np.int64),
+                 "label": i} for i in range(103)]
+    for window, processes in ((50, 1), (1, 1), (50, 2), (50, 3)):  # 103 = 8 x 12 + 7
+        # under torchrun each micro-batch needs a row per process: 3 x 3 > 7, so the last step
+        # joins the one before it, where one batch of 12 needs only 3 rows of the 7
+        big = TrainBatches(features, 12, 0, seed=3, window=window, min_rows=processes * 3 if processes > 2 else processes)
+        cut = TrainBatches(features, 4, 0, seed=3, window=window, min_rows=processes, accumulation=3)
+        assert cut.per_epoch == 3 * big.per_epoch == 3 * (8 if processes == 3 else 9)
+        for step in range(2 * big.per_epoch):  # two epochs
+            micro = [cut(3 * step + m)["label"] for m in range(3)]
+            assert sorted(torch.cat(micro).tolist()) == sorted(big(step)["label"].tolist())
+            assert min(len(m) for m in micro) >= processes
+    with pytest.raises(BertkitError, match="2 training example\\(s\\) cannot fill the 3 micro-batches"):
+        TrainBatches(features[:2], 4, 0, accumulation=3)
+    train, dev = sentiment
+    weights = []
+    for batch_size, accumulation in ((12, 1), (4, 3)):
+        torch.manual_seed(0)
+        model = bertkit.build("bert-base", head="classification", num_labels=2, hidden_dropout=0.0,
+                              attention_dropout=0.0, **TINY)
+        model.tokenizer = tokenizer
+        finetune("classification", model, train[::3][:40], dev[:8], tmp_path / str(accumulation),
+                 quiet(epochs=2, batch_size=batch_size, accumulation=accumulation, lr=1e-3, eval_every=100))
+        weights.append(bertkit.from_pretrained(tmp_path / str(accumulation)).state_dict())
+    assert weights[0].keys() == weights[1].keys()
+    assert max((weights[0][k] - weights[1][k]).abs().max().item() for k in weights[0]) < 1e-5
     with pytest.raises(BertkitError, match="accumulation must be at least 1"):
         FinetuneSettings(accumulation=0)
     with pytest.raises(BertkitError, match="clip_norm must be positive"):

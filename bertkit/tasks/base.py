@@ -131,9 +131,12 @@ class TrainBatches:
     """`batch_at(i)`: the i-th training batch, a pure function of i (the Trainer's contract). Each
     epoch is a fresh permutation (seeded by seed and epoch); inside windows of 50 batches the
     examples are sorted by length so a batch pads little, and the batches are then shuffled.
-    `collate` makes a batch of features (multiple choice has its own). An epoch's last batch
-    shorter than `min_rows` (the processes under torchrun, each of which needs a row) joins the
-    batch before it."""
+    With `accumulation` k, a step's k micro-batches are one batch of k x batch_size rows cut in k,
+    so a step holds the rows `batch_size` k times larger would (the same run, as transformers'
+    gradient accumulation), and an epoch is whole steps: its last, shorter step is cut in k
+    parts as even as they go. `collate` makes a batch of features (multiple choice has its own).
+    An epoch's last step with fewer rows than k x `min_rows` (the processes under torchrun, each
+    of which needs a row) joins the step before it."""
     features: list[dict]
     batch_size: int
     pad_id: int
@@ -141,26 +144,32 @@ class TrainBatches:
     window: int = 50
     collate: Callable[[list[dict], int], dict[str, torch.Tensor]] = collate
     min_rows: int = 1
+    accumulation: int = 1
 
     def __post_init__(self) -> None:
         if not self.features:
             raise BertkitError("no training examples")
-        n = len(self.features)
-        self.per_epoch = -(-n // self.batch_size) - (n > self.batch_size and 0 < n % self.batch_size < self.min_rows)
+        n, k, step = len(self.features), self.accumulation, self.batch_size * self.accumulation
+        if k > 1 and n < k * self.min_rows:  # (one batch too few rows for the processes: the Trainer says)
+            each = f" of at least {self.min_rows} rows (one per process)" if self.min_rows > 1 else ""
+            raise BertkitError(f"{n} training example(s) cannot fill the {k} micro-batches{each} of an accumulated "
+                               "step: lower the accumulation")
+        self.per_epoch = (-(-n // step) - (n > step and 0 < n % step < k * self.min_rows)) * k  # micro-batches
         self._epoch = -1
         self._batches: list[list[int]] = []
 
     def _plan(self, epoch: int) -> list[list[int]]:
         rng = np.random.default_rng([self.seed, epoch])
         order = rng.permutation(len(self.features))
-        span = self.batch_size * self.window
-        batches = []
+        step = self.batch_size * self.accumulation  # a step's rows
+        span = step * self.window
+        steps = []
         for start in range(0, len(order), span):
             chunk = sorted(order[start:start + span], key=lambda i: feature_length(self.features[i]))
-            batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
-        if len(batches) > 1 and len(batches[-1]) < self.min_rows:  # only the epoch's last batch is short
-            batches[-2:] = [batches[-2] + batches[-1]]
-        return [batches[i] for i in rng.permutation(len(batches))]
+            steps += [chunk[i:i + step] for i in range(0, len(chunk), step)]
+        if len(steps) > 1 and len(steps[-1]) < self.accumulation * self.min_rows:  # only the last is short
+            steps[-2:] = [steps[-2] + steps[-1]]
+        return [list(part) for i in rng.permutation(len(steps)) for part in np.array_split(steps[i], self.accumulation)]
 
     def __call__(self, i: int) -> dict[str, torch.Tensor]:
         epoch, k = divmod(i, self.per_epoch)

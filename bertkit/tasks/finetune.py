@@ -464,9 +464,9 @@ def _finetune(task: str, model, train, eval, out: Path, settings: FinetuneSettin
     processes = launch_processes()  # under torchrun each needs a row of every batch
     batches = TrainBatches(features, settings.batch_size, model.tokenizer.pad_token_id, settings.seed,
                            window=TrainBatches.window if settings.length_grouping else 1,  # (1: sorts within a batch)
-                           collate=job.collate, min_rows=processes)
+                           collate=job.collate, min_rows=processes, accumulation=settings.accumulation)
     steps = settings.steps  # with a time budget too: whichever ends first
-    per_epoch = max(1, round(batches.per_epoch / settings.accumulation))  # optimizer steps, for evaluations
+    per_epoch = batches.per_epoch // settings.accumulation  # optimizer steps (whole ones), for evaluations
     if steps is None and (settings.epochs is not None or settings.time_budget is None):  # at most one step over
         steps = max(1, math.ceil((settings.epochs or DEFAULT_EPOCHS) * batches.per_epoch / settings.accumulation))
     metric = settings.metric or job.metric_for(labels)
