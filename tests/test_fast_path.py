@@ -9,6 +9,7 @@ from bertkit import PRESETS  # the public name: importing it registers every fam
 from bertkit.layers import FeedForward, activation, block
 from bertkit.config import ACTIVATIONS
 from bertkit.layers.activations import activation_backward_into, activation_in_place
+from bertkit.models.deberta import EnhancedMaskDecoder
 
 FAMILY_PRESETS = sorted({p.config.family: name for name, p in PRESETS.items()}.values())
 
@@ -181,9 +182,32 @@ def test_sparse_mlm_equals_the_dense_path_at_masked_positions(name, padded):
         seen.clear()
         with_states = model(ids, mask, masked_positions=chosen, output_hidden_states=True)
         assert seen[-1] == int(mask.sum())
-    assert (with_padding.logits - everything.logits[padded_row]).abs().max().item() <= 1e-5
+    real = mask.bool()[padded_row]  # (the pad among them: the head of a zero state; the dense path gives 0 there)
+    assert (with_padding.logits[real] - everything.logits[padded_row][real]).abs().max().item() <= 1e-5
     assert (with_states.logits - dense[0]).abs().max().item() <= 1e-5
     assert (with_states.last_hidden_state - dense[1]).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
+def test_the_dense_mlm_head_projects_real_tokens_only(name):
+    """On the unpadded path the MLM logits at pads are 0 (no work there), the real tokens' equal
+    the padded path's, and a .half() model's gradients stay finite: a pad's zero state through
+    the head's LayerNorm (1 / sqrt(eps) overflows float16) made the head's gradients NaN."""
+    model = shrunk(name).eval()
+    ids, mask = batch(model.config.pad_token_id)
+    pad = ~mask.bool()
+    fast = model(ids, mask).logits
+    model.backbone.unpad = False
+    slow = model(ids, mask).logits
+    model.backbone.unpad = True
+    assert (fast[~pad] - slow[~pad]).abs().max().item() <= 1e-5
+    if not isinstance(model.head, EnhancedMaskDecoder) or model.head.steps == 0:  # (EMD decodes padded states)
+        assert fast[pad].abs().max().item() == 0 and slow[pad].abs().max().item() > 0
+    half = model.half()
+    logits = half(ids, mask).logits
+    torch.nn.functional.cross_entropy(logits[~pad].float(), ids[~pad]).backward()
+    broken = [n for n, p in half.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()]
+    assert broken == [] and half.head.norm.weight.grad.abs().sum() > 0
 
 
 @pytest.mark.parametrize("name", FAMILY_PRESETS)

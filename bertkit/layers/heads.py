@@ -81,7 +81,16 @@ class MLMHead(Head):
         return linear(x, serving_weight(self.decoder), self.bias)
 
     def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
-        return {"logits": self.predict(at_masked(out, out.last_hidden_state))}  # (B, T, V) or (K, V)
+        states = at_masked(out, out.last_hidden_state)  # (B, T, H) or (K, H)
+        if states.dim() == 3 and out.padding_skipped:
+            # Pads were skipped: their states are zeros. Project the real tokens alone, which also
+            # keeps zero rows out of the LayerNorm (its 1 / sqrt(eps) overflows float16, and the
+            # backward's 0 x inf made a .half() model's head gradients NaN); logits 0 at pads.
+            real = out.attention_mask.reshape(-1).nonzero().squeeze(1)  # (total,)
+            logits = self.predict(states.reshape(-1, states.shape[-1]).index_select(0, real))  # (total, V)
+            return {"logits": logits.new_zeros(states.shape[0] * states.shape[1], logits.shape[-1])
+                    .index_copy(0, real, logits).view(*states.shape[:2], -1)}  # (B, T, V)
+        return {"logits": self.predict(states)}  # (B, T, V) or (K, V)
 
 
 class _Decoder(torch.autograd.Function):

@@ -12,7 +12,7 @@ class EncoderOutput:
     """Shapes: B batch, T length, H hidden, V vocabulary, C labels, N heads.
 
     Only non-pad positions are meaningful. Pad positions (attention_mask == 0) hold zeros on the
-    default unpadded path (no work is spent on them); with `model.backbone.unpad = False` they
+    default unpadded path (no work is spent on them; MLM logits too: `padding_skipped`); with `model.backbone.unpad = False` they
     hold what the padded computation gives there, as in `transformers`.
     """
 
@@ -22,6 +22,7 @@ class EncoderOutput:
     hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings + each layer (B, T, H), on request
     attention_mask: torch.Tensor | None = None           # (B, T) bool, True = real token; None = no mask
     masked_positions: torch.Tensor | None = None         # (B, T) bool: MLM logits only here, (K, V)
+    padding_skipped: bool = False                        # pad positions were not computed (zeros there)
     logits: torch.Tensor | None = None                   # MLM (B, T, V); classification (B, C); token (B, T, C)
     pair_logits: torch.Tensor | None = None              # NSP / SOP (B, 2)
     start_logits: torch.Tensor | None = None             # QA (B, T)
