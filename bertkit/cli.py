@@ -536,7 +536,8 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
                                                "(blank line = document break), .jsonl/.csv, or a hub data set")
     g.add_argument("--field", default=S, help="the text field of JSONL/CSV/hub corpora (default text)")
     g.add_argument("--eval-corpus", dest="eval_corpus", default=S,
-                   help="held-out text; default the corpus's dev split (files: 1 document in 10, by hash)")
+                   help="held-out text (a named data set: its dev split); default the corpus's dev split "
+                        "(files: 1 document in 10, by hash)")
     g.add_argument("--tokenizer", default=S, help="tokenizer file or directory; default: trained on the corpus "
                                                   "with the model's vocabulary size (cached)")
     g.add_argument("--max-length", dest="max_length", type=int, default=S,

@@ -819,6 +819,24 @@ def test_a_corpus_whose_documents_all_fall_on_one_side_of_the_held_out_split_say
                                        "documents")
 
 
+def test_held_out_text_is_never_the_training_text(tmp_path, capsys):
+    """--eval-corpus naming the training file or folder (or a file in it) is refused before any
+    work; a named data set is held out by its dev split, as the default held-out text is."""
+    from bertkit.pretraining import PretrainJob, corpora
+
+    (tmp_path / "docs").mkdir()
+    text = tmp_path / "docs" / "a.txt"
+    text.write_text("one document.\n\nanother one.\n")
+    for corpus, held, said in ((text, text, "is the training corpus"), (tmp_path / "docs", text, "is inside the "
+                               f"training folder {tmp_path / 'docs'}"), (tmp_path / "docs", tmp_path / "docs", "is the")):
+        assert pretrain("--corpus", str(corpus), "--eval-corpus", str(held), "--out", str(tmp_path / "run"),
+                        "--steps", "1", *TINY, *FAST) == 2
+        assert f"--eval-corpus {held} {said}" in error_line(capsys) and not (tmp_path / "run").exists()
+    for name in ("rotten-tomatoes", "imdb"):
+        trained, held = corpora(PretrainJob(corpus="rotten-tomatoes", eval_corpus=name))
+        assert (trained.split, held.split, held.name) == ("train", "dev", name)
+
+
 def test_runs_of_other_seeds_score_the_same_held_out_text_and_masks(corpus, tmp_path, monkeypatch):
     """The held-out batches were drawn with seed + 1: two seeds scored different rows (89 of 256
     shared) with different masks, so their held-out losses did not compare."""
