@@ -268,6 +268,28 @@ def test_a_pair_is_trimmed_to_the_lengths_truncate_seq_pair_keeps(la, lb, budget
     assert (a0 == 100 or a1 == 100 + la) and (b0 == 500 or b1 == 500 + lb)
 
 
+def test_a_short_target_is_drawn_per_document_for_pairs_and_per_example_for_segments():
+    """create_instances_from_document draws its target length once per document; ELECTRA's
+    ExampleBuilder after each example."""
+    from bertkit.data.builders import _chunks
+
+    starts = list(range(0, 4000, 5))  # 40 documents of 20 five-token segments
+    ends = [s + 5 for s in starts]
+    docs = list(range(0, 801, 20))
+    for per_document in (True, False):
+        targets: dict[int, list[int]] = {}
+
+        def emit(d, first, last, target):
+            targets.setdefault(d, []).append(target)
+            return last - first + 1
+
+        _chunks(starts, ends, docs, 30, 0.5, np.random.default_rng(0), emit, per_document=per_document)
+        mixed = sum(len(set(t)) > 1 for t in targets.values())
+        shortened = sum(any(x < 30 for x in t) for t in targets.values())
+        assert len(targets) == 40 and 5 < shortened < 40
+        assert (mixed == 0) if per_document else (mixed > 10), (per_document, mixed)
+
+
 def test_segments_are_electras_examples(cached, tokenizer):
     """ELECTRA's ExampleBuilder: consecutive sentences of one document, [CLS] A [SEP] B [SEP] with B
     type 1 and no label; one segment when a 10% draw says so. A full-length example always has

@@ -9,7 +9,8 @@
 - "nsp" (BERT, Devlin et al., 2019, sec. 3.1 task #2 and A.2): segment A = the first sentences of
   a chunk, B = the rest of the chunk (label 0, IsNext) or, half the time, sentences from a random
   other document (label 1, NotNext; the unused rest of the chunk is put back, as
-  create_pretraining_data.py does). 10% of chunks aim for a shorter random length.
+  create_pretraining_data.py does). 10% of documents aim for a shorter random length (drawn once
+  per document, as that script does: every chunk of such a document aims for it).
 - "sop" (ALBERT, Lan et al., 2020, sec. 4.1): A and B are consecutive segments of one document,
   swapped half the time (label 1 = swapped).
 - "segments" (ELECTRA, Clark et al., 2020; ExampleBuilder in the released
@@ -245,11 +246,12 @@ class PairExamples(Examples):
 
 
 def _chunks(seg_start: list[int], seg_end: list[int], doc_seg: list[int], budget: int, short_prob: float,
-            rng: np.random.Generator, emit: Callable[[int, int, int, int], int]) -> None:
+            rng: np.random.Generator, emit: Callable[[int, int, int, int], int], per_document: bool = True) -> None:
     """The chunking loop of create_instances_from_document: per document, gather consecutive
     segments until they reach a target length (the budget, or with probability `short_prob` a
-    random shorter one) or the document ends; a segment that would overshoot the budget starts
-    the next chunk. `emit(d, first, last, target)` makes the example of segments first..last of
+    random shorter one, drawn once per document as that function does, or for each chunk
+    without `per_document`, as ELECTRA's ExampleBuilder does) or the document ends; a segment
+    that would overshoot the budget starts the next chunk. `emit(d, first, last, target)` makes the example of segments first..last of
     document d and returns how many of them it used: the rest start the next chunk."""
     def new_target() -> int:
         return budget if rng.random() >= short_prob else int(rng.integers(2, budget + 1))
@@ -266,7 +268,7 @@ def _chunks(seg_start: list[int], seg_end: list[int], doc_seg: list[int], budget
             if i == end - 1 or length >= target:
                 chunk = i = chunk + emit(d, chunk, i, target)
                 length = 0
-                target = new_target()
+                target = target if per_document else new_target()
             else:
                 i += 1
 
@@ -342,7 +344,7 @@ def _segment_table(seg_start: list[int], seg_end: list[int], doc_seg: list[int],
         spans.append((a0, a1, a1, seg_end[last]))  # a document's segments are contiguous: B starts where A ends
         return last - first + 1
 
-    _chunks(seg_start, seg_end, doc_seg, budget, settings.short_length_prob, rng, emit)
+    _chunks(seg_start, seg_end, doc_seg, budget, settings.short_length_prob, rng, emit, per_document=False)
     return spans, None, 0
 
 
