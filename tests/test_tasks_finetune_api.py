@@ -838,3 +838,26 @@ def test_evaluate_loads_the_model_once_and_reads_task_json_once(minilm_dir, tmp_
     loads.clear()
     assert evaluate(tmp_path, None, examples)["accuracy"] == without["accuracy"]
     assert len(loads) == 1 and [p.name for p in reads] == ["task.json"]
+
+
+def test_fine_tuning_a_folder_of_another_tasks_head_says_the_head_is_left_out(minilm_dir, tokenizer, sentiment,
+                                                                              tmp_path):
+    """A tagger's folder fine-tuned for classification drops its trained head (and its tags): said,
+    as other label changes are; a pre-trained encoder's MLM head is left out without a word."""
+    import transformers
+
+    train, dev = sentiment
+    tags = {0: "O", 1: "B-PER", 2: "I-PER"}
+    for kind, said in (("TokenClassification", True), ("MaskedLM", False)):
+        made = getattr(transformers, f"AutoModelFor{kind}").from_pretrained(
+            minilm_dir, **({"num_labels": 3, "id2label": tags} if said else {}))
+        made.save_pretrained(tmp_path / kind)
+        transformers.AutoTokenizer.from_pretrained(minilm_dir).save_pretrained(tmp_path / kind)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            finetune("classification", tmp_path / kind, train, dev[:4], tmp_path / f"out-{kind}",
+                     quiet(steps=1))
+        told = [str(w.message) for w in caught if "holds a fine-tuned" in str(w.message)]
+        assert told == ([f"{tmp_path / kind} holds a fine-tuned token-classification head of 3 labels (O, B-PER, "
+                         "I-PER); fine-tuning for classification starts a fresh head on its encoder instead"]
+                        if said else [])

@@ -226,6 +226,13 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
         except BertkitError as e:
             raise BertkitError(f"{source}: neither a preset ({', '.join(sorted(PRESETS))}) nor a model directory "
                                f"or Hugging Face Hub id ({str(e).partition(': ')[2]})") from None
+        kinds, saved_names = _saved_head(hf)
+        fine_tuned = kinds & {"classification", "token-classification", "qa", "multiple-choice"}
+        if fine_tuned and task.head not in kinds:  # (a pre-trained encoder's MLM head is left out as usual)
+            held = f" of {len(saved_names)} labels ({shown(', '.join(saved_names))})" if saved_names else ""
+            what = "starts a fresh head on its encoder" if task.head else "trains its encoder alone"
+            warnings.warn(f"{source} holds a fine-tuned {' / '.join(sorted(fine_tuned))} head{held}; fine-tuning "
+                          f"for {task.name} {what} instead", DataWarning, stacklevel=outside_stacklevel())
         named = _label_names(hf, task.head) if sized else ()
         if named and set(labels) < set(named):  # data with some of its labels: the trained head goes on
             labels = named
@@ -286,10 +293,10 @@ def _problem_type(task, model) -> str:
     return "single_label_classification"
 
 
-def _label_names(folder, head: str) -> tuple[str, ...]:
-    """The label names of a checkpoint's `head` as its config.json gives them (id2label); () where
-    it names none, only transformers' defaults (LABEL_0, LABEL_1, ...), or its architecture is
-    another head's (a sequence classifier's labels are not a tagger's)."""
+def _saved_head(folder) -> tuple[set[str], tuple[str, ...]]:
+    """(the head kinds a checkpoint's config.json names in its architectures, its id2label names
+    unless only transformers' defaults LABEL_0, LABEL_1 ...); nothing where the file cannot be read
+    (loading the folder names what is wrong with it)."""
     from ..interop.hf_names import HEAD_SUFFIX
 
     try:
@@ -299,10 +306,16 @@ def _label_names(folder, head: str) -> tuple[str, ...]:
         kinds = {kind for arch in config.get("architectures") or () for suffix, kind in HEAD_SUFFIX.items()
                  if isinstance(arch, str) and arch.endswith(suffix)}
     except (OSError, ValueError, TypeError, AttributeError):
-        return ()  # (loading the folder names what is wrong with it)
-    if kinds and head not in kinds:
-        return ()
-    return () if names == tuple(f"LABEL_{i}" for i in range(len(names))) else names
+        return set(), ()
+    return kinds, () if names == tuple(f"LABEL_{i}" for i in range(len(names))) else names
+
+
+def _label_names(folder, head: str) -> tuple[str, ...]:
+    """The label names of a checkpoint's `head` as its config.json gives them (id2label); () where
+    it names none, only transformers' defaults, or its architecture is another head's (a
+    sequence classifier's labels are not a tagger's)."""
+    kinds, names = _saved_head(folder)
+    return () if kinds and head not in kinds else names
 
 
 def load_model(source, tokenizer=None):
