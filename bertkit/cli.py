@@ -340,8 +340,10 @@ def report(out: Path) -> None:
                                      "nsp_accuracy", "sop_accuracy", "rtd_accuracy", "distill_ce", "cosine_loss",
                                      "loss") if k in metrics}
     print(f"\nmodel: {out}  (loss curve: {out / 'loss_curve.png'})")
-    print("held-out metrics: " + ", ".join(f"{k} {v:,.4g}" if isinstance(v, float) else f"{k} {v:,}"
-                                           if isinstance(v, int) else f"{k} n/a" for k, v in shown.items()))
+    said = ", ".join(f"{k} {v:,.4g}" if isinstance(v, float) else f"{k} {v:,}" if isinstance(v, int) else f"{k} n/a"
+                     for k, v in shown.items())
+    scored = set(shown) - {"step", "tokens", "train_seconds"}
+    print(f"held-out metrics: {said}" if scored else f"held-out metrics: none, no held-out text ({said})")
     if metrics.get("skipped_steps"):
         print(f"skipped steps (non-finite loss): {metrics['skipped_steps']:,}")
     lm = out / "generator" if (out / "generator" / "config.json").exists() else out

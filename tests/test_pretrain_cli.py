@@ -819,6 +819,22 @@ def test_a_corpus_whose_documents_all_fall_on_one_side_of_the_held_out_split_say
                                        "documents")
 
 
+def test_a_run_without_held_out_text_logs_and_reports_no_empty_scores(tmp_path, capsys):
+    """Every document on the training side of the hash: no held-out evaluation (said), and then
+    no metrics.jsonl lines of a step alone and no "held-out metrics" line of training counts."""
+    from bertkit.data.corpora import split_of
+
+    docs = [d for d in (f"review {n} says the film was fine. it was long and slow." for n in range(400))
+            if split_of(d) == "train"][:60]
+    (tmp_path / "train.txt").write_text("\n\n".join(docs) + "\n")
+    assert pretrain("--corpus", str(tmp_path / "train.txt"), "--out", str(tmp_path / "run"), "--steps", "2",
+                    "--eval-every", "1", *TINY, *FAST) == 0
+    said = capsys.readouterr()
+    assert "no held-out evaluation" in said.err and "held-out metrics: none, no held-out text (step 2, tokens" in said.out
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["split"] for r in logged] == ["train", "train"]
+
+
 def test_held_out_text_is_never_the_training_text(tmp_path, capsys):
     """--eval-corpus naming the training file or folder (or a file in it) is refused before any
     work; a named data set is held out by its dev split, as the default held-out text is."""

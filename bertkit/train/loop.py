@@ -354,7 +354,8 @@ class Trainer:
         metrics = self.evaluate()
         if self.on_eval is not None and self.on_eval(self.step, metrics):
             self.stopped = True
-        self._log({"step": self.step, "split": "eval", "elapsed": round(self.elapsed, 3), **metrics})
+        if metrics:  # (no held-out batches and no on_eval scores: no line of nothing)
+            self._log({"step": self.step, "split": "eval", "elapsed": round(self.elapsed, 3), **metrics})
         return metrics
 
     def _autocast(self):
