@@ -115,6 +115,37 @@ def test_finetune_accumulates_and_clips_as_told(tokenizer, sentiment, tmp_path):
     assert metrics["steps"] == 12  # each epoch whole steps, its last a short one, as transformers' Trainer counts
 
 
+def test_a_fine_tune_stopped_by_a_non_finite_loss_keeps_its_best_model(tokenizer, sentiment, tmp_path, monkeypatch):
+    """A loss that turns nan after an evaluation stops the run with its best model saved, as Ctrl-C
+    does (it was lost: fine-tuning writes no checkpoints); before any evaluation, nothing is."""
+    train, dev = sentiment
+    forward, calls = ClassificationObjective.forward, []
+
+    def poisoned(self, batch, totals=None):
+        step = forward(self, batch, totals)
+        calls.append(len(calls))
+        if len(calls) > poison_after:
+            step.loss = step.loss * float("nan")
+        return step
+
+    monkeypatch.setattr(ClassificationObjective, "forward", poisoned)
+    poison_after = 3
+    with pytest.raises(BertkitError, match=r"^loss is nan at step 4; stopping \(.*\); the best model so far \(step 2, "
+                                           r"accuracy .*\) is saved in"):
+        finetune("classification", tiny("classification", tokenizer), train, dev[:8], tmp_path / "run",
+                 quiet(steps=6, eval_every=2))
+    saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert saved["interrupted"] and saved["best_step"] == 2 and (tmp_path / "run" / "task.json").exists()
+    assert classify(tmp_path / "run", ["a fine film"])[0]["label"] in ("positive", "negative")
+    calls.clear()
+    poison_after = 0
+    with pytest.raises(BertkitError, match=r"^loss is nan at step 1, before the first evaluation; stopping \(no model "
+                                           r"was saved; before any update"):
+        finetune("classification", tiny("classification", tokenizer), train, dev[:8], tmp_path / "early",
+                 quiet(steps=6, eval_every=2))
+    assert not (tmp_path / "early" / "model.safetensors").exists()
+
+
 def test_accumulated_micro_batches_are_the_larger_batch_cut_up(tokenizer, sentiment, tmp_path):
     """batch_size B with accumulation k holds in each step the rows batch_size k x B does (the
     same run, as in transformers), an epoch's last short step included; fine-tuning both ways

@@ -471,6 +471,13 @@ def test_nonfinite_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(review
     assert [r["step"] for r in log if r.get("skipped")] == [5, 6, 7, 8]  # steps count from 1
     strict = json.loads((tmp_path / "skip" / "metrics.json").read_text(), parse_constant=pytest.fail)
     assert strict["skipped_steps"] == 4 and strict["step"] == 8
+    # skipped steps leave the weights as they were: no checkpoint of them pushes out one of trained
+    # weights (6, 8 and 10 pushed out 4); the run's last checkpoint is still written at its end
+    rotating = Trainer(objective, poisoned, settings(steps=12, save_every=2, keep=2, skip_nonfinite=True),
+                       tmp_path / "rotating")
+    rotating.fit()
+    assert [p.name for p in sorted((tmp_path / "rotating" / "checkpoints").glob("step-*"))] == ["step-00000004",
+                                                                                              "step-00000012"]
     lost = Trainer(objective, poisoned, settings(steps=40, skip_nonfinite=True), tmp_path / "lost")
     with pytest.raises(bertkit.BertkitError, match="20 steps in a row had a non-finite loss \\(up to step 24\\)"):
         lost.fit()

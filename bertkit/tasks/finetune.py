@@ -456,7 +456,7 @@ def finetune(task: str, model, train, eval, out: str | Path, settings: FinetuneS
 def _finetune(task: str, model, train, eval, out: Path, settings: FinetuneSettings, tokenizer,
               columns: Columns) -> dict:
     from ..train import Trainer, TrainSettings
-    from ..train.loop import LostProcess, plot_curves
+    from ..train.loop import LostProcess, NonFiniteLoss, plot_curves
 
     train_examples = sample(load_examples(task, train, "train", columns), settings.train_limit, settings.seed)
     eval_examples = sample(load_examples(task, eval, "dev", columns), settings.eval_limit, settings.seed)
@@ -498,8 +498,13 @@ def _finetune(task: str, model, train, eval, out: Path, settings: FinetuneSettin
     try:
         trainer.fit()
         interrupted = None
-    except (KeyboardInterrupt, LostProcess) as e:  # the best model evaluated so far is still the run's result
-        lost = e if isinstance(e, LostProcess) else None
+    except (KeyboardInterrupt, LostProcess, NonFiniteLoss) as e:  # the best model evaluated so far is still
+        lost = e if isinstance(e, LostProcess) else None  # the run's result
+        if isinstance(e, NonFiniteLoss):  # (fine-tuning writes no checkpoints: the best model is what it keeps)
+            if stopper.best_state is None:
+                raise BertkitError(f"loss is {e.loss} at step {e.step}, before the first evaluation; stopping (no "
+                                   f"model was saved; {e.why})") from None
+            lost = BertkitError(f"loss is {e.loss} at step {e.step}; stopping ({e.why})")
         if stopper.best_state is None:
             what = f"{lost}, before the first evaluation: no model was saved" if lost else \
                 f"at step {trainer.step}, before the first evaluation: no model was saved"

@@ -381,23 +381,23 @@ class Trainer:
                     if s.skip_nonfinite:
                         self.optimizer.zero_grad(set_to_none=True)
                         return None
+                    # a regression's labels are data that can overflow float32's square on their own
+                    say = (" (a regression label too large for float32's square, say)"
+                           if getattr(self.objective, "problem_type", None) == "regression" else "")
                     if self.step == 0:  # no update yet: the learning rate cannot be why
-                        why = ("before any update, so the data or the model gives it (a regression label too "
-                               "large for float32's square, say)")
+                        why = f"before any update, so the data or the model gives it{say}"
                     else:
                         skip = (", or skip such steps (pretrain --skip-nonfinite, TrainSettings(skip_nonfinite=True))"
                                 if self.final_model else "")
                         why = f"lower the learning rate{skip}"
                         if all(bool(torch.isfinite(p).all()) for p in self.objective.parameters()):
                             # finite weights giving a non-finite loss: this batch may be why, not the updates
-                            why = ("the weights are still finite, so this step's data may give it (a regression label "
-                                   f"too large for float32's square, say) or training is diverging: check the data, "
-                                   f"or {why}")
+                            why = (f"the weights are still finite, so this step's data may give it{say} or training "
+                                   f"is diverging: check the data, or {why}")
                         else:
                             why = f"the weights are no longer finite: {why}"
                     # (step numbers count from 1, as metrics.jsonl and the skip warning count them)
-                    raise BertkitError(f"loss is {result.loss.item()} at step {self.step + 1}; stopping "
-                                       f"({self._kept()}; {why})")
+                    raise NonFiniteLoss(result.loss.item(), self.step + 1, self._kept(), why)
                 if not result.loss.requires_grad:  # (torch's own error names a tensor's element 0)
                     raise BertkitError("the loss does not require grad: no trainable parameter reaches it (every one "
                                        "frozen, or the loss computed under torch.no_grad or from detached values)")
@@ -468,6 +468,7 @@ class Trainer:
                    if timed else None)
         last_eval: dict[str, float] = {}
         in_a_row = 0  # skipped steps since the last one that trained
+        trained = True  # since the last checkpoint: one of skipped steps alone would hold the same weights
         while not self.done():
             lr = self._set_lr()
             start = time.perf_counter()
@@ -480,6 +481,7 @@ class Trainer:
             self.elapsed += seconds
             self.step += 1
             in_a_row = in_a_row + 1 if metrics is None else 0
+            trained = trained or metrics is not None
             if metrics is None:  # skip_nonfinite: said, logged and counted, never silent
                 self.skipped += 1
                 self._log({"step": self.step, "split": "train", "lr": lr, "tokens": self.tokens,
@@ -499,8 +501,9 @@ class Trainer:
             bar.update(min(seconds, s.time_budget - bar.n) if timed else 1)  # the last step overshoots the budget
             if self.step % s.eval_every == 0 and not self.done():
                 last_eval = self._evaluate_and_log()
-            if self.step % s.save_every == 0 and not self.done():
-                self.save_checkpoint()
+            if self.step % s.save_every == 0 and not self.done() and trained:  # (else it would push out a
+                self.save_checkpoint()                                          # checkpoint of other weights)
+                trained = False
         bar.close()
         final = last_eval if self.stopped else self._evaluate_and_log()  # stopped: just evaluated
         if self.final_model:
@@ -520,6 +523,15 @@ class Trainer:
         if self.world > 1:
             dist.barrier()
         return final
+
+
+class NonFiniteLoss(BertkitError):
+    """Training stopped at `step` for a loss of `loss` (nan or inf): `kept` says what the run
+    leaves, `why` what may cause it."""
+
+    def __init__(self, loss: float, step: int, kept: str, why: str):
+        self.loss, self.step, self.why = loss, step, why
+        super().__init__(f"loss is {loss} at step {step}; stopping ({kept}; {why})")
 
 
 class LostProcess(BertkitError):
