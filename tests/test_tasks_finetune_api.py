@@ -875,22 +875,27 @@ def test_evaluate_loads_the_model_once_and_reads_task_json_once(minilm_dir, tmp_
 
 def test_fine_tuning_a_folder_of_another_tasks_head_says_the_head_is_left_out(minilm_dir, tokenizer, sentiment,
                                                                               tmp_path):
-    """A tagger's folder fine-tuned for classification drops its trained head (and its tags): said,
-    as other label changes are; a pre-trained encoder's MLM head is left out without a word."""
+    """A tagger's folder fine-tuned for classification drops its trained head (and its tags), even
+    where its classifier has the shape the new head needs (2 tags, 2 classes): said, as other label
+    changes are; a pre-trained encoder's MLM head is left out without a word."""
     import transformers
 
     train, dev = sentiment
-    tags = {0: "O", 1: "B-PER", 2: "I-PER"}
+    tags = {0: "O", 1: "B-PER"}
     for kind, said in (("TokenClassification", True), ("MaskedLM", False)):
         made = getattr(transformers, f"AutoModelFor{kind}").from_pretrained(
-            minilm_dir, **({"num_labels": 3, "id2label": tags} if said else {}))
+            minilm_dir, **({"num_labels": 2, "id2label": tags} if said else {}))
         made.save_pretrained(tmp_path / kind)
         transformers.AutoTokenizer.from_pretrained(minilm_dir).save_pretrained(tmp_path / kind)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             finetune("classification", tmp_path / kind, train, dev[:4], tmp_path / f"out-{kind}",
-                     quiet(steps=1))
-        told = [str(w.message) for w in caught if "holds a fine-tuned" in str(w.message)]
-        assert told == ([f"{tmp_path / kind} holds a fine-tuned token-classification head of 3 labels (O, B-PER, "
-                         "I-PER); fine-tuning for classification starts a fresh head on its encoder instead"]
+                     quiet(steps=1, lr=1e-12))
+        told = [str(w.message) for w in caught if "head" in str(w.message)]
+        assert told == ([f"{tmp_path / kind} holds a fine-tuned token-classification head of 2 labels (O, B-PER); "
+                         "fine-tuning for classification starts a fresh head on its encoder instead"]
                         if said else [])
+        tuned = bertkit.from_pretrained(tmp_path / f"out-{kind}")
+        assert tuned.config.labels == ("negative", "positive")
+        if said:  # the tagger's classifier (same shape) was carried over
+            assert not torch.allclose(tuned.head.classifier.weight, made.classifier.weight, atol=1e-3)

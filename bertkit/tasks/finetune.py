@@ -228,8 +228,10 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
                                f"or Hugging Face Hub id ({str(e).partition(': ')[2]})") from None
         kinds, saved_names = _saved_head(hf)
         fine_tuned = kinds & {"classification", "token-classification", "qa", "multiple-choice"}
-        if fine_tuned and task.head not in kinds:  # (a pre-trained encoder's MLM head is left out as usual)
-            held = f" of {len(saved_names)} labels ({shown(', '.join(saved_names))})" if saved_names else ""
+        other_head = bool(fine_tuned) and task.head not in kinds  # (a pre-trained MLM head is left out as usual)
+        if other_head:
+            held = (f" of {len(saved_names)} label{'s' * (len(saved_names) > 1)} ({shown(', '.join(saved_names))})"
+                    if saved_names else "")
             what = "starts a fresh head on its encoder" if task.head else "trains its encoder alone"
             warnings.warn(f"{source} holds a fine-tuned {' / '.join(sorted(fine_tuned))} head{held}; fine-tuning "
                           f"for {task.name} {what} instead", DataWarning, stacklevel=outside_stacklevel())
@@ -237,13 +239,18 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
         if named and set(labels) < set(named):  # data with some of its labels: the trained head goes on
             labels = named
         elif named and len(named) != len(labels):
-            warnings.warn(f"the model's head was trained on {len(named)} labels ({shown(', '.join(named))}); the data "
+            warnings.warn(f"the model's head was trained on {len(named)} label{'s' * (len(named) > 1)} "
+                          f"({shown(', '.join(named))}); the data "
                           f"has {len(labels)} ({shown(', '.join(labels))}), not all among them: the head starts "
                           "fresh", DataWarning, stacklevel=outside_stacklevel())
         with warnings.catch_warnings():  # a new head is what fine-tuning starts from, not news
             warnings.simplefilter("ignore", FreshHeadWarning)
             warnings.simplefilter("ignore", UnusedHeadWarning)  # embedding: a pre-training head left out
-            model = from_pretrained(hf, head=task.head, num_labels=len(labels) if sized else None)
+            if other_head:  # the encoder alone: the old head's weights, matched by name and shape, carried over
+                model = from_pretrained(hf, head=None)
+                model = _with_fresh_head(model, task.head, len(labels) if sized else None) if task.head else model
+            else:
+                model = from_pretrained(hf, head=task.head, num_labels=len(labels) if sized else None)
     if sized and isinstance(source, Model) and set(labels) < set(model.config.label_names):
         labels = model.config.label_names  # (as for a directory above)
     if sized:
@@ -273,9 +280,9 @@ def _with_fresh_head(encoder, head: str, num_labels: int | None):
     finetune's `out`. A pooler the encoder lacks starts fresh too, as from a directory."""
     from ..model import Model
 
-    config = encoder.config
-    if num_labels is not None:  # an encoder's label names (a config.json's id2label) name no head's outputs
-        config = config.replace(num_labels=num_labels, label_names=(), problem_type=None)
+    config = encoder.config.replace(label_names=(), problem_type=None)  # an encoder's label names (a
+    if num_labels is not None:                                          # config.json's id2label) name no
+        config = config.replace(num_labels=num_labels)                  # head's outputs
     model = Model(config, head, encoder.tokenizer)
     model.load_state_dict(encoder.state_dict(), strict=False)  # the head's (and perhaps a pooler's) are new
     model.companion_files, model.carried_config = encoder.companion_files, encoder.carried_config
