@@ -311,16 +311,21 @@ class HeldOut(Corpus):
 def corpora(job: PretrainJob):
     """(training corpus, held-out corpus) for the job."""
     from .data import open_corpus
-    from .data.corpora import BUILTIN, HubDataset
+    from .data.corpora import BUILTIN, DataWarning, HubDataset
 
     train = open_corpus(job.corpus, field=job.field)
     if job.eval_corpus is not None:
         given, trained = (Path(str(p)).expanduser().resolve() for p in (job.eval_corpus, job.corpus))
         files = given.exists() and trained.exists() and not {str(job.eval_corpus), str(job.corpus)} & set(BUILTIN)
-        if files and (given == trained or given.is_relative_to(trained)):
-            where = "is the training corpus" if given == trained else f"is inside the training folder {job.corpus}"
-            raise BertkitError(f"--eval-corpus {job.eval_corpus} {where}: held-out scores would be on trained text; "
-                               "leave it out to hold out 1 document in 10 by a hash of its text, or give other text")
+        if files and (given.is_relative_to(trained) or trained.is_relative_to(given)):
+            where = ("is the training corpus" if given == trained else f"is inside the training folder {job.corpus}"
+                     if given.is_relative_to(trained) else f"holds the training corpus {job.corpus}")
+            said = f"--eval-corpus {job.eval_corpus} {where}: held-out scores would be on trained text"
+            if job.resume:  # a run started so before this check: it goes on as it began, said
+                warnings.warn(f"{said} (this run was started so)", DataWarning, stacklevel=2)
+            else:
+                raise BertkitError(f"{said}; leave it out to hold out 1 document in 10 by a hash of its text, or give "
+                                   "other text")
         # a named data set (built in, or on the hub) is held out by its dev / validation split
         return train, open_corpus(job.eval_corpus, field=job.field, split="dev")
     if job.corpus in BUILTIN or isinstance(train, HubDataset):

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 import bertkit
 from bertkit.cli import DEMO_REVIEWS, main, pretrain_job, parser
-from bertkit.data import builtin
+from bertkit.data import DataWarning, builtin
 
 TINY = ["--override", "num_layers=1", "--override", "hidden_size=32", "--override", "num_heads=2",
         "--override", "intermediate_size=64", "--override", "vocab_size=600"]
@@ -844,10 +844,14 @@ def test_held_out_text_is_never_the_training_text(tmp_path, capsys):
     text = tmp_path / "docs" / "a.txt"
     text.write_text("one document.\n\nanother one.\n")
     for corpus, held, said in ((text, text, "is the training corpus"), (tmp_path / "docs", text, "is inside the "
-                               f"training folder {tmp_path / 'docs'}"), (tmp_path / "docs", tmp_path / "docs", "is the")):
+                               f"training folder {tmp_path / 'docs'}"), (tmp_path / "docs", tmp_path / "docs", "is the"),
+                               (text, tmp_path / "docs", f"holds the training corpus {text}")):
         assert pretrain("--corpus", str(corpus), "--eval-corpus", str(held), "--out", str(tmp_path / "run"),
                         "--steps", "1", *TINY, *FAST) == 2
         assert f"--eval-corpus {held} {said}" in error_line(capsys) and not (tmp_path / "run").exists()
+    with pytest.warns(DataWarning, match="is the training corpus: held-out scores would be on trained text \\(this "
+                      "run was started so\\)"):  # a run started so before the check still resumes
+        corpora(PretrainJob(corpus=str(text), eval_corpus=str(text), resume=True))
     for name in ("rotten-tomatoes", "imdb"):
         trained, held = corpora(PretrainJob(corpus="rotten-tomatoes", eval_corpus=name))
         assert (trained.split, held.split, held.name) == ("train", "dev", name)
