@@ -210,6 +210,29 @@ def test_the_dense_mlm_head_projects_real_tokens_only(name):
     assert broken == [] and half.head.norm.weight.grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize("head", ["token-classification", "qa"])
+def test_modernberts_per_token_heads_score_the_real_tokens_only(head):
+    """ModernBERT's tagging and QA heads (dense, activation, LayerNorm per token) run on the real
+    tokens of an unpadded batch, as the MLM head does: a .half() model with BERT's LayerNorm eps
+    (1e-12) had NaN head gradients from the pads' zero rows."""
+    name = next(n for n in FAMILY_PRESETS if PRESETS[n].config.family == "modernbert")
+    torch.manual_seed(0)
+    model = bertkit.build(shrunk(name).config.replace(layer_norm_eps=1e-12), head=head,
+                          num_labels=3 if head == "token-classification" else None).eval()
+    ids, mask = batch(model.config.pad_token_id)
+    real = mask.bool()
+    field = "logits" if head == "token-classification" else "start_logits"
+    fast = getattr(model(ids, mask), field)
+    model.backbone.unpad = False
+    slow = getattr(model(ids, mask), field)
+    model.backbone.unpad = True
+    assert (fast[real] - slow[real]).abs().max().item() <= 1e-5 and fast[~real].abs().max().item() == 0
+    half = model.half()
+    getattr(half(ids, mask), field)[real].float().logsumexp(-1).sum().backward()
+    # (the head's: the embeddings' LayerNorm runs before unpadding, on build()'s zero pad embedding)
+    assert [n for n, p in half.head.named_parameters() if not torch.isfinite(p.grad).all()] == []
+
+
 @pytest.mark.parametrize("name", FAMILY_PRESETS)
 def test_no_masked_positions_give_empty_outputs(name):
     """A batch with nothing masked (K = 0) gives (0, V) logits and (0, H) states, in training (a

@@ -4,6 +4,8 @@ Shapes: B batch, T sequence length, H hidden size, E embedding size, V vocabular
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -44,6 +46,19 @@ def at_masked(out: EncoderOutput, states: torch.Tensor) -> torch.Tensor:
     return states[out.masked_positions]
 
 
+def on_real_tokens(out: EncoderOutput, states: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]):
+    """fn(states), per token. Where the backbone skipped the pads (their states zeros), fn runs on
+    the real tokens alone and the pads get zeros: no work there, and no zero rows through a
+    LayerNorm, whose 1 / sqrt(eps) overflows float16 (a .half() model's backward then made its
+    head's gradients NaN, 0 x inf). (B, T, H) -> (B, T, ...); (K, H) rows as they are."""
+    if states.dim() != 3 or not out.padding_skipped:
+        return fn(states)
+    real = out.attention_mask.reshape(-1).nonzero().squeeze(1)  # (total,)
+    y = fn(states.reshape(-1, states.shape[-1]).index_select(0, real))  # (total, ...)
+    return y.new_zeros(states.shape[0] * states.shape[1], *y.shape[1:]).index_copy(0, real, y).view(
+        *states.shape[:2], *y.shape[1:])
+
+
 def classifier_dropout(config: EncoderConfig) -> float:
     return config.hidden_dropout if config.classifier_dropout is None else config.classifier_dropout
 
@@ -81,16 +96,8 @@ class MLMHead(Head):
         return linear(x, serving_weight(self.decoder), self.bias)
 
     def forward(self, out: EncoderOutput) -> dict[str, torch.Tensor]:
-        states = at_masked(out, out.last_hidden_state)  # (B, T, H) or (K, H)
-        if states.dim() == 3 and out.padding_skipped:
-            # Pads were skipped: their states are zeros. Project the real tokens alone, which also
-            # keeps zero rows out of the LayerNorm (its 1 / sqrt(eps) overflows float16, and the
-            # backward's 0 x inf made a .half() model's head gradients NaN); logits 0 at pads.
-            real = out.attention_mask.reshape(-1).nonzero().squeeze(1)  # (total,)
-            logits = self.predict(states.reshape(-1, states.shape[-1]).index_select(0, real))  # (total, V)
-            return {"logits": logits.new_zeros(states.shape[0] * states.shape[1], logits.shape[-1])
-                    .index_copy(0, real, logits).view(*states.shape[:2], -1)}  # (B, T, V)
-        return {"logits": self.predict(states)}  # (B, T, V) or (K, V)
+        # (the vocabulary projection, the costliest part, skips the pads: logits 0 there)
+        return {"logits": on_real_tokens(out, at_masked(out, out.last_hidden_state), self.predict)}  # (B, T, V)
 
 
 class _Decoder(torch.autograd.Function):

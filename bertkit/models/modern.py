@@ -28,6 +28,7 @@ from ..errors import BertkitError
 from ..layers import (Encoder, EncoderModel, FeedForward, Head, MLMHead, SelfAttention, TransformerBlock,
                       activation, classifier_dropout)
 from ..layers.dropout import Dropout
+from ..layers.heads import on_real_tokens
 from ..layers.output import EncoderOutput
 from . import Family, register_family
 
@@ -260,7 +261,8 @@ class ModernHead(Head):
         elif self.pooling == "mean":
             keep = torch.ones_like(x[..., 0]) if out.attention_mask is None else out.attention_mask.to(x.dtype)
             x = (x * keep[..., None]).sum(1) / keep.sum(1, keepdim=True)  # (B, H)
-        logits = self.classifier(self.dropout(self.norm(self.act(self.dense(x)))))  # (B, C) or (B, T, C)
+        logits = on_real_tokens(out, x, lambda h: self.classifier(self.dropout(self.norm(self.act(self.dense(h))))))
+        # (B, C) or (B, T, C)
         if len(self.names) == 1:
             return {self.names[0]: logits}
         return dict(zip(self.names, logits.unbind(dim=-1)))  # QA: (B, T) each
