@@ -85,7 +85,7 @@ class PretrainJob:
         check_loss(self.objective, self.loss)
         for name, value, choices in (("backend", self.backend, BACKENDS), ("precision", self.precision, PRECISIONS)):
             if value not in choices:
-                raise BertkitError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+                raise BertkitError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}{fp16_hint(value)}")
         check_seed(self.train.get("seed", 0))  # (the data pipeline draws with it before the trainer checks)
         for name in ("batch_size", "eval_batches"):
             if getattr(self, name) < 1:
@@ -199,6 +199,13 @@ def native_bf16(device) -> bool:
     except OSError:
         return False
     return any(flag in flags.split() for flag in ("avx512_bf16", "amx_bf16"))
+
+
+def fp16_hint(precision: str) -> str:
+    """Why a precision of float16 is refused, for the error that refuses it."""
+    return ("" if str(precision).lower() not in ("fp16", "float16", "half") else
+            " (float16 is not offered: training in it needs loss scaling, where bf16 keeps float32's range; "
+            "model.half() runs float16 inference in Python)")
 
 
 def bf16_for(precision: str, device) -> bool:

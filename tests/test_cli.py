@@ -93,7 +93,13 @@ def test_fill_mask_takes_a_precision_as_the_other_predict_modes_do(mlm_dir, caps
     assert fp32 == scores("--precision", "fp32") and fp32 != bf16
     assert max(abs(bf16[i] / fp32[i] - 1) for i in fp32.keys() & bf16.keys()) < 0.05
     assert main(["predict", "fill-mask", "--model", str(mlm_dir), "--precision", "fp16", "a [MASK]"]) == 2
-    assert "unknown precision 'fp16'" in capsys.readouterr().err
+    assert "unknown precision 'fp16'; choose auto, fp32 or bf16 (float16 is not offered: training in it needs loss " \
+           "scaling" in capsys.readouterr().err
+    for command in (["pretrain", "--out", str(mlm_dir.parent / "never")],
+                    ["finetune", "--task", "classification", "--model", str(mlm_dir), "--train", "x.csv", "--eval",
+                     "x.csv", "--out", str(mlm_dir.parent / "never")]):
+        assert main([*command, "--precision", "half"]) == 2
+        assert "(float16 is not offered" in capsys.readouterr().err and not (mlm_dir.parent / "never").exists()
 
 
 def test_fill_mask_gives_the_token_text_transformers_pipeline_gives(tmp_path, reviews, capsys):

@@ -257,10 +257,10 @@ SETTING_FLAGS = ("epochs", "steps", "batch_size", "accumulation", "lr", "weight_
 
 def precision_bf16(precision: str, device: str | None) -> bool:
     """Whether a --precision value runs bf16 autocast on --device (checked; bf16 warns where emulated)."""
-    from ..pretraining import bf16_for, pick_device
+    from ..pretraining import bf16_for, fp16_hint, pick_device
 
     if precision not in ("auto", "fp32", "bf16"):
-        raise BertkitError(f"unknown precision {precision!r}; choose auto, fp32 or bf16")
+        raise BertkitError(f"unknown precision {precision!r}; choose auto, fp32 or bf16{fp16_hint(precision)}")
     return precision != "fp32" and bf16_for(precision, pick_device(device or "auto"))
 
 
