@@ -830,7 +830,8 @@ def test_a_run_without_held_out_text_logs_and_reports_no_empty_scores(tmp_path, 
     assert pretrain("--corpus", str(tmp_path / "train.txt"), "--out", str(tmp_path / "run"), "--steps", "2",
                     "--eval-every", "1", *TINY, *FAST) == 0
     said = capsys.readouterr()
-    assert "no held-out evaluation" in said.err and "held-out metrics: none, no held-out text (step 2, tokens" in said.out
+    assert "no held-out evaluation" in said.err
+    assert "held-out metrics: none, no held-out text (step 2, tokens" in said.out
     logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["split"] for r in logged] == ["train", "train"]
 
@@ -843,8 +844,9 @@ def test_held_out_text_is_never_the_training_text(tmp_path, capsys):
     (tmp_path / "docs").mkdir()
     text = tmp_path / "docs" / "a.txt"
     text.write_text("one document.\n\nanother one.\n")
-    for corpus, held, said in ((text, text, "is the training corpus"), (tmp_path / "docs", text, "is inside the "
-                               f"training folder {tmp_path / 'docs'}"), (tmp_path / "docs", tmp_path / "docs", "is the"),
+    inside = f"is inside the training folder {tmp_path / 'docs'}"
+    for corpus, held, said in ((text, text, "is the training corpus"), (tmp_path / "docs", text, inside),
+                               (tmp_path / "docs", tmp_path / "docs", "is the"),
                                (text, tmp_path / "docs", f"holds the training corpus {text}")):
         assert pretrain("--corpus", str(corpus), "--eval-corpus", str(held), "--out", str(tmp_path / "run"),
                         "--steps", "1", *TINY, *FAST) == 2

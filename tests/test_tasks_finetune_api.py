@@ -157,7 +157,8 @@ def test_accumulated_micro_batches_are_the_larger_batch_cut_up(tokenizer, sentim
     for window, processes in ((50, 1), (1, 1), (50, 2), (50, 3)):  # 103 = 8 x 12 + 7
         # under torchrun each micro-batch needs a row per process: 3 x 3 > 7, so the last step
         # joins the one before it, where one batch of 12 needs only 3 rows of the 7
-        big = TrainBatches(features, 12, 0, seed=3, window=window, min_rows=processes * 3 if processes > 2 else processes)
+        big = TrainBatches(features, 12, 0, seed=3, window=window,
+                           min_rows=processes * 3 if processes > 2 else processes)
         cut = TrainBatches(features, 4, 0, seed=3, window=window, min_rows=processes, accumulation=3)
         assert cut.per_epoch == 3 * big.per_epoch == 3 * (8 if processes == 3 else 9)
         for step in range(2 * big.per_epoch):  # two epochs

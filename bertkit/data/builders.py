@@ -251,8 +251,9 @@ def _chunks(seg_start: list[int], seg_end: list[int], doc_seg: list[int], budget
     segments until they reach a target length (the budget, or with probability `short_prob` a
     random shorter one, drawn once per document as that function does, or for each chunk
     without `per_document`, as ELECTRA's ExampleBuilder does) or the document ends; a segment
-    that would overshoot the budget starts the next chunk. `emit(d, first, last, target)` makes the example of segments first..last of
-    document d and returns how many of them it used: the rest start the next chunk."""
+    that would overshoot the budget starts the next chunk. `emit(d, first, last, target)` makes
+    the example of segments first..last of document d and returns how many of them it used: the
+    rest start the next chunk."""
     def new_target() -> int:
         return budget if rng.random() >= short_prob else int(rng.integers(2, budget + 1))
 

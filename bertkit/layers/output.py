@@ -12,8 +12,9 @@ class EncoderOutput:
     """Shapes: B batch, T length, H hidden, V vocabulary, C labels, N heads.
 
     Only non-pad positions are meaningful. Pad positions (attention_mask == 0) hold zeros on the
-    default unpadded path (no work is spent on them; MLM logits too: `padding_skipped`); with `model.backbone.unpad = False` they
-    hold what the padded computation gives there, as in `transformers`.
+    default unpadded path (no work is spent on them; so do MLM logits and ModernBERT's per-token
+    heads' outputs: `padding_skipped`); with `model.backbone.unpad = False` they hold what the
+    padded computation gives there, as in `transformers`.
     """
 
     last_hidden_state: torch.Tensor                      # (B, T, H); (K, H) with masked_positions
