@@ -235,7 +235,8 @@ def model_for(task, source, labels: tuple[str, ...], tokenizer=None):
             what = "starts a fresh head on its encoder" if task.head else "trains its encoder alone"
             warnings.warn(f"{source} holds a fine-tuned {' / '.join(sorted(fine_tuned))} head{held}; fine-tuning "
                           f"for {task.name} {what} instead", DataWarning, stacklevel=outside_stacklevel())
-        named = _label_names(hf, task.head) if sized else ()
+        # the names of this task's head (a sequence classifier's labels are not a tagger's)
+        named = saved_names if sized and not (kinds and task.head not in kinds) else ()
         if named and set(labels) < set(named):  # data with some of its labels: the trained head goes on
             labels = named
         elif named and len(named) != len(labels):
@@ -315,14 +316,6 @@ def _saved_head(folder) -> tuple[set[str], tuple[str, ...]]:
     except (OSError, ValueError, TypeError, AttributeError):
         return set(), ()
     return kinds, () if names == tuple(f"LABEL_{i}" for i in range(len(names))) else names
-
-
-def _label_names(folder, head: str) -> tuple[str, ...]:
-    """The label names of a checkpoint's `head` as its config.json gives them (id2label); () where
-    it names none, only transformers' defaults, or its architecture is another head's (a
-    sequence classifier's labels are not a tagger's)."""
-    kinds, names = _saved_head(folder)
-    return () if kinds and head not in kinds else names
 
 
 def load_model(source, tokenizer=None):
