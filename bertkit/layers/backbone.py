@@ -107,7 +107,7 @@ class EncoderModel(nn.Module):
             attentions=attentions if output_attentions else None,
             hidden_states=states if output_hidden_states else None,
             attention_mask=keys,
-            padding_skipped=packing is not None,
+            real_tokens=None if packing is None else packing.index,
         )
 
 

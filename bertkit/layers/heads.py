@@ -51,9 +51,9 @@ def on_real_tokens(out: EncoderOutput, states: torch.Tensor, fn: Callable[[torch
     the real tokens alone and the pads get zeros: no work there, and no zero rows through a
     LayerNorm, whose 1 / sqrt(eps) overflows float16 (a .half() model's backward then made its
     head's gradients NaN, 0 x inf). (B, T, H) -> (B, T, ...); (K, H) rows as they are."""
-    if states.dim() != 3 or not out.padding_skipped:
+    real = out.real_tokens  # (total,), the packing's: found once, at the embeddings
+    if states.dim() != 3 or real is None:
         return fn(states)
-    real = out.attention_mask.reshape(-1).nonzero().squeeze(1)  # (total,)
     y = fn(states.reshape(-1, states.shape[-1]).index_select(0, real))  # (total, ...)
     return y.new_zeros(states.shape[0] * states.shape[1], *y.shape[1:]).index_copy(0, real, y).view(
         *states.shape[:2], *y.shape[1:])

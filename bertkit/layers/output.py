@@ -13,7 +13,7 @@ class EncoderOutput:
 
     Only non-pad positions are meaningful. Pad positions (attention_mask == 0) hold zeros on the
     default unpadded path (no work is spent on them; so do MLM logits and ModernBERT's per-token
-    heads' outputs: `padding_skipped`); with `model.backbone.unpad = False` they hold what the
+    heads' outputs: `real_tokens`); with `model.backbone.unpad = False` they hold what the
     padded computation gives there, as in `transformers`.
     """
 
@@ -23,7 +23,8 @@ class EncoderOutput:
     hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings + each layer (B, T, H), on request
     attention_mask: torch.Tensor | None = None           # (B, T) bool, True = real token; None = no mask
     masked_positions: torch.Tensor | None = None         # (B, T) bool: MLM logits only here, (K, V)
-    padding_skipped: bool = False                        # pad positions were not computed (zeros there)
+    real_tokens: torch.Tensor | None = None              # (total,) flat positions in B * T of the real tokens,
+    #                                                      where the pads were skipped (their states zeros)
     logits: torch.Tensor | None = None                   # MLM (B, T, V); classification (B, C); token (B, T, C)
     pair_logits: torch.Tensor | None = None              # NSP / SOP (B, 2)
     start_logits: torch.Tensor | None = None             # QA (B, T)
