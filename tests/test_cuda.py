@@ -4,12 +4,14 @@ the CPU suite, on the device: parity with transformers, the unpadded path (varle
 in bf16) against the padded one, a training step against the CPU's, compiled against eager, and
 the bench's CUDA timing and memory plumbing."""
 
+import math
+
 import pytest
 import torch
 
 import bertkit
 from bertkit import bench
-from bertkit.layers import attention
+from bertkit.layers import attention, packing
 from conftest import max_diff_on_real
 from test_fast_path import FAMILY_PRESETS, batch, no_dropout, shrunk
 from test_hf_parity import FAMILIES, TOL, assert_same, batch_for, hf_config, hf_model, reference_outputs
@@ -67,6 +69,25 @@ def test_unpadded_bf16_path_equals_padded_path_on_cuda(name, monkeypatch):
               and (a.window is None or attention.VARLEN_WINDOWS) for a in layers]
     assert len(calls) == sum(varlen)
     assert max_diff_on_real(fast, padded, mask) <= 3e-2 * padded.abs().max().item()
+
+
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
+def test_fp32_buckets_on_cuda_follow_the_attentions_cost(name, monkeypatch):
+    """fp32 on CUDA builds length buckets (no varlen kernel): one bucket where attention does
+    work of its own per bucket (DeBERTa's relative terms, ModernBERT's windows), the CUDA
+    allowance elsewhere; the output equals the padded path's."""
+    made, real = [], packing.Packing.from_mask.__func__
+    monkeypatch.setattr(packing.Packing, "from_mask", classmethod(
+        lambda cls, keys, **kw: made.append(real(cls, keys, **kw)) or made[-1]))
+    model = shrunk(name).to(CUDA)
+    ids, mask = on_cuda(*batch(model.config.pad_token_id))
+    with torch.no_grad():
+        fast = model(ids, mask).logits
+        model.backbone.unpad = False
+        padded = model(ids, mask).logits
+    expected = math.inf if model.backbone.encoder.bucket_work else packing.CUDA_BUCKET_ALLOWANCE
+    assert made and all(p.allowance == expected for p in made)
+    assert max_diff_on_real(fast, padded, mask) <= TOL
 
 
 @pytest.mark.parametrize("name", FAMILY_PRESETS)

@@ -110,13 +110,34 @@ def test_buckets_in_either_layout_match_padded_outputs_and_gradients(name, kerne
               "by-length": lambda q, keys, p: keys <= 20}[kernel]
     monkeypatch.setattr(SelfAttention, "_matmuls", staticmethod(choose))
     monkeypatch.setattr(packing, "BUCKET_ALLOWANCE", 0)
-    model = no_dropout(shrunk(name).train())
+    assert len(packing.Packing.from_mask(mixed_lengths(0)[1].bool()).buckets) >= 3
+    assert_packed_matches_padded(no_dropout(shrunk(name).train()))
+
+
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
+def test_one_bucket_matches_padded_outputs_and_gradients(name, monkeypatch):
+    """Every sequence in one bucket, padded to the longest: what CUDA runs where attention does
+    work of its own per bucket (Encoder.bucket_work; test_cuda checks that choice there)."""
+    from bertkit.layers.packing import Packing
+
+    made, real = [], Packing.from_mask.__func__
+    monkeypatch.setattr(Packing, "from_mask", classmethod(
+        lambda cls, keys, one_bucket=False: made.append(real(cls, keys, one_bucket=True)) or made[-1]))
+    assert_packed_matches_padded(no_dropout(shrunk(name).train()))
+    assert made and all(len(p.buckets) == 1 for p in made)
+
+
+def mixed_lengths(pad_id):
     lengths = [36, 30, 21, 9, 2, 17]  # RoBERTa counts positions from pad + 1: 38 fit
     g = torch.Generator().manual_seed(1)
     mask = (torch.arange(36)[None] < torch.tensor(lengths)[:, None]).long()
-    ids = torch.randint(3, 120, mask.shape, generator=g).masked_fill(mask == 0, model.config.pad_token_id)
+    return torch.randint(3, 120, mask.shape, generator=g).masked_fill(mask == 0, pad_id), mask
+
+
+def assert_packed_matches_padded(model):
+    """Logits at the real tokens and every gradient, unpadded path against padded, on mixed lengths."""
+    ids, mask = mixed_lengths(model.config.pad_token_id)
     keys = mask.bool()
-    assert len(packing.Packing.from_mask(keys).buckets) >= 3
     results = []
     for unpad in (True, False):
         model.zero_grad()

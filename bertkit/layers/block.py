@@ -87,9 +87,12 @@ class Encoder(nn.Module):
     convolution); after the last block under `rows` (see forward), x holds only those rows.
     With a `packing`, the stream holds only the real tokens, (total, H); see packing.py.
     `slot_distances`: whether attention reads how far apart two tokens are from their slots in
-    the stream (DeBERTa's relative positions), true only while no mask hole separates them."""
+    the stream (DeBERTa's relative positions), true only while no mask hole separates them.
+    `bucket_work`: whether attention on packed tokens does work of its own per length bucket
+    (DeBERTa's relative terms, sliding windows), so that on CUDA one bucket is fastest (packing.py)."""
 
     slot_distances = False
+    bucket_work = False
 
     def __init__(self, blocks: list[nn.Module], num_layers: int | None = None,
                  final_norm: nn.Module | None = None):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -23,6 +24,13 @@ import torch
 # factor of the exact one; the small allowance keeps short sequences from making one call each.
 BUCKET_SLACK = 1.25
 BUCKET_ALLOWANCE = 64 * 64
+# On CUDA a bucket costs its gathers and kernel launches in every layer, which outweigh far more
+# padded scores than on a CPU. Measured on an H100 (fp32, 16 to 32 sequences of mixed length,
+# bench.inference): plain attention ran fastest with 256 * 256 of the allowances tried (64^2,
+# 128^2, 256^2, one bucket); attention that does work of its own per bucket (DeBERTa's relative
+# terms, ModernBERT's windows: Encoder.bucket_work) ran fastest as one bucket. Half precision's
+# plain attention builds no buckets there (varlen attention).
+CUDA_BUCKET_ALLOWANCE = 256 * 256
 
 
 @dataclass(frozen=True)
@@ -53,13 +61,13 @@ def slots(starts: torch.Tensor, lengths: torch.Tensor, width: int) -> tuple[torc
     return starts[:, None] + torch.minimum(slot, lengths[:, None] - 1), real
 
 
-def _buckets(lengths: list[int], starts: list[int], device) -> tuple[Bucket, ...]:
+def _buckets(lengths: list[int], starts: list[int], device, allowance: float) -> tuple[Bucket, ...]:
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     groups, current, exact = [], [], 0
     for i in order:
         L = lengths[i]
         padded = lengths[current[0]] ** 2 * (len(current) + 1) if current else 0
-        if padded > BUCKET_SLACK * (exact + L * L) + BUCKET_ALLOWANCE:
+        if padded > BUCKET_SLACK * (exact + L * L) + allowance:
             groups.append(current)
             current, exact = [], 0
         current.append(i)
@@ -87,21 +95,27 @@ class Packing:
     # windows count with (left padding shifts them, as in transformers). A field, not a cached
     # property: compiled blocks read it, and torch.compile cannot enter cached_property's lock.
     positions: torch.Tensor
+    # Padded scores a bucket may add on top of BUCKET_SLACK before the next sequence starts a new
+    # one (math.inf: one bucket, every sequence padded to the longest).
+    allowance: float
     _layouts: dict = field(default_factory=dict, compare=False, repr=False)  # n -> Layout
 
     @classmethod
-    def from_mask(cls, keys: torch.Tensor) -> "Packing":
+    def from_mask(cls, keys: torch.Tensor, one_bucket: bool = False) -> "Packing":
         """keys: (B, T) bool, True = real token (anywhere: left or right padding both work);
-        every row holds at least one (masks.key_padding_mask makes an all-padding row all real)."""
+        every row holds at least one (masks.key_padding_mask makes an all-padding row all real).
+        Buckets follow the device's allowance (BUCKET_ALLOWANCE, CUDA_BUCKET_ALLOWANCE), or are
+        one bucket if `one_bucket`."""
         B, T = keys.shape
         index = keys.reshape(-1).nonzero().squeeze(1)  # (total,) into the flattened (B * T)
-        return cls(index, B, T, tuple(keys.sum(1).tolist()), index % T)  # positions: (total,)
+        allowance = math.inf if one_bucket else BUCKET_ALLOWANCE if keys.device.type == "cpu" else CUDA_BUCKET_ALLOWANCE
+        return cls(index, B, T, tuple(keys.sum(1).tolist()), index % T, allowance)  # positions: (total,)
 
     @functools.cached_property
     def buckets(self) -> tuple[Bucket, ...]:
         """Built on first use, once per forward (every layer shares them); never when varlen
         attention runs every layer (CUDA), which needs only the cumulative lengths."""
-        return _buckets(list(self.lengths), self._offsets()[:-1], self.index.device)
+        return _buckets(list(self.lengths), self._offsets()[:-1], self.index.device, self.allowance)
 
     def layout(self, n: int) -> Layout:
         """With n rows per token (1, or the heads): built on first use, shared by every layer."""

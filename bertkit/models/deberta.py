@@ -246,6 +246,7 @@ class DebertaEncoder(Encoder):
                          if config.relative_attention and config.norm_rel_ebd == "layer_norm" else None)
         self.conv = ConvLayer(config) if config.conv_kernel_size > 0 else None
         self.slot_distances = config.relative_attention  # relative_positions(T) counts slots
+        self.bucket_work = config.relative_attention  # each bucket builds its c2p / p2c terms
 
     def context(self, length, device):
         if self.rel_embeddings is None:

@@ -181,6 +181,7 @@ class ModernEncoder(Encoder):
         super().__init__(blocks, final_norm=_norm(config)())
         self.head_dim = config.head_dim
         self.thetas = sorted({block.attn.theta for block in blocks})
+        self.bucket_work = any(block.attn.window is not None for block in blocks)  # window masks per bucket
 
     @torch.no_grad()
     def initialize(self, std: float) -> None:
