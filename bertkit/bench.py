@@ -373,7 +373,7 @@ def flop_utilization(preset: str, B: int, T: int, dtype: str, repeats: int, labe
     matmul peak's median, its fastest projection kernel (`projection_kernels`) timed in turn
     with both models, so that the machine's slow and fast spells weigh on all three alike. The
     note also gives the best single peak run and ours against it. Ours runs prepacked (its
-    fastest inference; the peak counts prepacked matmuls too)."""
+    fastest inference; the peak counts prepacked matmuls too); prepack() does nothing on CUDA."""
     ours, ref = pair(preset, None, DTYPES[dtype], device)
     ours.eval().prepack(), ref.eval()
     ids, mask = padded_batch([T] * B, ours.config.vocab_size, ours.config.pad_token_id, device=device)
@@ -386,8 +386,9 @@ def flop_utilization(preset: str, B: int, T: int, dtype: str, repeats: int, labe
                             repeats, device)
     flops, peak, best = encoder_flops(c, B, T), layer_flops / statistics.median(p), layer_flops / min(p)
     # each run's utilization against the median peak: work = 100 * flops / peak per second
+    packed = "ours prepacked; " if device.type == "cpu" else ""
     return timed_record(label, dtype, 100 * flops / peak, "% of matmul peak", o, r, diff,
-                        note=f"ours prepacked; matmul peak {peak / 1e9:.0f} GFLOP/s (median, timed in turn with both "
+                        note=f"{packed}matmul peak {peak / 1e9:.0f} GFLOP/s (median, timed in turn with both "
                              f"models); against its best run, {best / 1e9:.0f} GFLOP/s, ours "
                              f"{100 * flops / statistics.median(o) / best:.0f}%")
 
@@ -517,13 +518,15 @@ def workloads(quick: bool, repeats: int, device: torch.device = CPU) -> list[Wor
     if quick:
         return quick_set
     full = []
-    for name, lengths, option in [
-            ("bert-base inference, 32 seqs, lengths in [16, 256]", mixed, {}),
-            ("bert-base inference, 16 x 256 full length", [256] * 16, {}),
-            ("bert-base inference, 32 seqs, lengths in [16, 256], prepacked", mixed, {"prepacked": True}),
-            ("bert-base inference, 16 x 256 full length, prepacked", [256] * 16, {"prepacked": True}),
-            ("bert-base inference, 32 seqs, lengths in [16, 256], compiled", mixed, {"compiled": True}),
-            ("bert-base inference, 16 x 256 full length, compiled", [256] * 16, {"compiled": True})]:
+    variants = [("bert-base inference, 32 seqs, lengths in [16, 256]", mixed, {}),
+                ("bert-base inference, 16 x 256 full length", [256] * 16, {}),
+                ("bert-base inference, 32 seqs, lengths in [16, 256], prepacked", mixed, {"prepacked": True}),
+                ("bert-base inference, 16 x 256 full length, prepacked", [256] * 16, {"prepacked": True}),
+                ("bert-base inference, 32 seqs, lengths in [16, 256], compiled", mixed, {"compiled": True}),
+                ("bert-base inference, 16 x 256 full length, compiled", [256] * 16, {"compiled": True})]
+    for name, lengths, option in variants:
+        if option.get("prepacked") and device.type != "cpu":  # prepack() packs for oneDNN: a no-op elsewhere
+            continue
         full += [W(name, dt, lambda dt=dt, n=name, l=lengths, o=option: inference(
                    "bert-base", l, dt, repeats, n, **o, **on)) for dt in DTYPES]
     name = "bert-base FLOP utilization, 16 x 256"
@@ -616,7 +619,7 @@ def run(quick: bool, repeats: int, json_path: str | None, progress: Callable[[st
     if skip_emulated:  # minutes spent timing an emulation no one would train with
         chosen = [w for w in chosen if w.dtype != "bf16"]
     if not chosen:
-        names = sorted({f"{w.name} [{w.dtype}]" for w in workloads(quick, repeats)})
+        names = sorted({f"{w.name} [{w.dtype}]" for w in workloads(quick, repeats, where)})
         asked = " and ".join(f"{flag} {value!r}" for flag, value in (("--only", only), ("--dtype", dtype)) if value)
         verb = "match" if only and dtype else "matches"
         raise BertkitError(f"{asked} {verb} no workload{' of --quick' if quick else ''}; "

@@ -667,6 +667,21 @@ def test_bench_only_takes_a_name_as_the_workload_list_shows_it():
     assert bench.selected(shown, f"={shown}", "bf16") and not bench.selected(shown + ", compiled", f"={shown}", "fp32")
 
 
+def test_bench_on_cuda_leaves_out_the_prepacked_rows_which_time_nothing_new_there(capsys, monkeypatch):
+    # prepack() packs weights for oneDNN, a CPU library: on CUDA those rows repeated the plain ones
+    from bertkit import bench
+
+    on_cpu = {(w.name, w.dtype) for w in bench.workloads(False, 1)}
+    on_cuda = {(w.name, w.dtype) for w in bench.workloads(False, 1, torch.device("cuda"))}
+    assert on_cuda == {(n, d) for n, d in on_cpu if "prepacked" not in n} and on_cuda < on_cpu
+    from bertkit import pretraining
+
+    monkeypatch.setattr(pretraining, "pick_device", lambda device: torch.device("cuda"))
+    assert main(["bench", "--only", "prepacked", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "match" in err and "prepacked" not in err.split("the workloads are:")[1]
+
+
 def test_bench_only_takes_an_exact_name_and_refuses_an_empty_one(capsys, monkeypatch):
     """--only =NAME picks the row named exactly NAME, whose name begins its variants' names;
     --only TEXT still picks every row containing TEXT; an empty --only (which would start the
