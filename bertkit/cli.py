@@ -239,22 +239,23 @@ TRAIN_KEYS = ("steps", "time_budget", "lr", "warmup", "schedule", "weight_decay"
               "compile", "progress")
 
 
-def _train_values(values: dict, where: str, loss: dict) -> dict:
-    """TrainSettings values typed; a time budget may be written as a duration ("10m"). The
-    objectives' loss settings (LossSettings: temperature, rtd_weight ...) among them go, typed,
-    into `loss`."""
+def _train_values(values: dict, where: str, loss: dict, text: bool = True) -> dict:
+    """TrainSettings values typed (text read as the type if `text`: flags); a time budget may
+    be written as a duration ("10m"). The objectives' loss settings (LossSettings: temperature,
+    rtd_weight ...) among them go, typed, into `loss`."""
     from .objectives.registry import LOSS_FIELDS, LossSettings
-    from .options import fields_of, seconds, typed
+    from .options import fields_of, seconds, typed, unknown_key
     from .train import TrainSettings
 
     unknown = next((k for k in values if k not in fields_of(TrainSettings) and k not in LOSS_FIELDS), None)
     if unknown is not None:  # (typed() below would list the training settings alone)
-        raise BertkitError(f"{where}: unknown key {unknown!r}; known: {', '.join(sorted(fields_of(TrainSettings)))}; "
-                           f"and the objectives' loss settings: {', '.join(LOSS_FIELDS)}")
-    loss.update(typed(LossSettings, {k: v for k, v in values.items() if k in LOSS_FIELDS}, where))
+        _misplaced(unknown, where, "train")
+        raise BertkitError(f"{where}: {unknown_key(unknown, [*fields_of(TrainSettings), *LOSS_FIELDS])}; of which "
+                           f"the objectives' loss settings: {', '.join(LOSS_FIELDS)}")
+    loss.update(typed(LossSettings, {k: v for k, v in values.items() if k in LOSS_FIELDS}, where, text))
     values = {k: v for k, v in values.items() if k not in LOSS_FIELDS}
     budget = values.pop("time_budget", "absent")
-    out = typed(TrainSettings, values, where)
+    out = typed(TrainSettings, values, where, text)
     if budget != "absent":
         none = budget is None or (isinstance(budget, str) and budget.strip().lower() in ("none", "null"))
         out["time_budget"] = None if none else seconds(budget)
@@ -265,14 +266,15 @@ def pretrain_job(args):
     """The job from defaults < config file < flags; every value typed, unknown keys named. With
     --resume, the run's own job.json takes the defaults' place."""
     from .objectives.registry import LossSettings
-    from .options import key_values, read_config, typed
+    from .options import fields_of, key_values, read_config, typed
     from .pretraining import PretrainJob, saved_job
 
     given = vars(args)
     job, train, architecture, loss = {}, {}, {}, {}
     if given.get("config"):
         data = dict(read_config(args.config))
-        data.pop("format", None)  # (a run's job.json read as a config: its format number)
+        for recorded in ("format", "fingerprints"):  # (a run's job.json read as a config: not settings)
+            data.pop(recorded, None)
         train = data.pop("train", None) or {}
         architecture = data.pop("architecture", None) or {}
         table = data.pop("loss", None) or {}  # as job.json records them; [train] takes them too
@@ -280,9 +282,10 @@ def pretrain_job(args):
             if not isinstance(values, dict):
                 raise BertkitError(f"{args.config}: [{name}] must be a table of settings")
         _check_top_level(data, args.config)
-        job = typed(PretrainJob, data, str(args.config)) if data else {}
-        loss.update(typed(LossSettings, table, f"{args.config} [loss]"))
-        train = _train_values(train, f"{args.config} [train]", loss)
+        job = typed(PretrainJob, data, str(args.config), text=False) if data else {}
+        _check_file_paths(job, args.config)
+        loss.update(typed(LossSettings, table, f"{args.config} [loss]", text=False))
+        train = _train_values(train, f"{args.config} [train]", loss, text=False)
     job.update(typed(PretrainJob, {k: given[k] for k in JOB_KEYS if k in given}, "flags"))
     train.update(_train_values({k: given[k] for k in TRAIN_KEYS if k in given}, "flags", loss))
     train.update(_train_values(key_values(given.get("set") or [], "--set"), "--set", loss))
@@ -291,7 +294,10 @@ def pretrain_job(args):
 
         config_type = type(get_preset(job.get("model", "mini-bert")).config)
         if architecture:
-            architecture = typed(config_type, architecture, f"{args.config} [architecture]")
+            for key in architecture:
+                if key not in fields_of(config_type):
+                    _misplaced(key, f"{args.config} [architecture]", "architecture")
+            architecture = typed(config_type, architecture, f"{args.config} [architecture]", text=False)
         architecture.update(typed(config_type, key_values(given.get("override") or [], "--override"), "--override"))
     if job.get("resume"):  # what is not given again comes from the run itself, not from the defaults
         # (the loss settings wait for the saved objective: checked against the default's, they would be refused)
@@ -305,21 +311,51 @@ def pretrain_job(args):
     return PretrainJob(**job, train=train, architecture=architecture, loss=loss)
 
 
-def _check_top_level(data: dict, path) -> None:
-    """A training or model setting written at the top of a config file belongs in its table: say
-    which, rather than only "unknown key"."""
+def _misplaced(key: str, where: str, table: str) -> None:
+    """A key of a config file's `table` (top, train, architecture) that belongs elsewhere: say where."""
     from .config import EncoderConfig
     from .options import fields_of
     from .pretraining import PretrainJob
     from .train import TrainSettings
 
-    for key in data:
-        if key in fields_of(PretrainJob):
+    if table != "top" and key in fields_of(PretrainJob) and key not in ("train", "architecture", "loss",
+                                                                         "fingerprints"):
+        raise BertkitError(f"{where}: {key} is a top-level setting; put it above the tables")
+    if table != "train" and key in fields_of(TrainSettings):
+        raise BertkitError(f"{where}: {key} is a training setting; put it under [train]")
+    if table != "architecture" and key in fields_of(EncoderConfig):
+        raise BertkitError(f"{where}: {key} is a model setting; put it under [architecture]")
+
+
+def _check_file_paths(job: dict, path) -> None:
+    """A config file's paths: not empty (corpus = "" would read the working folder), and read
+    from the working directory, as flags' are; one that is missing there but lies beside the
+    file is named, with both places."""
+    from .pretraining import PLACES
+
+    for key in (*PLACES, "out"):
+        value = job.get(key)
+        if not isinstance(value, str):
             continue
-        if key in fields_of(TrainSettings):
-            raise BertkitError(f"{path}: {key} is a training setting; put it under [train]")
-        if key in fields_of(EncoderConfig):
-            raise BertkitError(f"{path}: {key} is a model setting; put it under [architecture]")
+        if not value.strip():
+            raise BertkitError(f"{path}: {key} = {value!r} is an empty path; give a file or folder, or leave the "
+                               "key out for its default")
+        beside = Path(path).parent / Path(value).expanduser()
+        if key != "out" and not Path(value).expanduser().exists() and beside.exists() and Path(path).parent != Path():
+            raise BertkitError(f"{path}: {key} = {value!r} is read from the working directory ({Path.cwd()}), as "
+                               f"a flag's path is, and is not there; the one beside the file is {beside}: give "
+                               "that path, or an absolute one")
+
+
+def _check_top_level(data: dict, path) -> None:
+    """A training or model setting written at the top of a config file belongs in its table: say
+    which, rather than only "unknown key"."""
+    from .options import fields_of
+    from .pretraining import PretrainJob
+
+    for key in data:
+        if key not in fields_of(PretrainJob):
+            _misplaced(key, str(path), "top")
 
 
 def cmd_pretrain(args) -> None:
@@ -520,7 +556,9 @@ def parser() -> argparse.ArgumentParser:
 
 config file (TOML or JSON): top-level keys are the flags' names with underscores (model, objective,
 corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas, warmup, schedule,
-...) and [architecture] (model config fields: num_layers, hidden_size, ...).""")
+...) and [architecture] (model config fields: num_layers, hidden_size, ...). Values are written as
+their type (steps = 100, whole_word = true; "none" for no value), paths are read from the working
+directory as flags' are, and --no-whole-word, --no-compile ... turn off what a file turned on.""")
     g = s.add_argument_group("what to train")
     S = argparse.SUPPRESS  # only flags actually given override the config file and defaults
     g.add_argument("--model", default=S, help="a preset (see `bertkit models`); default mini-bert")
@@ -546,7 +584,8 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
                    help="tokens per example (default 128, or the model's maximum if shorter: 64 for mini-bert)")
     g.add_argument("--batch-size", dest="batch_size", type=int, default=S, help="sequences per micro-batch (default 64)")
     g.add_argument("--mask-rate", dest="mask_rate", type=float, default=S, help="fraction of tokens predicted (0.15)")
-    g.add_argument("--whole-word", dest="whole_word", action="store_true", default=S, help="mask whole words")
+    on_off = argparse.BooleanOptionalAction  # --no-X turns off what a config file turned on
+    g.add_argument("--whole-word", dest="whole_word", action=on_off, default=S, help="mask whole words")
     g.add_argument("--static-masks", dest="static_masks", type=int, default=S, metavar="K",
                    help="K fixed masks per example, as the original BERT (default: new masks every epoch)")
     g.add_argument("--eval-batches", dest="eval_batches", type=int, default=S,
@@ -568,14 +607,14 @@ corpus, batch_size, ...), and two tables: [train] (steps, time_budget, lr, betas
     g.add_argument("--precision", default=S, help="auto (default: bf16 autocast where the hardware has bf16), fp32, "
                    "bf16")
     g.add_argument("--device", default=S, help="auto (cuda when available), cpu, cuda, cuda:1, ...")
-    g.add_argument("--activation-checkpointing", dest="activation_checkpointing", action="store_true", default=S,
+    g.add_argument("--activation-checkpointing", dest="activation_checkpointing", action=on_off, default=S,
                    help="recompute activations in the backward pass (less memory)")
-    g.add_argument("--compile", action="store_true", default=S, help="torch.compile the blocks")
+    g.add_argument("--compile", action=on_off, default=S, help="torch.compile the blocks")
     g.add_argument("--seed", type=int, default=S, help="weights, masks, dropout (0; the held-out batches are the "
                    "same for every seed): the same run again with "
                    "--steps on the same tokenizer (a fresh cache trains one anew, which may differ: --tokenizer "
                    "pins it) and thread count; a --time-budget run follows the clock, so its steps differ")
-    g.add_argument("--skip-nonfinite", dest="skip_nonfinite", action="store_true", default=S,
+    g.add_argument("--skip-nonfinite", dest="skip_nonfinite", action=on_off, default=S,
                    help="skip a step whose loss is NaN/Inf instead of stopping (counted in metrics.json; "
                    "20 in a row stop the run)")
     g.add_argument("--set", action="append", metavar="KEY=VALUE", default=S,

@@ -71,9 +71,12 @@ def _from_text(tp, text: str):
     raise ValueError(f"cannot read a {tp} from text")
 
 
-def _from_value(tp, value):
-    """A value already typed by TOML/JSON (or a list of strings for a tuple), checked."""
+def _from_value(tp, value, text: bool):
+    """A value already typed by TOML/JSON (or a list of strings for a tuple), checked; text
+    (from a flag, if `text`) read as the type."""
     origin = typing.get_origin(tp)
+    if isinstance(value, str) and tp is not str and not text:  # "yes" in a file is text, not a boolean
+        raise ValueError(f"expected {'a list' if origin is tuple else tp.__name__}, not text in quotes")
     if origin is tuple:
         inner = typing.get_args(tp)
         if isinstance(value, str):  # "0.9,0.999" from a flag
@@ -84,7 +87,7 @@ def _from_value(tp, value):
             inner = (inner[0],) * len(value)
         if len(inner) != len(value):
             raise ValueError(f"expected {len(inner)} values, got {len(value)}")
-        return tuple(_coerce(t, v) for t, v in zip(inner, value))
+        return tuple(_coerce(t, v, text) for t, v in zip(inner, value))
     if isinstance(value, str) and tp is not str:
         return _from_text(tp, value)
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
@@ -98,7 +101,7 @@ def _from_value(tp, value):
     return value
 
 
-def _coerce(tp, value):
+def _coerce(tp, value, text: bool = True):
     choices, nullable = _options(tp)
     if value is None or (nullable and isinstance(value, str) and value.strip().lower() in ("none", "null")):
         if nullable:
@@ -107,7 +110,7 @@ def _coerce(tp, value):
     errors = []
     for choice in choices:
         try:
-            return _from_value(choice, value)
+            return _from_value(choice, value, text)
         except (ValueError, TypeError) as e:
             errors.append(str(e))
     raise ValueError("; ".join(errors))
@@ -119,19 +122,30 @@ def _type_name(tp) -> str:
     return " or ".join(names + (["none"] if nullable else []))
 
 
-def typed(cls, values: dict[str, Any], where: str) -> dict[str, Any]:
+def typed(cls, values: dict[str, Any], where: str, text: bool = True) -> dict[str, Any]:
     """`values` (strings from flags, or TOML/JSON values) converted to the types of `cls`'s
-    fields; `where` names the source in errors (a file, or "--override")."""
+    fields; `where` names the source in errors (a file, or "--override"). With text=False (a
+    config file's values) a string is taken only where the field is text: TOML and JSON write
+    numbers and booleans as such, so "yes" or "2" in quotes is a mistake, not a spelling."""
     known = fields_of(cls)
     out = {}
     for key, value in values.items():
         if key not in known:
-            raise BertkitError(f"{where}: unknown key {key!r} for {cls.__name__}; known: {', '.join(sorted(known))}")
+            raise BertkitError(f"{where}: {unknown_key(key, known)}")
         try:
-            out[key] = _coerce(known[key], value)
+            out[key] = _coerce(known[key], value, text)
         except (ValueError, TypeError) as e:
             raise BertkitError(f"{where}: {key} = {value!r} is not a valid {_type_name(known[key])} ({e})") from None
     return out
+
+
+def unknown_key(key: str, known) -> str:
+    """'unknown key 'x' (did you mean y?); known: ...', the nearest known key in spelling if any."""
+    import difflib
+
+    near = difflib.get_close_matches(key, list(known), n=1)
+    hint = f" (did you mean {near[0]}?)" if near else ""
+    return f"unknown key {key!r}{hint}; known: {', '.join(sorted(known))}"
 
 
 def key_values(pairs: list[str], where: str) -> dict[str, str]:
@@ -165,7 +179,8 @@ def read_config(path: str | Path) -> dict[str, Any]:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
-            raise BertkitError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+            toml = "" if path.suffix.lower() == ".json" else "; a TOML file needs the .toml extension"
+            raise BertkitError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}){toml}") from None
     if not isinstance(data, dict):
         raise BertkitError(f"{path}: expected a table/object at the top level")
     return data

@@ -552,6 +552,21 @@ def test_a_cache_folder_that_cannot_be_written_is_one_line(corpus, tmp_path, cap
     ("[architecture]\nfamily = \"roberta\"\n", "the family cannot be overridden"),
     ("objective = \"distill\"\n", "distill needs a teacher"),
     ("teacher = \"bert-base\"\n", "--teacher and --teacher-layers are for --objective distill, not mlm"),
+    # values in quotes are text, not a spelling of a number or boolean (a flag's text is read as its type)
+    ("whole_word = \"yes\"\n", "whole_word = 'yes' is not a valid bool (expected bool, not text in quotes)"),
+    ("[train]\nsteps = \"2\"\n", "steps = '2' is not a valid int or none (expected int, not text in quotes)"),
+    ("[train]\nbetas = \"0.9,0.99\"\n", "expected a list, not text in quotes"),
+    ("[architecture]\nnum_layers = \"2\"\n", "[architecture]: num_layers = '2' is not a valid int"),
+    # the other way round: a top-level setting inside a table
+    ("[train]\nbatch_size = 4\n", "[train]: batch_size is a top-level setting; put it above the tables"),
+    ("[architecture]\nmax_length = 64\n", "[architecture]: max_length is a top-level setting"),
+    ("[architecture]\nlr = 0.1\n", "[architecture]: lr is a training setting; put it under [train]"),
+    # a misspelt key: the nearest known one
+    ("batchsize = 4\n", "unknown key 'batchsize' (did you mean batch_size?)"),
+    ("[train]\nwarmpu = 0.1\n", "unknown key 'warmpu' (did you mean warmup?)"),
+    # an empty path would mean the working folder: corpus = "" read every file in it
+    ("corpus = \"\"\n", "corpus = '' is an empty path; give a file or folder, or leave the key out"),
+    ("out = \" \"\n", "out = ' ' is an empty path"),
 ])
 def test_config_mistakes_are_one_line_that_says_where_the_setting_goes(tmp_path, capsys, config, words):
     path = tmp_path / "job.toml"
@@ -562,6 +577,41 @@ def test_config_mistakes_are_one_line_that_says_where_the_setting_goes(tmp_path,
     path.write_text("steps: 3\n")
     assert pretrain("--config", str(path)) == 2
     assert "config files are TOML (.toml) or JSON (.json), not .yaml" in error_line(capsys)
+
+
+def test_config_paths_are_read_from_the_working_directory_and_a_near_miss_is_named(tmp_path, monkeypatch, capsys,
+                                                                                  corpus):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    shutil.copy(corpus, jobs / "corpus.txt")
+    (jobs / "job.toml").write_text('corpus = "corpus.txt"\n')
+    monkeypatch.chdir(tmp_path)
+    assert pretrain("--config", "jobs/job.toml", "--out", str(tmp_path / "run"), "--steps", "1", *TINY, *FAST) == 2
+    assert error_line(capsys) == (
+        f"bertkit: error: jobs/job.toml: corpus = 'corpus.txt' is read from the working directory ({tmp_path}), as "
+        "a flag's path is, and is not there; the one beside the file is jobs/corpus.txt: give that path, or an "
+        "absolute one")
+    assert not (tmp_path / "run").exists()
+    monkeypatch.chdir(jobs)  # from the file's own folder the same file names it
+    assert pretrain_job(parser().parse_args(["pretrain", "--config", "job.toml"])).corpus == "corpus.txt"
+
+
+def test_flags_turn_off_the_booleans_a_config_file_turned_on(tmp_path):
+    config = tmp_path / "job.toml"
+    config.write_text("whole_word = true\n[train]\ncompile = true\nskip_nonfinite = true\n")
+    job = pretrain_job(parser().parse_args(["pretrain", "--config", str(config)]))
+    assert job.whole_word and job.train["compile"] and job.train["skip_nonfinite"]
+    job = pretrain_job(parser().parse_args(["pretrain", "--config", str(config), "--no-whole-word", "--no-compile",
+                                            "--no-skip-nonfinite"]))
+    assert not job.whole_word and not job.train["compile"] and not job.train["skip_nonfinite"]
+
+
+def test_a_config_file_without_an_extension_is_read_as_json_and_says_so(tmp_path, capsys):
+    config = tmp_path / "job"
+    config.write_text("steps = 3\n")
+    assert pretrain("--config", str(config)) == 2
+    assert error_line(capsys).endswith("not valid JSON (line 1, column 1: Expecting value); a TOML file needs the "
+                                       ".toml extension")
 
 
 @pytest.mark.slow  # 10 s; the Trainer's own two-process test (test_train.py) stays in the default suite
