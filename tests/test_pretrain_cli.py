@@ -694,7 +694,7 @@ def test_distill_a_roberta_teacher_into_a_roberta_student(corpus, tmp_path, caps
     assert (student.config.family, student.config.num_layers, student.head_kind) == ("roberta", 2, "mlm")
     assert json.loads((tmp_path / "s" / "config.json").read_text())["architectures"] == ["RobertaForMaskedLM"]
     assert pretrain("--model", "distilbert-base", *args, "--out", str(tmp_path / "bad"), "--steps", "2") == 2
-    assert "is a roberta model, whose student is not a distilbert-base" in error_line(capsys)
+    assert "is of the roberta family, whose student is not distilbert-base" in error_line(capsys)
 
 
 def test_distill_from_a_checkpoint_teacher_with_chosen_layers(corpus, tmp_path, minilm_dir, capsys):

@@ -107,8 +107,8 @@ def build_objective(name: str, preset: str, teacher: str | None = None,
     else:
         teacher_model = _trained_masked_lm(source)
     if STUDENT_FAMILY.get(teacher_model.config.family) != family:
-        raise BertkitError(f"the teacher {source} is a {teacher_model.config.family} model, whose student is not "
-                           f"a {preset}: distill a BERT into a distilbert preset, a RoBERTa into a roberta one")
+        raise BertkitError(f"the teacher {source} is of the {teacher_model.config.family} family, whose student is "
+                           f"not {preset}: distill a BERT into a distilbert preset, a RoBERTa into a roberta one")
     own = {k: v for k, v in overrides.items() if k in STUDENT_SETTINGS}  # a checkpoint teacher's shape is fixed
     # student_from_teacher checks the layers; None: half of them, first to last, as DistilBERT's
     return Distillation(student_from_teacher(teacher_model, layers=teacher_layers, **own), teacher_model, **loss)
