@@ -258,7 +258,10 @@ def _train_values(values: dict, where: str, loss: dict, text: bool = True) -> di
     out = typed(TrainSettings, values, where, text)
     if budget != "absent":
         none = budget is None or (isinstance(budget, str) and budget.strip().lower() in ("none", "null"))
-        out["time_budget"] = None if none else seconds(budget)
+        try:
+            out["time_budget"] = None if none else seconds(budget)
+        except BertkitError as e:  # which setting, from where
+            raise BertkitError(f"{'--time-budget' if where == 'flags' else where + ': time_budget'}: {e}") from None
     return out
 
 

@@ -567,6 +567,7 @@ def test_a_cache_folder_that_cannot_be_written_is_one_line(corpus, tmp_path, cap
     # an empty path would mean the working folder: corpus = "" read every file in it
     ("corpus = \"\"\n", "corpus = '' is an empty path; give a file or folder, or leave the key out"),
     ("out = \" \"\n", "out = ' ' is an empty path"),
+    ("[train]\ntime_budget = \"3 parsecs\"\n", "job.toml [train]: time_budget: '3 parsecs' is not a duration"),
 ])
 def test_config_mistakes_are_one_line_that_says_where_the_setting_goes(tmp_path, capsys, config, words):
     path = tmp_path / "job.toml"
