@@ -249,7 +249,7 @@ def _train_values(values: dict, where: str, loss: dict, text: bool = True) -> di
 
     unknown = next((k for k in values if k not in fields_of(TrainSettings) and k not in LOSS_FIELDS), None)
     if unknown is not None:  # (typed() below would list the training settings alone)
-        _misplaced(unknown, where, "train")
+        _misplaced(unknown, where, "set" if where == "--set" else "train")
         raise BertkitError(f"{where}: {unknown_key(unknown, [*fields_of(TrainSettings), *LOSS_FIELDS])}; of which "
                            f"the objectives' loss settings: {', '.join(LOSS_FIELDS)}")
     loss.update(typed(LossSettings, {k: v for k, v in values.items() if k in LOSS_FIELDS}, where, text))
@@ -315,25 +315,43 @@ def pretrain_job(args):
 
 
 def _misplaced(key: str, where: str, table: str) -> None:
-    """A key of a config file's `table` (top, train, architecture) that belongs elsewhere: say where."""
-    from .config import EncoderConfig
+    """A key of a config file's `table` (top, train, architecture), or of --set ("set"), that
+    belongs elsewhere: say where."""
+    from .objectives.registry import LOSS_FIELDS
     from .options import fields_of
     from .pretraining import PretrainJob
     from .train import TrainSettings
 
+    model_fields = {name for preset in _presets().values() for name in fields_of(type(preset.config))}
+    if table == "set":  # flags have no tables: name the flag
+        if key in fields_of(PretrainJob) and key not in ("train", "architecture", "loss", "fingerprints"):
+            raise BertkitError(f"{where}: {key} is not a training setting; give it as --{key.replace('_', '-')}")
+        if key in model_fields:
+            raise BertkitError(f"{where}: {key} is a model setting; give it as --override {key}=VALUE")
+        return
     if table != "top" and key in fields_of(PretrainJob) and key not in ("train", "architecture", "loss",
                                                                          "fingerprints"):
         raise BertkitError(f"{where}: {key} is a top-level setting; put it above the tables")
-    if table != "train" and key in fields_of(TrainSettings):
+    if table != "train" and (key in fields_of(TrainSettings) or key in LOSS_FIELDS):
         raise BertkitError(f"{where}: {key} is a training setting; put it under [train]")
-    if table != "architecture" and key in fields_of(EncoderConfig):
+    if table != "architecture" and key in model_fields:
         raise BertkitError(f"{where}: {key} is a model setting; put it under [architecture]")
+
+
+def _presets() -> dict:
+    import importlib
+
+    from .config import PRESETS
+
+    importlib.import_module(".models", __package__)  # the families register their presets when imported
+    return PRESETS
 
 
 def _check_file_paths(job: dict, path) -> None:
     """A config file's paths: not empty (corpus = "" would read the working folder), and read
     from the working directory, as flags' are; one that is missing there but lies beside the
     file is named, with both places."""
+    from .data.corpora import BUILTIN
     from .pretraining import PLACES
 
     for key in (*PLACES, "out"):
@@ -343,8 +361,10 @@ def _check_file_paths(job: dict, path) -> None:
         if not value.strip():
             raise BertkitError(f"{path}: {key} = {value!r} is an empty path; give a file or folder, or leave the "
                                "key out for its default")
+        named = value in BUILTIN if "corpus" in key else key == "teacher" and value in _presets()  # not read as paths
         beside = Path(path).parent / Path(value).expanduser()
-        if key != "out" and not Path(value).expanduser().exists() and beside.exists() and Path(path).parent != Path():
+        if key != "out" and not named and not Path(value).expanduser().exists() and beside.exists() \
+                and Path(path).parent != Path():
             raise BertkitError(f"{path}: {key} = {value!r} is read from the working directory ({Path.cwd()}), as "
                                f"a flag's path is, and is not there; the one beside the file is {beside}: give "
                                "that path, or an absolute one")
@@ -527,7 +547,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--quick", action="store_true", help="the mini-bert subset (under 2 minutes on 2 cores; "
                    "without its bf16 rows on a CPU that emulates bf16, unless --dtype bf16)")
     s.add_argument("--only", metavar="TEXT", help="run only the workloads whose name contains TEXT "
-                   "(e.g. 'memory', 'deberta', 'prepacked'), or with '=NAME' only the one named exactly NAME "
+                   "(e.g. 'memory', 'deberta', 'prepacked': CPU only), or with '=NAME' only the one named exactly NAME "
                    "(e.g. '=bert-base inference, 32 seqs, lengths in [16, 256]', without its prepacked and "
                    "compiled variants)")
     s.add_argument("--dtype", choices=["fp32", "bf16"], help="run only this dtype's rows (memory rows are "

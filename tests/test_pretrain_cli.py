@@ -568,6 +568,8 @@ def test_a_cache_folder_that_cannot_be_written_is_one_line(corpus, tmp_path, cap
     ("corpus = \"\"\n", "corpus = '' is an empty path; give a file or folder, or leave the key out"),
     ("out = \" \"\n", "out = ' ' is an empty path"),
     ("[train]\ntime_budget = \"3 parsecs\"\n", "job.toml [train]: time_budget: '3 parsecs' is not a duration"),
+    ("temperature = 2.0\n", "temperature is a training setting; put it under [train]"),  # a loss setting
+    ("embedding_size = 32\n", "embedding_size is a model setting; put it under [architecture]"),  # ALBERT's, ELECTRA's
 ])
 def test_config_mistakes_are_one_line_that_says_where_the_setting_goes(tmp_path, capsys, config, words):
     path = tmp_path / "job.toml"
@@ -595,6 +597,27 @@ def test_config_paths_are_read_from_the_working_directory_and_a_near_miss_is_nam
     assert not (tmp_path / "run").exists()
     monkeypatch.chdir(jobs)  # from the file's own folder the same file names it
     assert pretrain_job(parser().parse_args(["pretrain", "--config", "job.toml"])).corpus == "corpus.txt"
+
+
+def test_a_built_in_corpus_or_preset_in_a_config_file_is_a_name_even_beside_a_file_so_named(tmp_path, monkeypatch):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "imdb").write_text("not the corpus\n")
+    (jobs / "bert-base").mkdir()
+    (jobs / "job.toml").write_text('corpus = "imdb"\nobjective = "distill"\nteacher = "bert-base"\n'
+                                   'model = "distilbert-base"\n')
+    monkeypatch.chdir(tmp_path)
+    job = pretrain_job(parser().parse_args(["pretrain", "--config", "jobs/job.toml"]))
+    assert (job.corpus, job.teacher) == ("imdb", "bert-base")
+
+
+@pytest.mark.parametrize("pair, words", [
+    ("batch_size=8", "--set: batch_size is not a training setting; give it as --batch-size"),
+    ("num_layers=4", "--set: num_layers is a model setting; give it as --override num_layers=VALUE"),
+])
+def test_set_names_the_flag_for_a_setting_it_does_not_take(pair, words, capsys):
+    assert pretrain("--set", pair) == 2  # (flags have no tables to put it in)
+    assert words in error_line(capsys)
 
 
 def test_flags_turn_off_the_booleans_a_config_file_turned_on(tmp_path):
