@@ -190,6 +190,7 @@ def test_replaced_token_detection_learns_and_labels_exactly_the_changed_tokens(r
     assert 0 < int(replaced.sum()) < int(masked.sum())
 
 
+@pytest.mark.slow  # 20-45 s of training; distillation's loss, gradients and CLI runs stay in the default suite
 def test_distillation_learns_from_a_teacher(reviews, tokenizer, tmp_path):
     torch.manual_seed(0)
     teacher = bertkit.build("bert-base", head="mlm", vocab_size=tokenizer.vocab_size, **{**TINY, "num_layers": 4})
