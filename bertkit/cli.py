@@ -317,20 +317,21 @@ def pretrain_job(args):
 def _misplaced(key: str, where: str, table: str) -> None:
     """A key of a config file's `table` (top, train, architecture), or of --set ("set"), that
     belongs elsewhere: say where."""
+    from . import PRESETS  # the public name: loading it registers every family's presets
     from .objectives.registry import LOSS_FIELDS
     from .options import fields_of
     from .pretraining import PretrainJob
     from .train import TrainSettings
 
-    model_fields = {name for preset in _presets().values() for name in fields_of(type(preset.config))}
+    model_fields = {name for preset in PRESETS.values() for name in fields_of(type(preset.config))}
+    top_level = set(fields_of(PretrainJob)) - {"train", "architecture", "loss", "fingerprints"}
     if table == "set":  # flags have no tables: name the flag
-        if key in fields_of(PretrainJob) and key not in ("train", "architecture", "loss", "fingerprints"):
+        if key in top_level:
             raise BertkitError(f"{where}: {key} is not a training setting; give it as --{key.replace('_', '-')}")
         if key in model_fields:
             raise BertkitError(f"{where}: {key} is a model setting; give it as --override {key}=VALUE")
         return
-    if table != "top" and key in fields_of(PretrainJob) and key not in ("train", "architecture", "loss",
-                                                                         "fingerprints"):
+    if table != "top" and key in top_level:
         raise BertkitError(f"{where}: {key} is a top-level setting; put it above the tables")
     if table != "train" and (key in fields_of(TrainSettings) or key in LOSS_FIELDS):
         raise BertkitError(f"{where}: {key} is a training setting; put it under [train]")
@@ -338,19 +339,11 @@ def _misplaced(key: str, where: str, table: str) -> None:
         raise BertkitError(f"{where}: {key} is a model setting; put it under [architecture]")
 
 
-def _presets() -> dict:
-    import importlib
-
-    from .config import PRESETS
-
-    importlib.import_module(".models", __package__)  # the families register their presets when imported
-    return PRESETS
-
-
 def _check_file_paths(job: dict, path) -> None:
     """A config file's paths: not empty (corpus = "" would read the working folder), and read
     from the working directory, as flags' are; one that is missing there but lies beside the
     file is named, with both places."""
+    from . import PRESETS
     from .data.corpora import BUILTIN
     from .pretraining import PLACES
 
@@ -361,7 +354,7 @@ def _check_file_paths(job: dict, path) -> None:
         if not value.strip():
             raise BertkitError(f"{path}: {key} = {value!r} is an empty path; give a file or folder, or leave the "
                                "key out for its default")
-        named = value in BUILTIN if "corpus" in key else key == "teacher" and value in _presets()  # not read as paths
+        named = value in BUILTIN if "corpus" in key else key == "teacher" and value in PRESETS  # not read as paths
         beside = Path(path).parent / Path(value).expanduser()
         if key != "out" and not named and not Path(value).expanduser().exists() and beside.exists() \
                 and Path(path).parent != Path():
