@@ -1,6 +1,8 @@
 """Execution paths give the same numbers: unpadded (default) against padded, fused against
 explicit, for every preset's family (shrunk)."""
 
+import math
+
 import pytest
 import torch
 
@@ -118,11 +120,12 @@ def test_buckets_in_either_layout_match_padded_outputs_and_gradients(name, kerne
 def test_one_bucket_matches_padded_outputs_and_gradients(name, monkeypatch):
     """Every sequence in one bucket, padded to the longest: what CUDA runs where attention does
     work of its own per bucket (Encoder.bucket_work; test_cuda checks that choice there)."""
+    from bertkit.layers import packing
     from bertkit.layers.packing import Packing
 
     made, real = [], Packing.from_mask.__func__
-    monkeypatch.setattr(Packing, "from_mask", classmethod(
-        lambda cls, keys, one_bucket=False: made.append(real(cls, keys, one_bucket=True)) or made[-1]))
+    monkeypatch.setattr(Packing, "from_mask", classmethod(lambda cls, *a: made.append(real(cls, *a)) or made[-1]))
+    monkeypatch.setattr(packing, "BUCKET_ALLOWANCE", math.inf)
     assert_packed_matches_padded(no_dropout(shrunk(name).train()))
     assert made and all(len(p.buckets) == 1 for p in made)
 

@@ -77,7 +77,7 @@ class EncoderModel(nn.Module):
         first_pad = (padded and not static_flow and (self.pooler is not None or self.reads_first_token)
                      and not bool(keys[:, 0].all()))
         unpad = self.unpad and padded and not static_flow and not first_pad
-        packing = Packing.from_mask(keys, one_bucket=keys.is_cuda and self.encoder.bucket_work) if unpad else None
+        packing = Packing.from_mask(keys, self.encoder.bucket_work) if unpad else None
         if packing is not None and self.encoder.slot_distances and not packing.contiguous:
             packing = None  # a mask hole between two tokens would shorten their distance in the packed stream
         if packing is not None:

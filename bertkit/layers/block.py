@@ -89,7 +89,7 @@ class Encoder(nn.Module):
     `slot_distances`: whether attention reads how far apart two tokens are from their slots in
     the stream (DeBERTa's relative positions), true only while no mask hole separates them.
     `bucket_work`: whether attention on packed tokens does work of its own per length bucket
-    (DeBERTa's relative terms, sliding windows), so that on CUDA one bucket is fastest (packing.py)."""
+    (DeBERTa's relative terms, sliding windows), so that off a CPU one bucket is fastest (Packing.from_mask)."""
 
     slot_distances = False
     bucket_work = False

@@ -24,7 +24,7 @@ import torch
 # factor of the exact one; the small allowance keeps short sequences from making one call each.
 BUCKET_SLACK = 1.25
 BUCKET_ALLOWANCE = 64 * 64
-# On CUDA a bucket costs its gathers and kernel launches in every layer, which outweigh far more
+# On a GPU a bucket costs its gathers and kernel launches in every layer, which outweigh far more
 # padded scores than on a CPU. Measured on an H100 (fp32, 16 to 32 sequences of mixed length,
 # bench.inference): plain attention ran fastest with 256 * 256 of the allowances tried (64^2,
 # 128^2, 256^2, one bucket); attention that does work of its own per bucket (DeBERTa's relative
@@ -101,14 +101,18 @@ class Packing:
     _layouts: dict = field(default_factory=dict, compare=False, repr=False)  # n -> Layout
 
     @classmethod
-    def from_mask(cls, keys: torch.Tensor, one_bucket: bool = False) -> "Packing":
+    def from_mask(cls, keys: torch.Tensor, bucket_work: bool = False) -> "Packing":
         """keys: (B, T) bool, True = real token (anywhere: left or right padding both work);
         every row holds at least one (masks.key_padding_mask makes an all-padding row all real).
-        Buckets follow the device's allowance (BUCKET_ALLOWANCE, CUDA_BUCKET_ALLOWANCE), or are
-        one bucket if `one_bucket`."""
+        Buckets follow the device: BUCKET_ALLOWANCE on a CPU; elsewhere CUDA_BUCKET_ALLOWANCE, or
+        one bucket where attention does work of its own per bucket (`bucket_work`, from
+        Encoder.bucket_work)."""
         B, T = keys.shape
         index = keys.reshape(-1).nonzero().squeeze(1)  # (total,) into the flattened (B * T)
-        allowance = math.inf if one_bucket else BUCKET_ALLOWANCE if keys.device.type == "cpu" else CUDA_BUCKET_ALLOWANCE
+        if keys.device.type == "cpu":
+            allowance = BUCKET_ALLOWANCE
+        else:
+            allowance = math.inf if bucket_work else CUDA_BUCKET_ALLOWANCE
         return cls(index, B, T, tuple(keys.sum(1).tolist()), index % T, allowance)  # positions: (total,)
 
     @functools.cached_property
