@@ -47,12 +47,12 @@ def shuffled_endings(split: str, n: int, seed: int = 0) -> list[ChoiceExample]:
 @pytest.fixture(scope="module")
 def trained(minilm_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("choice")
-    dev = shuffled_endings("dev", 200, seed=1)
+    dev = shuffled_endings("dev", 120, seed=1)
     torch.manual_seed(0)
     untrained = evaluate(minilm_lower_layers(minilm_dir, "multiple-choice"), "multiple-choice", dev, progress=False)
     metrics = finetune("multiple-choice", minilm_lower_layers(minilm_dir, "multiple-choice"),
-                       shuffled_endings("train", 600), dev, out,
-                       FinetuneSettings(epochs=1, lr=2e-4, batch_size=16, max_length=64, progress=False,
+                       shuffled_endings("train", 160), dev, out,
+                       FinetuneSettings(epochs=1, lr=5e-4, batch_size=16, max_length=64, progress=False,
                                         bf16=FAST_BF16))
     return out, dev, untrained, metrics
 
