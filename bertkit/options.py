@@ -148,6 +148,12 @@ def unknown_key(key: str, known) -> str:
     return f"unknown key {key!r}{hint}; known: {', '.join(sorted(known))}"
 
 
+def spelled(value) -> str:
+    """A setting's value as a config file or a flag writes it (true, none, "text", [1, 2]), not as
+    Python does (True, None, 'text', (1, 2))."""
+    return "none" if value is None else json.dumps(value, default=str)
+
+
 def key_values(pairs: list[str], where: str) -> dict[str, str]:
     """["a=1", "b=x"] -> {"a": "1", "b": "x"} (values stay text; `typed` converts them)."""
     out = {}

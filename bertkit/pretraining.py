@@ -28,7 +28,7 @@ from .data import check_vocab_fits
 from .data.corpora import Corpus
 from .errors import BertkitError, first_line, outside_stacklevel
 from .files import RESULT_FILES, checkpoint_folders, launch_rank, no_config, output_dir, run_lock, staging_dir, writing
-from .options import seconds, typed
+from .options import seconds, spelled, typed
 from .schedules import check_seed
 
 BACKENDS = ("torch", "numpy")
@@ -530,10 +530,10 @@ def _check_unchanged(job: PretrainJob, out: Path, settings) -> int | None:
     except (BertkitError, TypeError) as e:
         raise BertkitError(f"{out / JOB_FILE}: not a job this bertkit reads ({e})") from None
     now, then = job.record(), before.record()  # (an older job.json's relative paths: from here)
-    changed = [f"{k} {then.get(k)!r} -> {now.get(k)!r}" for k in now
+    changed = [f"{k} {spelled(then.get(k))} -> {spelled(now.get(k))}" for k in now
                if k not in ("train", "fingerprints", *RESUMABLE) and now.get(k) != then.get(k)
                and not (k == "loss" and _loss_values(now[k]) == _loss_values(then.get(k)))]
-    changed += [f"{f.name} {getattr(before_settings, f.name)!r} -> {getattr(settings, f.name)!r}"
+    changed += [f"{f.name} {spelled(getattr(before_settings, f.name))} -> {spelled(getattr(settings, f.name))}"
                 for f in dataclasses.fields(settings)
                 if f.name not in RESUMABLE_TRAIN and getattr(settings, f.name) != getattr(before_settings, f.name)]
     if changed:
@@ -592,7 +592,8 @@ def _check_left_to_train(trainer, out: Path) -> None:
                            "give more --steps")
     if trainer.done() and (out / "metrics.json").exists():
         if s.steps is not None and trainer.step >= s.steps:
-            raise BertkitError(f"--resume: the run has finished its {s.steps} steps; give more --steps to train on")
+            raise BertkitError(f"--resume: the run has finished its {s.steps} steps; give more --steps to train on"
+                               + (" (a time budget does not lift them)" if s.time_budget is not None else ""))
         raise BertkitError(f"--resume: the run has used its time budget of {s.time_budget:.0f} s; give a longer "
                            "--time-budget to train on (more --steps alone do not lift it)")
 

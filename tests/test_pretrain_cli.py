@@ -407,9 +407,13 @@ def test_a_resumed_run_keeps_its_settings_and_must_have_steps_left(corpus, tmp_p
     assert pretrain("--out", out, "--resume", "--batch-size", "16", "--seed", "3") == 2
     line = error_line(capsys)
     assert "this run was started with other settings (batch_size 8 -> 16; seed 0 -> 3)" in line and "job.json" in line
+    assert pretrain("--out", out, "--resume", "--whole-word", "--static-masks", "2") == 2
+    assert "settings (whole_word false -> true; static_masks none -> 2)" in error_line(capsys)  # as a file writes them
     log = (tmp_path / "run" / "metrics.jsonl").read_text()
     assert pretrain("--out", out, "--resume") == 2
     assert error_line(capsys).endswith("the run has finished its 4 steps; give more --steps to train on")
+    assert pretrain("--out", out, "--resume", "--time-budget", "1h") == 2
+    assert error_line(capsys).endswith("give more --steps to train on (a time budget does not lift them)")
     assert (tmp_path / "run" / "metrics.jsonl").read_text() == log  # refused: its log as it was
     assert pretrain("--out", out, "--resume", "--steps", "2") == 2
     assert "the run is at step 4, past the 2 steps asked for" in error_line(capsys)
