@@ -281,6 +281,10 @@ def pretrain_job(args):
         train = data.pop("train", None) or {}
         architecture = data.pop("architecture", None) or {}
         table = data.pop("loss", None) or {}  # as job.json records them; [train] takes them too
+        if not (data or train or architecture or table):  # (its lines commented out, or the wrong file)
+            from .pretraining import say
+
+            say(f"bertkit: warning: {args.config} holds no settings: the defaults apply, and the flags given")
         for name, values in (("train", train), ("architecture", architecture), ("loss", table)):
             if not isinstance(values, dict):
                 raise BertkitError(f"{args.config}: [{name}] must be a table of settings")

@@ -272,6 +272,21 @@ def test_settings_come_from_defaults_then_config_file_then_flags(tmp_path):
     assert default.time_budget == 600.0 and default.steps is None  # `bertkit pretrain`: 10 minutes
 
 
+def test_a_config_file_without_settings_is_said(tmp_path, capsys):
+    """Its lines all commented out, or the wrong file: the run is the default one, which is said."""
+    files = (("empty.toml", "# steps = 3\n"), ("tables.toml", "[train]\n# lr = 1e-3\n"), ("empty.json", "{}"))
+    for name, text in files:
+        config = tmp_path / name
+        config.write_text(text)
+        job = pretrain_job(parser().parse_args(["pretrain", "--config", str(config), "--batch-size", "4"]))
+        assert job.batch_size == 4 and job.settings() == pretrain_job(parser().parse_args(["pretrain"])).settings()
+        assert capsys.readouterr().err == f"bertkit: warning: {config} holds no settings: the defaults apply, and " \
+                                          "the flags given\n"
+    config.write_text('{"batch_size": 8}')
+    pretrain_job(parser().parse_args(["pretrain", "--config", str(config)]))
+    assert capsys.readouterr().err == ""
+
+
 @pytest.mark.parametrize("args, words", [
     (["--model", "bert-huge"], "unknown model 'bert-huge'"),
     (["--objective", "mlm+xyz"], "unknown objective"),
