@@ -186,7 +186,7 @@ def test_dev_scores_match_scipy_and_sentence_transformers_search(minilm_dir, tmp
     from sentence_transformers.util import cos_sim, semantic_search
 
     st = sentence_transformer(minilm_dir)
-    pairs = scored("test", 80)
+    pairs = scored("test", 40)
     ours = evaluate(minilm_dir, "embedding", pairs, progress=False)
     cosines = cos_sim(st.encode([e.text for e in pairs], convert_to_tensor=True),
                       st.encode([e.text_pair for e in pairs], convert_to_tensor=True)).diagonal().numpy()
@@ -194,7 +194,7 @@ def test_dev_scores_match_scipy_and_sentence_transformers_search(minilm_dir, tmp
     assert ours["spearman"] == pytest.approx(spearmanr(gold, cosines)[0], abs=1e-4)
     assert ours["pearson"] == pytest.approx(pearsonr(gold, cosines)[0], abs=1e-4)
 
-    examples = halves("test", 120)
+    examples = halves("test", 60)
     examples.append(TextExample("an extra first half", examples[0].text_pair))  # a second text twice: one candidate
     words = [e.text_pair.split() for e in examples]  # hard negatives: each second half's words reversed
     negatives = [TextExample(e.text, e.text_pair, negative=" ".join(w[::-1])) for e, w in zip(examples, words)]
@@ -208,7 +208,7 @@ def test_dev_scores_match_scipy_and_sentence_transformers_search(minilm_dir, tmp
         assert ours["accuracy"] == pytest.approx(sum(r == 1 for r in ranks) / len(ranks))
         assert ours["mrr"] == pytest.approx(sum(1 / r for r in ranks if r) / len(ranks), abs=1e-6)
         assert 0 < ours["mrr"] < 1
-    assert len(corpus) > len(examples) + 100
+    assert len(corpus) > 1.5 * len(examples)  # the negatives joined it
 
 
 def test_pair_files_with_and_without_scores(tmp_path):
