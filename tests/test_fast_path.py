@@ -687,6 +687,21 @@ def test_frozen_compile_matches_eager_and_refuses_training_mode():
         shrunk("bert-base").train().compile(freeze=True)
 
 
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
+def test_a_model_on_the_meta_device_gives_every_output_shape_for_a_padded_batch(name):
+    """Meta tensors have shapes, no values: the padded path runs (unpadding reads the mask's
+    values; it failed on .item()), and every output has the shape a real batch gives it."""
+    model = shrunk(name)
+    ids, mask = batch(model.config.pad_token_id)
+    kw = dict(output_hidden_states=True, output_attentions=True)
+    with torch.no_grad():
+        real = model(ids, mask, **kw)
+        meta = model.to("meta")(ids.to("meta"), mask.to("meta"), **kw)
+    assert meta.logits.is_meta and meta.logits.shape == real.logits.shape
+    assert [h.shape for h in meta.hidden_states] == [h.shape for h in real.hidden_states]
+    assert [a.shape for a in meta.attentions] == [a.shape for a in real.attentions]
+
+
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
 @pytest.mark.parametrize("name", FAMILY_PRESETS)
 def test_traced_model_keeps_the_padded_path_for_any_mask_and_shape(name):

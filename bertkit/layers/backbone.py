@@ -67,8 +67,10 @@ class EncoderModel(nn.Module):
         # all-True mask would hold only for that batch's mask, so a trace keeps the padded path;
         # so do a torch.func transform (vmap cannot branch on a batched tensor's values) and a
         # whole-model torch.compile / torch.export (one graph, no break on the mask's values;
-        # model.compile() compiles the blocks alone and keeps unpadding).
-        static_flow = torch.jit.is_tracing() or func_transforming() or torch.compiler.is_compiling()
+        # model.compile() compiles the blocks alone and keeps unpadding); a meta tensor has no
+        # values to branch on (shapes only, e.g. to size a model's outputs without memory).
+        static_flow = (torch.jit.is_tracing() or func_transforming() or torch.compiler.is_compiling()
+                       or input_ids.is_meta)
         padded = keys is not None and (static_flow or not bool(keys.all()))  # all-True masks nothing: drop it
         # A first position that is read (the pooler, a classifier on [CLS]) but is padding (left
         # padding) is not in the packed stream: the padded computation gives it the state
