@@ -344,27 +344,15 @@ def _misplaced(key: str, where: str, table: str) -> None:
 
 
 def _check_file_paths(job: dict, path) -> None:
-    """A config file's paths: not empty (corpus = "" would read the working folder), and read
-    from the working directory, as flags' are; one that is missing there but lies beside the
-    file is named, with both places."""
+    """A config file's paths (options.check_config_paths); built-in corpora and preset teachers
+    are names."""
     from . import PRESETS
     from .data.corpora import BUILTIN
+    from .options import check_config_paths
     from .pretraining import PLACES
 
-    for key in (*PLACES, "out"):
-        value = job.get(key)
-        if not isinstance(value, str):
-            continue
-        if not value.strip():
-            raise BertkitError(f"{path}: {key} = {value!r} is an empty path; give a file or folder, or leave the "
-                               "key out for its default")
-        named = value in BUILTIN if "corpus" in key else key == "teacher" and value in PRESETS  # not read as paths
-        beside = Path(path).parent / Path(value).expanduser()
-        if key != "out" and not named and not Path(value).expanduser().exists() and beside.exists() \
-                and Path(path).parent != Path():
-            raise BertkitError(f"{path}: {key} = {value!r} is read from the working directory ({Path.cwd()}), as "
-                               f"a flag's path is, and is not there; the one beside the file is {beside}: give "
-                               "that path, or an absolute one")
+    check_config_paths(path, job, (*PLACES, "out"), lambda key, value: value in BUILTIN if "corpus" in key
+                       else key == "teacher" and value in PRESETS)
 
 
 def _check_top_level(data: dict, path) -> None:

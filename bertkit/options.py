@@ -154,6 +154,26 @@ def spelled(value) -> str:
     return "none" if value is None else json.dumps(value, default=str)
 
 
+def check_config_paths(path: str | Path, values: dict[str, Any], keys, named=lambda key, value: False) -> None:
+    """The paths among a config file's `values` (at `keys`): not empty (corpus = "" would read
+    the working folder), and read from the working directory, as flags' are; one missing there
+    but lying beside the file is named, with both places. `named(key, value)`: the value is a
+    name, not a path (a built-in corpus, a preset)."""
+    for key in keys:
+        value = values.get(key)
+        if not isinstance(value, str):
+            continue
+        if not value.strip():
+            raise BertkitError(f"{path}: {key} = {value!r} is an empty path; give a file or folder, or leave the "
+                               "key out")
+        beside = Path(path).parent / Path(value).expanduser()
+        if key != "out" and not named(key, value) and not Path(value).expanduser().exists() and beside.exists() \
+                and Path(path).parent != Path():
+            raise BertkitError(f"{path}: {key} = {value!r} is read from the working directory ({Path.cwd()}), as "
+                               f"a flag's path is, and is not there; the one beside the file is {beside}: give "
+                               "that path, or an absolute one")
+
+
 def key_values(pairs: list[str], where: str) -> dict[str, str]:
     """["a=1", "b=x"] -> {"a": "1", "b": "x"} (values stay text; `typed` converts them)."""
     out = {}
