@@ -625,3 +625,52 @@ def test_evaluate_and_predict_read_the_columns_fine_tuning_was_given(capsys, enc
     code, _, err = run(capsys, "evaluate", "--model", out, "--data", renamed[1])
     assert code == 2 and one_error(err).endswith('task.json: columns must map text, text_pair, label, choices, '
                                                  'negative to column names, got ["review"]')
+
+
+def test_finetune_reads_a_config_file_under_its_flags(capsys, encoder_dir, sentiment_files, tmp_path, monkeypatch):
+    """defaults < --config's file < flags: the file's keys are named like the flags (what to
+    train, on what, column names) or are FinetuneSettings fields, typed as the file writes them;
+    what finetune needs may come from either."""
+    train, dev = sentiment_files
+    for path in (train, dev):  # renamed columns, named in the file
+        (tmp_path / path.name).write_text(path.read_text().replace("text,label", "review,label", 1))
+    monkeypatch.chdir(tmp_path)  # the file's relative paths are read from here, as flags' are
+    config = tmp_path / "ft.toml"
+    config.write_text(f'task = "classification"\nmodel = "{encoder_dir}"\ntrain = "{train.name}"\n'
+                      f'eval = "{dev.name}"\nout = "run"\ntext_column = "review"\nepochs = 1\nlr = 1e-3\n'
+                      'batch_size = 16\nmax_length = 48\ntime_budget = "10m"\nprogress = false\nbf16 = false\n')
+    code, _, err = run(capsys, "finetune", "--config", config, "--lr", "2e-3", "--set", "seed=3")
+    assert code == 0, err
+    task = json.loads((tmp_path / "run" / "task.json").read_text())
+    assert task["task"] == "classification" and task["columns"] == {"text": "review"}
+    keys = ("epochs", "lr", "batch_size", "max_length", "time_budget", "bf16", "seed")
+    assert {k: task["settings"][k] for k in keys} == {"epochs": 1.0, "lr": 2e-3, "batch_size": 16, "max_length": 48, "time_budget": 600.0, "bf16": False,
+            "seed": 3}
+    code, printed, err = run(capsys, "finetune", "--config", config, "--out", "run2", "--train", dev.name,
+                             "--eval-limit", "20")  # flags also name what the file names
+    assert code == 0, err
+    assert json.loads(printed)["train_examples"] == len(load_examples("classification", dev))
+    assert json.loads(printed)["eval_examples"] == 20
+
+    def refused(text, *flags):
+        config.write_text(text)
+        code, _, err = run(capsys, "finetune", "--config", config, *flags)
+        assert code == 2
+        return one_error(err)
+
+    needs = "finetune needs --train, --eval, --out (as flags, or as keys of a --config file)"
+    assert refused('task = "qa"\n', "--model", encoder_dir).endswith(needs)
+    assert refused("lrr = 1e-3\n").startswith(f"bertkit: error: {config}: unknown key 'lrr' (did you mean lr?)")
+    assert refused('epochs = "2"\n').endswith("epochs = '2' is not a valid float or none (expected float, not text "
+                                              "in quotes)")
+    assert refused('train = ""\n').endswith("train = '' is an empty path; give a file or folder, or leave the key out")
+    assert refused("model = 3\n").endswith("model = 3 is not text (a name or a path, in quotes)")
+    assert "task = 'ner' is not a task; choose classification" in refused('task = "ner"\n')
+    assert refused('precision = "bf16"\nbf16 = false\n').endswith("give precision or bf16, not both")
+    assert refused('time_budget = "ten"\n').endswith("time_budget: 'ten' is not a duration (use e.g. 600, 90s, 10m, "
+                                                     "1h30m)")
+    config.write_text("# lr = 1e-3\n")
+    code, _, err = run(capsys, "finetune", "--config", config)
+    assert code == 2 and err.startswith(f"bertkit: warning: {config} holds no settings: the flags alone apply\n")
+    assert one_error(err).endswith("finetune needs --task, --model, --train, --eval, --out (as flags, or as keys "
+                                   "of a --config file)")

