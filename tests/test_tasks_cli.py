@@ -638,7 +638,8 @@ def test_finetune_reads_a_config_file_under_its_flags(capsys, encoder_dir, senti
     config = tmp_path / "ft.toml"
     config.write_text(f'task = "classification"\nmodel = "{encoder_dir}"\ntrain = "{train.name}"\n'
                       f'eval = "{dev.name}"\nout = "run"\ntext_column = "review"\nepochs = 1\nlr = 1e-3\n'
-                      'batch_size = 16\nmax_length = 48\ntime_budget = "10m"\nprogress = false\nbf16 = false\n')
+                      'batch_size = 16\nmax_length = 48\ntime_budget = "10m"\nprogress = false\nbf16 = false\n'
+                      'device = "cpu"\n')
     code, _, err = run(capsys, "finetune", "--config", config, "--lr", "2e-3", "--set", "seed=3")
     assert code == 0, err
     task = json.loads((tmp_path / "run" / "task.json").read_text())
@@ -667,6 +668,7 @@ def test_finetune_reads_a_config_file_under_its_flags(capsys, encoder_dir, senti
     assert refused("model = 3\n").endswith("model = 3 is not text (a name or a path, in quotes)")
     assert "task = 'ner' is not a task; choose classification" in refused('task = "ner"\n')
     assert refused('precision = "bf16"\nbf16 = false\n').endswith("give precision or bf16, not both")
+    assert refused('precision = "fp16"\n').endswith("precision = 'fp16': choose auto, fp32 or bf16")
     assert refused('time_budget = "ten"\n').endswith("time_budget: 'ten' is not a duration (use e.g. 600, 90s, 10m, "
                                                      "1h30m)")
     config.write_text("# lr = 1e-3\n")

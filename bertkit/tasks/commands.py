@@ -307,6 +307,8 @@ def _read_finetune_config(args) -> None:
         raise BertkitError(f"{where}: task = {data['task']!r} is not a task; choose {', '.join(TASKS)}")
     if "precision" in data and "bf16" in data:
         raise BertkitError(f"{where}: give precision or bf16, not both")
+    if data.get("precision", "auto") not in ("auto", "fp32", "bf16"):
+        raise BertkitError(f"{where}: precision = {data['precision']!r}: choose auto, fp32 or bf16")
     if isinstance(data.get("time_budget"), str):  # a duration ("20m"), as --time-budget takes
         try:
             data["time_budget"] = seconds(data["time_budget"])
@@ -320,9 +322,10 @@ def _read_finetune_config(args) -> None:
     settings = typed(FinetuneSettings, {k: v for k, v in data.items() if k in settings_keys}, where, text=False)
     if "bf16" in settings and args.precision is None:  # (as task.json records it)
         args.precision = "bf16" if settings["bf16"] else "fp32"
-    if "progress" in settings and args.progress is None:
-        args.progress = settings["progress"]
-    args.file_settings = {k: v for k, v in settings.items() if k not in ("bf16", "progress")}
+    for key in ("progress", "device"):  # (read from args: the device decides what precision auto means)
+        if key in settings and getattr(args, key) is None:
+            setattr(args, key, settings[key])
+    args.file_settings = {k: v for k, v in settings.items() if k not in ("bf16", "progress", "device")}
 
 
 def finetune_settings(args):
