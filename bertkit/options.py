@@ -134,8 +134,9 @@ def typed(cls, values: dict[str, Any], where: str, text: bool = True) -> dict[st
             raise BertkitError(f"{where}: {unknown_key(key, known)}")
         try:
             out[key] = _coerce(known[key], value, text)
-        except (ValueError, TypeError) as e:
-            raise BertkitError(f"{where}: {key} = {value!r} is not a valid {_type_name(known[key])} ({e})") from None
+        except (ValueError, TypeError) as e:  # (a file's value as the file writes it: true, "2")
+            shown = repr(value) if text else spelled(value)
+            raise BertkitError(f"{where}: {key} = {shown} is not a valid {_type_name(known[key])} ({e})") from None
     return out
 
 
@@ -202,8 +203,15 @@ def read_config(path: str | Path) -> dict[str, Any]:
         except tomllib.TOMLDecodeError as e:
             raise BertkitError(f"{path}: not valid TOML ({e})") from None
     else:
+        def once(pairs):  # a key given twice: refused, as TOML refuses it (json keeps the last)
+            keys = [k for k, _ in pairs]
+            twice = next((k for k in keys if keys.count(k) > 1), None)
+            if twice is not None:
+                raise BertkitError(f"{path}: key {twice!r} given twice")
+            return dict(pairs)
+
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=once)
         except json.JSONDecodeError as e:
             toml = "" if path.suffix.lower() == ".json" else "; a TOML file needs the .toml extension"
             raise BertkitError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}){toml}") from None

@@ -572,10 +572,10 @@ def test_a_cache_folder_that_cannot_be_written_is_one_line(corpus, tmp_path, cap
     ("objective = \"distill\"\n", "distill needs a teacher"),
     ("teacher = \"bert-base\"\n", "--teacher and --teacher-layers are for --objective distill, not mlm"),
     # values in quotes are text, not a spelling of a number or boolean (a flag's text is read as its type)
-    ("whole_word = \"yes\"\n", "whole_word = 'yes' is not a valid bool (expected bool, not text in quotes)"),
-    ("[train]\nsteps = \"2\"\n", "steps = '2' is not a valid int or none (expected int, not text in quotes)"),
+    ("whole_word = \"yes\"\n", 'whole_word = "yes" is not a valid bool (expected bool, not text in quotes)'),
+    ("[train]\nsteps = \"2\"\n", 'steps = "2" is not a valid int or none (expected int, not text in quotes)'),
     ("[train]\nbetas = \"0.9,0.99\"\n", "expected a list, not text in quotes"),
-    ("[architecture]\nnum_layers = \"2\"\n", "[architecture]: num_layers = '2' is not a valid int"),
+    ("[architecture]\nnum_layers = \"2\"\n", '[architecture]: num_layers = "2" is not a valid int'),
     # the other way round: a top-level setting inside a table
     ("[train]\nbatch_size = 4\n", "[train]: batch_size is a top-level setting; put it above the tables"),
     ("[architecture]\nmax_length = 64\n", "[architecture]: max_length is a top-level setting"),

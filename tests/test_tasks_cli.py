@@ -647,9 +647,11 @@ def test_finetune_reads_a_config_file_under_its_flags(capsys, encoder_dir, senti
     keys = ("epochs", "lr", "batch_size", "max_length", "time_budget", "bf16", "seed")
     assert {k: task["settings"][k] for k in keys} == {"epochs": 1.0, "lr": 2e-3, "batch_size": 16, "max_length": 48, "time_budget": 600.0, "bf16": False,
             "seed": 3}
+    config.write_text(config.read_text().replace('"10m"', '"none"'))  # (TOML has no null)
     code, printed, err = run(capsys, "finetune", "--config", config, "--out", "run2", "--train", dev.name,
                              "--eval-limit", "20")  # flags also name what the file names
     assert code == 0, err
+    assert json.loads((tmp_path / "run2" / "task.json").read_text())["settings"]["time_budget"] is None
     assert json.loads(printed)["train_examples"] == len(load_examples("classification", dev))
     assert json.loads(printed)["eval_examples"] == 20
 
@@ -662,13 +664,25 @@ def test_finetune_reads_a_config_file_under_its_flags(capsys, encoder_dir, senti
     needs = "finetune needs --train, --eval, --out (as flags, or as keys of a --config file)"
     assert refused('task = "qa"\n', "--model", encoder_dir).endswith(needs)
     assert refused("lrr = 1e-3\n").startswith(f"bertkit: error: {config}: unknown key 'lrr' (did you mean lr?)")
-    assert refused('epochs = "2"\n').endswith("epochs = '2' is not a valid float or none (expected float, not text "
-                                              "in quotes)")
+    assert refused('epochs = "2"\n').endswith('epochs = "2" is not a valid float or none (expected float, not text '
+                                              'in quotes)')  # as the file writes it
+    assert refused("batch_size = true\n").endswith("batch_size = true is not a valid int (expected an integer)")
     assert refused('train = ""\n').endswith("train = '' is an empty path; give a file or folder, or leave the key out")
     assert refused("model = 3\n").endswith("model = 3 is not text (a name or a path, in quotes)")
-    assert "task = 'ner' is not a task; choose classification" in refused('task = "ner"\n')
+    assert 'task = "ner" is not a task; choose classification' in refused('task = "ner"\n')
     assert refused('precision = "bf16"\nbf16 = false\n').endswith("give precision or bf16, not both")
-    assert refused('precision = "fp16"\n').endswith("precision = 'fp16': choose auto, fp32 or bf16")
+    assert refused('precision = "fp16"\n').endswith('precision = "fp16": choose auto, fp32 or bf16')
+    base = f'task = "classification"\nmodel = "{encoder_dir}"\ntrain = "{train.name}"\neval = "{dev.name}"\nout = "x"\n'
+    assert refused(base + "lr = -1.0\n").endswith(f"{config}: lr must be a finite positive number, got -1.0")
+    assert refused(base + 'device = "tpu"\n').endswith(f"{config}: unknown device 'tpu' (use auto, cpu, cuda, cuda:1, "
+                                                      "...)")  # before any model or data is read
+    assert refused(base + 'device = "tpu"\n', "--set", "device=tpu").endswith("--set: unknown device 'tpu' (use auto, "
+                                                                             "cpu, cuda, cuda:1, ...)")
+    assert not (tmp_path / "x").exists()
+    json_config = tmp_path / "ft.json"
+    json_config.write_text('{"task": "classification", "task": "qa"}')  # json.loads keeps the last one
+    code, _, err = run(capsys, "finetune", "--config", json_config)
+    assert code == 2 and one_error(err).endswith(f"{json_config}: key 'task' given twice")
     assert refused('time_budget = "ten"\n').endswith("time_budget: 'ten' is not a duration (use e.g. 600, 90s, 10m, "
                                                      "1h30m)")
     config.write_text("# lr = 1e-3\n")

@@ -289,7 +289,7 @@ def with_config(args) -> None:
 def _read_finetune_config(args) -> None:
     from .. import PRESETS
     from ..data.corpora import BUILTIN
-    from ..options import check_config_paths, fields_of, read_config, seconds, typed, unknown_key
+    from ..options import check_config_paths, fields_of, read_config, seconds, spelled, typed, unknown_key
     from .finetune import FinetuneSettings
     from .readers import TASKS
 
@@ -302,16 +302,17 @@ def _read_finetune_config(args) -> None:
         if key not in settings_keys and key not in FINETUNE_FILE_KEYS:
             raise BertkitError(f"{where}: {unknown_key(key, [*FINETUNE_FILE_KEYS, *settings_keys])}")
         if key in FINETUNE_FILE_KEYS and not isinstance(value, str):
-            raise BertkitError(f"{where}: {key} = {value!r} is not text (a name or a path, in quotes)")
+            raise BertkitError(f"{where}: {key} = {spelled(value)} is not text (a name or a path, in quotes)")
     if "task" in data and data["task"] not in TASKS:
-        raise BertkitError(f"{where}: task = {data['task']!r} is not a task; choose {', '.join(TASKS)}")
+        raise BertkitError(f"{where}: task = {spelled(data['task'])} is not a task; choose {', '.join(TASKS)}")
     if "precision" in data and "bf16" in data:
         raise BertkitError(f"{where}: give precision or bf16, not both")
     if data.get("precision", "auto") not in ("auto", "fp32", "bf16"):
-        raise BertkitError(f"{where}: precision = {data['precision']!r}: choose auto, fp32 or bf16")
-    if isinstance(data.get("time_budget"), str):  # a duration ("20m"), as --time-budget takes
+        raise BertkitError(f"{where}: precision = {spelled(data['precision'])}: choose auto, fp32 or bf16")
+    budget = data.get("time_budget")
+    if isinstance(budget, str):  # a duration ("20m"), as --time-budget takes, or none (TOML has no null)
         try:
-            data["time_budget"] = seconds(data["time_budget"])
+            data["time_budget"] = None if budget.strip().lower() in ("none", "null") else seconds(budget)
         except BertkitError as e:
             raise BertkitError(f"{where}: time_budget: {e}") from None
     check_config_paths(where, data, FINETUNE_PATHS, lambda key, value: value in BUILTIN if key in ("train", "eval")
@@ -322,10 +323,9 @@ def _read_finetune_config(args) -> None:
     settings = typed(FinetuneSettings, {k: v for k, v in data.items() if k in settings_keys}, where, text=False)
     if "bf16" in settings and args.precision is None:  # (as task.json records it)
         args.precision = "bf16" if settings["bf16"] else "fp32"
-    for key in ("progress", "device"):  # (read from args: the device decides what precision auto means)
-        if key in settings and getattr(args, key) is None:
-            setattr(args, key, settings[key])
-    args.file_settings = {k: v for k, v in settings.items() if k not in ("bf16", "progress", "device")}
+    if "progress" in settings and args.progress is None:
+        args.progress = settings["progress"]
+    args.file_settings = {k: v for k, v in settings.items() if k not in ("bf16", "progress")}
 
 
 def finetune_settings(args):
@@ -338,26 +338,38 @@ def finetune_settings(args):
         values.update(typed(FinetuneSettings, {"clip_norm": args.clip_norm}, "--clip-norm"))
     if args.time_budget is not None:
         values["time_budget"] = seconds(args.time_budget)
-    values["bf16"] = precision_bf16(args.precision or "auto", args.device)
     values["progress"] = args.progress is not False
     given = typed(FinetuneSettings, key_values(args.set or [], "--set"), "--set")
+    # the device decides what precision auto means; checked here, before any model or data is read
+    device = given.get("device", values.get("device"))
+    try:
+        values["bf16"] = precision_bf16(args.precision or "auto", device)
+    except BertkitError as e:
+        named = "--set" if "device" in given else None if args.device is not None else getattr(args, "config", None)
+        if named is None or "device" not in str(e):
+            raise
+        raise BertkitError(f"{named}: {e}") from None
     values.update(given)
-    with named_as_flags(args, set(SETTING_FLAGS) - set(given) | {"clip_norm"}):
+    from_file = {k for k in getattr(args, "file_settings", {}) if k not in given and getattr(args, k, None) is None}
+    with named_as_flags(args, set(SETTING_FLAGS) - set(given) | {"clip_norm"}, from_file):
         settings = FinetuneSettings(**values)
         check_task_settings(args.task, settings)
         return settings
 
 
 @contextlib.contextmanager
-def named_as_flags(args, names) -> Iterator[None]:
+def named_as_flags(args, names, from_file=frozenset()) -> Iterator[None]:
     """An error about a setting the user gave by its flag names the flag (--max-answer-length
-    must be ..., not max_answer_length), as argparse's own errors do."""
+    must be ..., not max_answer_length), as argparse's own errors do; one about a setting that
+    came from a --config file (`from_file`) names the file."""
     try:
         yield
     except BertkitError as e:
         name = str(e).split(" ", 1)[0]
         if name in names and getattr(args, name, None) is not None:
             raise BertkitError(f"--{name.replace('_', '-')}{str(e)[len(name):]}") from None
+        if name in from_file:
+            raise BertkitError(f"{args.config}: {e}") from None
         raise
 
 
