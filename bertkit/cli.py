@@ -244,7 +244,7 @@ def _train_values(values: dict, where: str, loss: dict, text: bool = True) -> di
     be written as a duration ("10m"). The objectives' loss settings (LossSettings: temperature,
     rtd_weight ...) among them go, typed, into `loss`."""
     from .objectives.registry import LOSS_FIELDS, LossSettings
-    from .options import fields_of, seconds, typed, unknown_key
+    from .options import fields_of, time_budget, typed, unknown_key
     from .train import TrainSettings
 
     unknown = next((k for k in values if k not in fields_of(TrainSettings) and k not in LOSS_FIELDS), None)
@@ -256,12 +256,8 @@ def _train_values(values: dict, where: str, loss: dict, text: bool = True) -> di
     values = {k: v for k, v in values.items() if k not in LOSS_FIELDS}
     budget = values.pop("time_budget", "absent")
     out = typed(TrainSettings, values, where, text)
-    if budget != "absent":
-        none = budget is None or (isinstance(budget, str) and budget.strip().lower() in ("none", "null"))
-        try:
-            out["time_budget"] = None if none else seconds(budget)
-        except BertkitError as e:  # which setting, from where
-            raise BertkitError(f"{'--time-budget' if where == 'flags' else where + ': time_budget'}: {e}") from None
+    if budget != "absent":  # which setting, from where
+        out["time_budget"] = time_budget(budget, "--time-budget" if where == "flags" else where + ": time_budget")
     return out
 
 
@@ -281,10 +277,6 @@ def pretrain_job(args):
         train = data.pop("train", None) or {}
         architecture = data.pop("architecture", None) or {}
         table = data.pop("loss", None) or {}  # as job.json records them; [train] takes them too
-        if not (data or train or architecture or table):  # (its lines commented out, or the wrong file)
-            from .pretraining import say
-
-            say(f"bertkit: warning: {args.config} holds no settings: the defaults apply, and the flags given")
         for name, values in (("train", train), ("architecture", architecture), ("loss", table)):
             if not isinstance(values, dict):
                 raise BertkitError(f"{args.config}: [{name}] must be a table of settings")

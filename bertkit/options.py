@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import sys
 import types
 import typing
 from pathlib import Path
@@ -155,6 +156,17 @@ def spelled(value) -> str:
     return "none" if value is None else json.dumps(value, default=str)
 
 
+def time_budget(value, where: str) -> float | None:
+    """A time budget as a flag or a file gives it: seconds, a duration ("10m"), or none (TOML has
+    no null); a bad one names `where`."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null")):
+        return None
+    try:
+        return seconds(value)
+    except BertkitError as e:
+        raise BertkitError(f"{where}: {e}") from None
+
+
 def check_config_paths(path: str | Path, values: dict[str, Any], keys, named=lambda key, value: False) -> None:
     """The paths among a config file's `values` (at `keys`): not empty (corpus = "" would read
     the working folder), and read from the working directory, as flags' are; one missing there
@@ -217,4 +229,6 @@ def read_config(path: str | Path) -> dict[str, Any]:
             raise BertkitError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}){toml}") from None
     if not isinstance(data, dict):
         raise BertkitError(f"{path}: expected a table/object at the top level")
+    if all(value == {} for value in data.values()):  # (its lines commented out, empty tables, the wrong file)
+        print(f"bertkit: warning: {path} holds no settings: the defaults apply, and the flags given", file=sys.stderr)
     return data

@@ -687,6 +687,7 @@ def test_finetune_reads_a_config_file_under_its_flags(capsys, encoder_dir, senti
                                                      "1h30m)")
     config.write_text("# lr = 1e-3\n")
     code, _, err = run(capsys, "finetune", "--config", config)
-    assert code == 2 and err.startswith(f"bertkit: warning: {config} holds no settings: the flags alone apply\n")
+    assert code == 2 and err.startswith(f"bertkit: warning: {config} holds no settings: the defaults apply, and "
+                                        "the flags given\n")
     assert one_error(err).endswith("finetune needs --task, --model, --train, --eval, --out (as flags, or as keys "
                                    "of a --config file)")

@@ -289,14 +289,12 @@ def with_config(args) -> None:
 def _read_finetune_config(args) -> None:
     from .. import PRESETS
     from ..data.corpora import BUILTIN
-    from ..options import check_config_paths, fields_of, read_config, seconds, spelled, typed, unknown_key
+    from ..options import check_config_paths, fields_of, read_config, spelled, time_budget, typed, unknown_key
     from .finetune import FinetuneSettings
     from .readers import TASKS
 
     where = str(args.config)
     data = dict(read_config(args.config))
-    if not data:  # (its lines commented out, or the wrong file)
-        print(f"bertkit: warning: {where} holds no settings: the flags alone apply", file=sys.stderr)
     settings_keys = fields_of(FinetuneSettings)
     for key, value in data.items():
         if key not in settings_keys and key not in FINETUNE_FILE_KEYS:
@@ -309,12 +307,8 @@ def _read_finetune_config(args) -> None:
         raise BertkitError(f"{where}: give precision or bf16, not both")
     if data.get("precision", "auto") not in ("auto", "fp32", "bf16"):
         raise BertkitError(f"{where}: precision = {spelled(data['precision'])}: choose auto, fp32 or bf16")
-    budget = data.get("time_budget")
-    if isinstance(budget, str):  # a duration ("20m"), as --time-budget takes, or none (TOML has no null)
-        try:
-            data["time_budget"] = None if budget.strip().lower() in ("none", "null") else seconds(budget)
-        except BertkitError as e:
-            raise BertkitError(f"{where}: time_budget: {e}") from None
+    if isinstance(data.get("time_budget"), str):  # a duration ("20m") or none; a number is typed below
+        data["time_budget"] = time_budget(data["time_budget"], f"{where}: time_budget")
     check_config_paths(where, data, FINETUNE_PATHS, lambda key, value: value in BUILTIN if key in ("train", "eval")
                        else key == "model" and value in PRESETS)  # names, not paths
     for key in FINETUNE_FILE_KEYS:
@@ -332,7 +326,8 @@ def finetune_settings(args):
     from ..options import key_values, seconds, typed
     from .finetune import FinetuneSettings, check_task_settings
 
-    values = dict(getattr(args, "file_settings", {}))  # a --config file's, under the flags'
+    file_settings = getattr(args, "file_settings", {})
+    values = dict(file_settings)  # a --config file's, under the flags'
     values.update({k: getattr(args, k) for k in SETTING_FLAGS if getattr(args, k, None) is not None})
     if args.clip_norm is not None:  # a number, or none
         values.update(typed(FinetuneSettings, {"clip_norm": args.clip_norm}, "--clip-norm"))
@@ -350,7 +345,7 @@ def finetune_settings(args):
             raise
         raise BertkitError(f"{named}: {e}") from None
     values.update(given)
-    from_file = {k for k in getattr(args, "file_settings", {}) if k not in given and getattr(args, k, None) is None}
+    from_file = {k for k in file_settings if k not in given and getattr(args, k, None) is None}
     with named_as_flags(args, set(SETTING_FLAGS) - set(given) | {"clip_norm"}, from_file):
         settings = FinetuneSettings(**values)
         check_task_settings(args.task, settings)
